@@ -38,7 +38,7 @@ class UnknownQueue(HeraldError, KeyError):
         return f"unknown queue {self.args[0]!r}"
 
 
-class Permanent(Exception):  # noqa: N818 - a signal, named for what it means to the caller
+class Permanent(Exception):
     """Fail the job at once: no further attempt could succeed (BullMQ's UnrecoverableError)."""
 
 

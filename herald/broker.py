@@ -1,0 +1,285 @@
+"""The Redis ledger broker: a Dramatiq broker whose storage is the job ledger itself.
+
+Each consumer round trip is one Lua script (:meth:`Ledger.cycle`) that finishes the runs
+that ended since the last trip, extends the locks of long runs, promotes due delayed jobs,
+restarts stalled ones and starts up to the lane's free slots — so fetching and
+acknowledging ride on the same round trip, and a worker never holds more jobs than its
+lane's concurrency. While a queue is empty the consumer blocks on the queue's marker list
+until a producer wakes it, the next delayed job falls due, or the rate-limit window ends.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import dramatiq
+import redis
+from dramatiq.broker import Consumer, MessageProxy
+from dramatiq.errors import ConnectionClosed, QueueJoinTimeout
+from dramatiq.middleware import CurrentMessage, TimeLimit
+
+from herald.ledger import Finish, Ledger, NewJob, StartedJob, new_token, now_ms
+from herald.outcomes import LedgerMiddleware, report
+from herald.registry import QueueSpec, get_spec
+
+log = logging.getLogger("herald.broker")
+
+#: Longest single block on an empty queue (ms); the consumer thread checks for shutdown
+#: between blocks.
+BLOCK_MS = 1000
+#: Runs whose end is buffered are flushed at least this often while slots are full (s).
+FLUSH_WAIT_S = 0.25
+#: Default time limit of a run when the queue sets none (Dramatiq's TimeLimit needs one).
+NO_TIME_LIMIT_MS = 24 * 3600 * 1000
+
+
+def default_middleware() -> list[dramatiq.Middleware]:
+    """The middleware herald's brokers run: ledger outcomes, current message, time limits."""
+    return [CurrentMessage(), TimeLimit(time_limit=NO_TIME_LIMIT_MS), LedgerMiddleware()]
+
+
+class Lane:
+    """One queue's consumer bookkeeping in this process, shared by successive consumers."""
+
+    def __init__(self, spec: QueueSpec) -> None:
+        self.spec = spec
+        self.lock = threading.Lock()
+        #: job id -> token of every job fetched and not yet reported finished
+        self.inflight: dict[str, str] = {}
+        self.pending: list[Finish] = []
+        self.actors: dict[str, str] = {}
+        self.slot_freed = threading.Event()
+        self.blocking = False
+        self.last_extend = time.monotonic()
+
+    def take_pending(self) -> list[Finish]:
+        with self.lock:
+            pending, self.pending = self.pending, []
+        return pending
+
+    def put_back(self, finishes: list[Finish]) -> None:
+        with self.lock:
+            self.pending = finishes + self.pending
+
+
+class LedgerBroker(dramatiq.Broker):
+    """Dramatiq broker on the Redis job ledger."""
+
+    external_ledger = False
+
+    def __init__(self, ledger: Ledger, middleware: list[dramatiq.Middleware] | None = None,
+                 ) -> None:
+        super().__init__(middleware=default_middleware() if middleware is None else middleware)
+        self.ledger = ledger
+        self.queues: dict[str, Lane] = {}
+
+    def lane(self, queue_name: str) -> Lane:
+        """The bookkeeping of one lane (declares the queue on first use)."""
+        if queue_name not in self.queues:
+            self.declare_queue(queue_name)
+        return self.queues[queue_name]
+
+    def declare_queue(self, queue_name: str) -> None:
+        if queue_name not in self.queues:
+            self.emit_before("declare_queue", queue_name)
+            self.queues[queue_name] = Lane(get_spec(queue_name))
+            self.emit_after("declare_queue", queue_name)
+
+    def consume(self, queue_name: str, prefetch: int = 1, timeout: int = BLOCK_MS) -> Consumer:
+        return LedgerConsumer(self, self.lane(queue_name), timeout)
+
+    def enqueue(self, message: dramatiq.Message, *, delay: int | None = None,
+                ) -> dramatiq.Message:
+        """Plain ``actor.send`` support: the message becomes a ledger job."""
+        from herald.jobs import job_options
+
+        self.emit_before("enqueue", message, delay)
+        actor = self.get_actor(message.actor_name)
+        payload = message.args[0] if message.args else dict(message.kwargs)
+        job = NewJob(id=message.options.get("job_id") or message.message_id,
+                     actor=message.actor_name, payload=payload,
+                     priority=message.options.get("priority", 5),
+                     run_at_ms=now_ms() + delay if delay else 0,
+                     **job_options(actor, get_spec(message.queue_name)))
+        self.ledger.add(message.queue_name, [job])
+        self.emit_after("enqueue", message, delay)
+        return message
+
+    def flush(self, queue_name: str) -> None:
+        self.ledger.drain(queue_name)
+
+    def flush_all(self) -> None:
+        for queue_name in self.queues:
+            self.flush(queue_name)
+
+    def join(self, queue_name: str, *, timeout: int | None = None) -> None:
+        """Wait until the queue has no waiting, delayed or active job (tests)."""
+        deadline = None if timeout is None else time.monotonic() + timeout / 1000
+        while True:
+            counts = self.ledger.counts(queue_name)
+            if counts["waiting"] + counts["delayed"] + counts["active"] + counts["paused"] == 0:
+                return
+            if deadline is not None and time.monotonic() > deadline:
+                raise QueueJoinTimeout(queue_name)
+            time.sleep(0.05)
+
+
+class LedgerConsumer(Consumer):
+    """Iterates a lane's jobs; finishing and fetching share one round trip."""
+
+    def __init__(self, broker: LedgerBroker, lane: Lane, timeout_ms: int) -> None:
+        self.broker = broker
+        self.ledger = broker.ledger
+        self.lane = lane
+        self.timeout_s = max(timeout_ms, 10) / 1000
+        self.buffer: collections.deque[MessageProxy] = collections.deque()
+        self.extend_every_s = lane.spec.lock_duration.total_seconds() / 3
+
+    # -- acknowledging (called from worker threads) ---------------------------------------
+    def ack(self, message: MessageProxy) -> None:
+        finish = message.options.get("herald_finish") or Finish(
+            job_id=message.options["job_id"], token=message.message_id,
+            outcome=Finish.COMPLETED, value="null")
+        self._report(finish, message.actor_name)
+
+    def nack(self, message: MessageProxy) -> None:
+        finish = message.options.get("herald_finish")
+        if finish is None:  # failed before it ran, e.g. an actor this process lacks
+            error = message._exception
+            finish = Finish(job_id=message.options["job_id"], token=message.message_id,
+                            outcome=Finish.PERMANENT,
+                            value=str(error) if error else "rejected before it ran")
+        self._report(finish, message.actor_name)
+
+    def _report(self, finish: Finish, actor: str) -> None:
+        lane = self.lane
+        with lane.lock:
+            lane.pending.append(finish)
+            lane.actors[finish.job_id] = actor
+            flush_here = lane.blocking
+        if flush_here:
+            # the consumer thread is blocked on an empty queue: write the outcome now
+            self._flush(fetch=0)
+        lane.slot_freed.set()
+
+    def requeue(self, messages: Iterable[MessageProxy]) -> None:
+        """Hand fetched-but-unstarted jobs back to the queue (worker shutdown)."""
+        finishes = [Finish(job_id=m.options["job_id"], token=m.message_id,
+                           outcome=Finish.RELEASED) for m in messages]
+        if finishes:
+            with self.lane.lock:
+                self.lane.pending.extend(finishes)
+            self._flush(fetch=0)
+
+    def close(self) -> None:
+        try:
+            self.requeue(list(self.buffer))
+            self.buffer.clear()
+            self._flush(fetch=0)
+        except ConnectionClosed:
+            log.warning("could not write outcomes at close", extra={"queue": self.lane.spec.name})
+
+    # -- fetching (the consumer thread) -------------------------------------------------
+    def __next__(self) -> MessageProxy | None:
+        lane = self.lane
+        while True:
+            if self.buffer:
+                return self.buffer.popleft()
+            with lane.lock:
+                free = lane.spec.concurrency - len(lane.inflight)
+                has_pending = bool(lane.pending)
+            extend_due = (bool(lane.inflight)
+                          and time.monotonic() - lane.last_extend >= self.extend_every_s)
+            if free <= 0 and not has_pending and not extend_due:
+                # every slot busy: wait for a run to end, then write it and fetch in one trip
+                lane.slot_freed.wait(min(self.timeout_s, FLUSH_WAIT_S, self.extend_every_s))
+                lane.slot_freed.clear()
+                return None
+            result = self._flush(fetch=max(free, 0), extend=extend_due)
+            if result is None:
+                return None
+            if result.started:
+                self._buffer(result.started)
+                continue
+            if free <= 0:
+                return None
+            self._block(result.next_delayed_ms, result.rate_limited_ms)
+            return None
+
+    def _flush(self, *, fetch: int, extend: bool = False) -> Any:
+        lane = self.lane
+        finishes = lane.take_pending()
+        extend_entries: list[tuple[str, str]] = []
+        if extend:
+            with lane.lock:
+                extend_entries = list(lane.inflight.items())
+            lane.last_extend = time.monotonic()
+        try:
+            result = self.ledger.cycle(lane.spec, finishes=finishes, extend=extend_entries,
+                                       fetch=fetch)
+        except redis.RedisError as error:
+            lane.put_back(finishes)
+            raise ConnectionClosed(error) from error
+        by_id = {f.job_id: f for f in finishes}
+        with lane.lock:
+            for finish in finishes:
+                if lane.inflight.get(finish.job_id) == finish.token:
+                    del lane.inflight[finish.job_id]
+            actors = {f.job_id: lane.actors.pop(f.job_id, "") for f in finishes}
+            for started in result.started:
+                lane.inflight[started.id] = started.token
+        for finished in result.finished:
+            if finished.result != "released":
+                report(lane.spec.name, finished, by_id.get(finished.job_id),
+                       actors.get(finished.job_id, ""))
+        return result
+
+    def _buffer(self, started: list[StartedJob]) -> None:
+        queue = self.lane.spec.name
+        for job in started:
+            options = {"job_id": job.id, "attempts_made": job.attempts_made,
+                       "attempts_started": job.attempts_started, "priority": job.priority}
+            try:
+                payload = json.loads(job.data)
+            except ValueError as error:
+                self._report(Finish(job_id=job.id, token=job.token, outcome=Finish.PERMANENT,
+                                    value=f"undecodable payload: {error}"), job.actor)
+                continue
+            message = dramatiq.Message(queue_name=queue, actor_name=job.actor, args=(payload,),
+                                       kwargs={}, options=options, message_id=job.token,
+                                       message_timestamp=job.created_at_ms)
+            self.buffer.append(MessageProxy(message))
+
+    def _block(self, next_delayed_ms: int | None, rate_limited_ms: int) -> None:
+        timeout_s = self.timeout_s
+        if next_delayed_ms is not None:
+            timeout_s = min(timeout_s, max(next_delayed_ms - now_ms(), 1) / 1000)
+        if rate_limited_ms > 0:
+            timeout_s = min(timeout_s, rate_limited_ms / 1000)
+        lane = self.lane
+        with lane.lock:
+            lane.blocking = True
+            pending = bool(lane.pending)
+        try:
+            if not pending:
+                self.ledger.client.blpop([self.ledger.marker_key(lane.spec.name)],
+                                         timeout=max(timeout_s, 0.001))
+        except redis.RedisError as error:
+            raise ConnectionClosed(error) from error
+        finally:
+            with lane.lock:
+                lane.blocking = False
+
+
+def message_for(queue: str, actor: str, payload: dict[str, Any], *, job_id: str,
+                token: str | None = None, priority: int = 5) -> dramatiq.Message:
+    """The Dramatiq message that carries one job (RabbitMQ and ``actor.send``)."""
+    return dramatiq.Message(queue_name=queue, actor_name=actor, args=(payload,), kwargs={},
+                            options={"job_id": job_id, "priority": priority},
+                            message_id=token or new_token())

@@ -1,0 +1,402 @@
+"""The queue layer's public API: declare actors, enqueue jobs, operate queues.
+
+::
+
+    @actor(queue="thumbnails", payload=ThumbnailJob)
+    def make_thumbnail(job: ThumbnailJob) -> dict | None: ...
+
+    enqueue(make_thumbnail, {"image_id": 7}, job_id="img-7", priority=1)
+    queue("thumbnails").counts()
+
+Payloads are validated by the actor's pydantic model on the producer's side: a shape
+mistake raises :class:`~herald.errors.InvalidPayload` and nothing reaches Redis or the
+broker. On the worker side a payload that fails the model fails the job permanently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Generic, TypeVar
+
+import dramatiq
+from dramatiq.middleware import CurrentMessage
+from pydantic import BaseModel, ValidationError
+
+from herald.connections import redis_client
+from herald.errors import InvalidMessage, InvalidPayload
+from herald.ledger import (
+    ADD_CHUNK,
+    AddResult,
+    AddStatus,
+    Job,
+    JobState,
+    Ledger,
+    NewJob,
+    new_token,
+    now_ms,
+)
+from herald.registry import NORMAL_PRIORITY, PRIORITY_RANGE, QueueSpec, get_spec
+from herald.settings import get_settings
+
+M = TypeVar("M", bound=BaseModel)
+
+_lock = threading.RLock()
+_actors: dict[str, JobActor[Any]] = {}
+_broker: dramatiq.Broker | None = None
+_ledger: Ledger | None = None
+
+
+# -- actors ---------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ActorOptions:
+    """Per-actor overrides of the queue's values (seed 000's normalise_callback uses these)."""
+
+    attempts: int | None = None
+    backoff_base: timedelta | None = None
+    max_started_attempts: int | None = None
+    remove_on_complete: bool = False
+    remove_on_fail: bool = False
+
+
+class JobActor(Generic[M]):
+    """A function that runs one job of a queue, with the pydantic model of its payload."""
+
+    def __init__(self, fn: Callable[[M], Any], *, queue: str, payload: type[M],
+                 name: str, options: ActorOptions) -> None:
+        self.fn = fn
+        self.queue = queue
+        self.model = payload
+        self.name = name
+        self.options = options
+        self.__doc__ = fn.__doc__
+
+    def __call__(self, job: M) -> Any:
+        """Run the function directly (no queue), e.g. in a unit test."""
+        return self.fn(job)
+
+    def validate(self, payload: dict[str, Any] | BaseModel) -> dict[str, Any]:
+        """The payload as JSON-ready data; :class:`InvalidPayload` when it fails the model."""
+        try:
+            model = (payload if isinstance(payload, self.model)
+                     else self.model.model_validate(payload))
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'payload'}: {e['msg']}"
+                                 for e in error.errors())
+            raise InvalidPayload(f"{self.name}: invalid payload: {problems}") from None
+        return model.model_dump(mode="json")
+
+    def run_message(self, payload: Any) -> None:
+        """What the worker runs: validate the consumed payload, then call the function.
+
+        The return value goes on the message for the ledger (not back to Dramatiq, which
+        would warn that no results backend stores it).
+        """
+        try:
+            job = self.model.model_validate(payload)
+        except ValidationError as error:
+            raise InvalidMessage(f"{self.name}: payload failed validation: "
+                                 f"{error.error_count()} problem(s): "
+                                 f"{error.errors()[0]['msg']}") from None
+        result = self.fn(job)
+        message = CurrentMessage.get_current_message()
+        if message is not None and result is not None:
+            message.options["herald_result"] = result
+
+    def bind(self, broker: dramatiq.Broker) -> dramatiq.Actor[Any, Any]:
+        """Declare this actor on a Dramatiq broker."""
+        spec = get_spec(self.queue)
+        time_limit = {} if spec.time_limit is None else {
+            "time_limit": int(spec.time_limit.total_seconds() * 1000)}
+        return dramatiq.Actor(self.run_message, broker=broker, actor_name=self.name,
+                              queue_name=self.queue, priority=0, options=time_limit)
+
+
+def actor(*, queue: str, payload: type[M], name: str | None = None,
+          attempts: int | None = None, backoff_base: timedelta | None = None,
+          max_started_attempts: int | None = None, remove_on_complete: bool = False,
+          remove_on_fail: bool = False) -> Callable[[Callable[[M], Any]], JobActor[M]]:
+    """Declare a job function on ``queue`` whose payload is validated by ``payload``.
+
+    The queue must be in the registry (:func:`herald.registry.declare`); the keyword
+    overrides replace the queue's values for this actor's jobs only.
+    """
+    get_spec(queue)  # fail now on an undeclared queue
+
+    def decorate(fn: Callable[[M], Any]) -> JobActor[M]:
+        job_actor = JobActor(fn, queue=queue, payload=payload, name=name or fn.__name__,
+                             options=ActorOptions(attempts=attempts, backoff_base=backoff_base,
+                                                  max_started_attempts=max_started_attempts,
+                                                  remove_on_complete=remove_on_complete,
+                                                  remove_on_fail=remove_on_fail))
+        with _lock:
+            _actors[job_actor.name] = job_actor
+            if _broker is not None:
+                job_actor.bind(_broker)
+        return job_actor
+
+    return decorate
+
+
+def declared_actors() -> list[JobActor[Any]]:
+    """Every actor declared so far in this process."""
+    with _lock:
+        return list(_actors.values())
+
+
+def job_options(actor_: Any, spec: QueueSpec) -> dict[str, Any]:
+    """The retry and retention values a new job of this actor carries."""
+    options = getattr(actor_, "options", None)
+    herald_options = options if isinstance(options, ActorOptions) else ActorOptions()
+    if isinstance(actor_, dramatiq.Actor):
+        herald_options = _actors[actor_.actor_name].options
+    base = herald_options.backoff_base or spec.backoff_base
+    return {"attempts": herald_options.attempts or spec.attempts, "backoff": spec.backoff,
+            "backoff_base_ms": int(base.total_seconds() * 1000),
+            "max_started_attempts": (herald_options.max_started_attempts
+                                     or spec.max_started_attempts),
+            "remove_on_complete": herald_options.remove_on_complete or spec.retention.completed.remove,
+            "remove_on_fail": herald_options.remove_on_fail or spec.retention.failed.remove}
+
+
+# -- brokers -----------------------------------------------------------------------------
+def get_ledger() -> Ledger:
+    """The process-wide ledger on the shared Redis client."""
+    global _ledger
+    with _lock:
+        if _ledger is None:
+            _ledger = Ledger(redis_client(), get_settings().queue_prefix)
+        return _ledger
+
+
+def get_broker() -> dramatiq.Broker:
+    """The process-wide broker chosen by ``BROKER``, with every declared actor bound."""
+    global _broker
+    with _lock:
+        if _broker is None:
+            settings = get_settings()
+            if settings.broker == "rabbitmq":
+                from herald.rabbit import HeraldRabbitmqBroker
+
+                broker: dramatiq.Broker = HeraldRabbitmqBroker(url=settings.rabbitmq_url,
+                                                               ledger=get_ledger())
+            else:
+                from herald.broker import LedgerBroker
+
+                broker = LedgerBroker(get_ledger())
+            use_broker(broker)
+        assert _broker is not None
+        return _broker
+
+
+def use_broker(broker: dramatiq.Broker) -> None:
+    """Make ``broker`` the process-wide broker and bind every declared actor to it."""
+    global _broker, _ledger
+    with _lock:
+        _broker = broker
+        _ledger = getattr(broker, "ledger", _ledger)
+        dramatiq.set_broker(broker)
+        for job_actor in _actors.values():
+            job_actor.bind(broker)
+
+
+def reset_brokers() -> None:
+    """Forget the process-wide broker and ledger (after a settings change; tests)."""
+    global _broker, _ledger
+    with _lock:
+        _broker = None
+        _ledger = None
+
+
+# -- producing ---------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class EnqueueResult:
+    """What an enqueue did: ``status`` is added|duplicated|deduplicated|retried."""
+
+    status: str
+    job_id: str
+
+
+def _run_at(delay: timedelta | None, at: datetime | None) -> int:
+    if delay is not None and at is not None:
+        raise ValueError("give delay or at, not both")
+    if delay is not None:
+        return now_ms() + int(delay.total_seconds() * 1000) if delay > timedelta(0) else 0
+    if at is not None:
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=UTC)
+        return int(at.timestamp() * 1000)
+    return 0
+
+
+def _new_job(target: JobActor[Any], payload: dict[str, Any] | BaseModel, *,
+             job_id: str | None = None, priority: int = NORMAL_PRIORITY,
+             delay: timedelta | None = None, at: datetime | None = None,
+             dedup_id: str | None = None, retry_failed: bool = False,
+             token: str = "") -> NewJob:
+    if not isinstance(target, JobActor):
+        raise TypeError(f"enqueue takes an @actor function, not {type(target).__name__}")
+    if priority not in PRIORITY_RANGE:
+        raise InvalidPayload(f"priority must be {PRIORITY_RANGE.start}..{PRIORITY_RANGE.stop - 1}")
+    if job_id is not None and (not job_id or len(job_id) > 512):
+        raise InvalidPayload("job_id must be 1..512 characters")
+    data = target.validate(payload)
+    return NewJob(id=job_id or uuid.uuid4().hex, actor=target.name, payload=data,
+                  priority=priority, run_at_ms=_run_at(delay, at), dedup_id=dedup_id,
+                  retry_failed=retry_failed, token=token,
+                  **job_options(target, get_spec(target.queue)))
+
+
+def _submit(target: JobActor[Any], jobs: Sequence[NewJob]) -> list[AddResult]:
+    broker = get_broker()
+    results = get_ledger().add(target.queue, jobs)
+    if getattr(broker, "external_ledger", False):
+        from herald.broker import message_for
+
+        now = now_ms()
+        for job, result in zip(jobs, results, strict=True):
+            if result.status in (AddStatus.ADDED, AddStatus.RETRIED):
+                message = message_for(target.queue, job.actor, job.payload, job_id=job.id,
+                                      token=job.token, priority=job.priority)
+                broker.publish(message, priority=job.priority,  # type: ignore[attr-defined]
+                               delay_ms=max(job.run_at_ms - now, 0))
+    for job, result in zip(jobs, results, strict=True):
+        if result.status is AddStatus.DEDUPLICATED:
+            import logging
+
+            logging.getLogger("herald.jobs").warning(
+                "add deduplicated", extra={"queue": target.queue, "job_id": result.job_id,
+                                           "dedup_id": job.dedup_id})
+    return results
+
+
+def _external() -> bool:
+    return get_settings().broker == "rabbitmq"
+
+
+def enqueue(target: JobActor[Any], payload: dict[str, Any] | BaseModel, *,
+            job_id: str | None = None, priority: int = NORMAL_PRIORITY,
+            delay: timedelta | None = None, at: datetime | None = None,
+            dedup_id: str | None = None, retry_failed: bool = False) -> EnqueueResult:
+    """Validate ``payload`` and add one job; nothing is written when validation fails.
+
+    A job id that exists and is live or completed reports ``duplicated``; a held
+    ``dedup_id`` reports ``deduplicated`` (with the holder's id); ``retry_failed`` retries
+    a retained failed job in place (``retried``).
+    """
+    token = new_token() if _external() else ""
+    job = _new_job(target, payload, job_id=job_id, priority=priority, delay=delay, at=at,
+                   dedup_id=dedup_id, retry_failed=retry_failed, token=token)
+    result = _submit(target, [job])[0]
+    return EnqueueResult(status=result.status.value, job_id=result.job_id)
+
+
+def enqueue_many(target: JobActor[Any],
+                 items: Iterable[dict[str, Any] | BaseModel | tuple[Any, dict[str, Any]]],
+                 *, chunk_size: int = ADD_CHUNK) -> list[EnqueueResult]:
+    """Add many jobs of one actor, one round trip per chunk.
+
+    Each item is a payload or ``(payload, options)`` with the options of :func:`enqueue`.
+    Every payload is validated before the first chunk is written.
+    """
+    external = _external()
+    jobs = []
+    for item in items:
+        payload, options = item if isinstance(item, tuple) else (item, {})
+        jobs.append(_new_job(target, payload, token=new_token() if external else "", **options))
+    results: list[EnqueueResult] = []
+    for start in range(0, len(jobs), chunk_size):
+        chunk = jobs[start:start + chunk_size]
+        results += [EnqueueResult(status=r.status.value, job_id=r.job_id)
+                    for r in _submit(target, chunk)]
+    return results
+
+
+# -- operating ---------------------------------------------------------------------------
+class Queue:
+    """Operations on one registry queue (counts, listing, retry, pause, clean, …)."""
+
+    def __init__(self, spec: QueueSpec, ledger: Ledger) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.ledger = ledger
+
+    def counts(self) -> dict[str, int]:
+        """Jobs per state: waiting, active, delayed, completed, failed, paused."""
+        return self.ledger.counts(self.name)
+
+    def get(self, job_id: str) -> Job | None:
+        """One job, or None when absent."""
+        return self.ledger.get(self.name, job_id)
+
+    def jobs(self, state: str | JobState, page: int = 1, per_page: int = 50) -> list[Job]:
+        """Jobs in ``state``, newest first, one page (pages count from 1)."""
+        return self.ledger.jobs(self.name, JobState(state), page=page, per_page=per_page)
+
+    def retry(self, job_id: str) -> bool:
+        """Run a failed job again (counters reset); False for any other state."""
+        if _external():
+            job = self.get(job_id)
+            if job is None or job.state is not JobState.FAILED:
+                return False
+            token = new_token()
+            if not self.ledger.retry(self.name, job_id, token):
+                return False
+            from herald.broker import message_for
+
+            broker = get_broker()
+            broker.publish(message_for(self.name, job.actor, job.payload,  # type: ignore[attr-defined]
+                                       job_id=job_id, token=token, priority=job.priority),
+                           priority=job.priority)
+            return True
+        return self.ledger.retry(self.name, job_id)
+
+    def retry_all_failed(self) -> int:
+        """Retry every failed job; returns how many."""
+        count = 0
+        while ids := self.ledger.job_ids(self.name, JobState.FAILED, 0, 499):
+            retried = sum(self.retry(i) for i in ids)
+            count += retried
+            if retried == 0:
+                break
+        return count
+
+    def remove(self, job_id: str) -> bool:
+        """Remove a job that is not active (releases its dedup key). True if removed."""
+        return self.ledger.remove(self.name, [job_id]) == 1
+
+    def pause(self) -> None:
+        """Workers stop taking this queue's jobs (other queues continue)."""
+        self.ledger.set_paused(self.name, True)
+
+    def resume(self) -> None:
+        """Workers take this queue's jobs again, in priority order."""
+        self.ledger.set_paused(self.name, False)
+
+    def is_paused(self) -> bool:
+        """True while paused."""
+        return self.ledger.is_paused(self.name)
+
+    def drain(self) -> int:
+        """Remove every waiting and delayed job; returns how many."""
+        return self.ledger.drain(self.name)
+
+    def clean(self, state: str | JobState, older_than: timedelta = timedelta(0)) -> int:
+        """Remove completed/failed/delayed records older than ``older_than``."""
+        return self.ledger.clean(self.name, JobState(state), older_than)
+
+    def prune(self) -> int:
+        """Apply the registry's retention now; returns records removed."""
+        return self.ledger.prune(self.spec)
+
+    def obliterate(self) -> int:
+        """Delete everything the queue holds in Redis."""
+        return self.ledger.obliterate(self.name)
+
+
+def queue(name: str) -> Queue:
+    """Operations on a registry queue; an unknown name raises KeyError (UnknownQueue)."""
+    return Queue(get_spec(name), get_ledger())

@@ -1,0 +1,430 @@
+"""The job ledger: every job's record and state in Redis, each transition one Lua script.
+
+This module knows queues and jobs, nothing about what the jobs do. On the Redis broker
+the ledger *is* the broker (its wait set is what workers fetch from); on RabbitMQ the
+messages travel through RabbitMQ and the ledger records their state and fences them with
+the attempt token. Scripts live in ``herald/lua/`` and run with EVALSHA (Redis 6.2+).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from herald.registry import Backoff, Keep, QueueSpec
+
+LUA_DIR = Path(__file__).parent / "lua"
+#: How often (at most) one queue's stalled jobs are looked for.
+STALL_CHECK_MS = 1000
+#: Jobs per ``add`` round trip in :meth:`Ledger.add_many`.
+ADD_CHUNK = 1000
+#: Records touched per script call by drain, clean and obliterate.
+BULK_CHUNK = 1000
+
+
+class JobState(StrEnum):
+    """Where a job is in its life."""
+
+    #: Ready to run, in priority then arrival order.
+    WAITING = "waiting"
+    #: Scheduled for later: a delay, or the backoff before its next attempt.
+    DELAYED = "delayed"
+    #: A worker runs it and holds its lock.
+    ACTIVE = "active"
+    #: Finished successfully.
+    COMPLETED = "completed"
+    #: Failed for good (attempts exhausted, a Permanent error, or too many starts).
+    FAILED = "failed"
+    #: Waiting in a paused queue (reported instead of waiting while the queue is paused).
+    PAUSED = "paused"
+
+
+class AddStatus(StrEnum):
+    """What an add did."""
+
+    ADDED = "added"
+    DUPLICATED = "duplicated"
+    DEDUPLICATED = "deduplicated"
+    RETRIED = "retried"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class AddResult:
+    """The outcome of one add: the status and the id of the job it concerns.
+
+    For ``deduplicated`` the id is the job that holds the dedup key.
+    """
+
+    status: AddStatus
+    job_id: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class NewJob:
+    """A job to add (a validated payload plus its options)."""
+
+    id: str
+    actor: str
+    payload: dict[str, Any]
+    priority: int
+    run_at_ms: int = 0
+    dedup_id: str | None = None
+    retry_failed: bool = False
+    attempts: int = 3
+    backoff: Backoff = Backoff.EXPONENTIAL
+    backoff_base_ms: int = 1000
+    max_started_attempts: int | None = None
+    remove_on_complete: bool = False
+    remove_on_fail: bool = False
+    token: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Job:
+    """One job's record as the ledger holds it."""
+
+    id: str
+    queue: str
+    actor: str
+    payload: Any
+    state: JobState
+    priority: int
+    attempts_made: int
+    attempts_started: int
+    created_at: datetime | None
+    processed_at: datetime | None
+    finished_at: datetime | None
+    run_at: datetime | None
+    failed_reason: str | None
+    stacktrace: str | None
+    return_value: Any
+    dedup_id: str | None
+    token: str | None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class StartedJob:
+    """A job the cycle script moved to active for this consumer."""
+
+    id: str
+    actor: str
+    data: str
+    token: str
+    attempts_made: int
+    attempts_started: int
+    priority: int
+    created_at_ms: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Finish:
+    """How one run ended, as the consumer reports it to the ledger."""
+
+    #: Outcome codes of cycle.lua.
+    COMPLETED = "c"
+    FAILED = "f"
+    PERMANENT = "p"
+    DEFERRED = "d"
+    RELEASED = "r"
+
+    job_id: str
+    token: str
+    outcome: str
+    value: str = ""
+    stack: str = ""
+    next_token: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Finished:
+    """What the ledger made of a :class:`Finish`: completed|failed|retry|deferred|stale."""
+
+    job_id: str
+    result: str
+    run_at_ms: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class CycleResult:
+    """The answer of one consumer round trip."""
+
+    finished: list[Finished]
+    started: list[StartedJob]
+    next_delayed_ms: int | None
+    rate_limited_ms: int
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds (the ledger's one time unit)."""
+    return int(time.time() * 1000)
+
+
+def new_token() -> str:
+    """A fresh attempt token (RabbitMQ messages carry it as their message id)."""
+    return uuid.uuid4().hex
+
+
+def _ms(value: timedelta | None) -> int:
+    return -1 if value is None else int(value.total_seconds() * 1000)
+
+
+def _keep_args(keep: Keep) -> list[int]:
+    return [-1 if keep.count is None else keep.count, _ms(keep.age)]
+
+
+def _dt(value: bytes | str | None) -> datetime | None:
+    if value is None or value == b"" or value == "":
+        return None
+    return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
+
+
+@cache
+def _source(name: str) -> str:
+    common = (LUA_DIR / "common.lua").read_text()
+    return common + "\n" + (LUA_DIR / f"{name}.lua").read_text()
+
+
+def _text(value: bytes | str | None) -> str | None:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class Ledger:
+    """Job records of every queue under one key prefix, on one Redis client."""
+
+    def __init__(self, client: redis.Redis, prefix: str = "herald") -> None:
+        self.client = client
+        self.prefix = prefix
+        self._scripts = {name: client.register_script(_source(name))
+                         for name in ("add", "cycle", "start", "retry", "remove")}
+
+    # -- keys ---------------------------------------------------------------------------
+    def base(self, queue: str) -> str:
+        """The key prefix of one queue (hash-tagged so a queue lives in one cluster slot)."""
+        return f"{self.prefix}:{{{queue}}}:"
+
+    def marker_key(self, queue: str) -> str:
+        """The list consumers block on while their queue is empty."""
+        return self.base(queue) + "marker"
+
+    # -- producing ------------------------------------------------------------------------
+    def add(self, queue: str, jobs: Sequence[NewJob], *, client: Any = None) -> list[AddResult]:
+        """Add jobs in one round trip; each gets added|duplicated|deduplicated|retried."""
+        args: list[Any] = [self.base(queue), now_ms(), len(jobs)]
+        for job in jobs:
+            options = ("c" if job.remove_on_complete else "") + ("f" if job.remove_on_fail else "")
+            args += [job.id, job.actor, json.dumps(job.payload, separators=(",", ":")),
+                     job.priority, job.run_at_ms, job.dedup_id or "",
+                     "1" if job.retry_failed else "0", job.attempts, job.backoff.value[0],
+                     job.backoff_base_ms, job.max_started_attempts or 0, options, job.token]
+        raw = self._scripts["add"](args=args, client=client)
+        return [AddResult(status=AddStatus(_text(status)), job_id=_text(job_id) or "")
+                for status, job_id in raw]
+
+    # -- consuming ------------------------------------------------------------------------
+    def cycle(self, spec: QueueSpec, *, finishes: Sequence[Finish] = (),
+              extend: Iterable[tuple[str, str]] = (), fetch: int = 0,
+              external: bool = False) -> CycleResult:
+        """Finish runs, extend locks and (Redis broker) start up to ``fetch`` jobs, atomically."""
+        extend = list(extend)
+        rate_max, window_ms = (0, 0)
+        if spec.rate_limit is not None:
+            rate_max, window_ms = spec.rate_limit[0], _ms(spec.rate_limit[1])
+        args: list[Any] = [self.base(spec.name), now_ms(), _ms(spec.lock_duration), fetch,
+                           rate_max, window_ms, STALL_CHECK_MS,
+                           *_keep_args(spec.retention.completed),
+                           *_keep_args(spec.retention.failed),
+                           "1" if external else "0", len(finishes), len(extend)]
+        for f in finishes:
+            args += [f.job_id, f.token, f.outcome, f.value, f.stack, f.next_token]
+        for job_id, token in extend:
+            args += [job_id, token]
+        finished_raw, started_raw, next_due, limited = self._scripts["cycle"](args=args)
+        finished = [Finished(job_id=_text(i) or "", result=_text(r) or "", run_at_ms=int(t))
+                    for i, r, t in finished_raw]
+        started = [StartedJob(id=_text(s[0]) or "", actor=_text(s[1]) or "",
+                              data=_text(s[2]) or "null", token=_text(s[3]) or "",
+                              attempts_made=int(s[4]), attempts_started=int(s[5]),
+                              priority=int(s[6]), created_at_ms=int(s[7]))
+                   for s in started_raw]
+        return CycleResult(finished=finished, started=started,
+                           next_delayed_ms=int(float(next_due)) if next_due else None,
+                           rate_limited_ms=int(limited))
+
+    def start(self, spec: QueueSpec, job_id: str, token: str) -> tuple[str, Any]:
+        """Claim a job whose message another broker delivered: ("start", (attempts made,
+        attempts started)), ("drop", None), ("later", ms) or ("failed", reason)."""
+        rate_max, window_ms = (0, 0)
+        if spec.rate_limit is not None:
+            rate_max, window_ms = spec.rate_limit[0], _ms(spec.rate_limit[1])
+        raw = self._scripts["start"](args=[self.base(spec.name), now_ms(),
+                                           _ms(spec.lock_duration), job_id, token,
+                                           rate_max, window_ms])
+        verdict = _text(raw[0])
+        if verdict == "start":
+            return "start", (int(raw[1]), int(raw[2]))
+        if verdict == "later":
+            return "later", int(raw[1])
+        if verdict == "failed":
+            return "failed", _text(raw[1])
+        return "drop", None
+
+    # -- reading --------------------------------------------------------------------------
+    def counts(self, queue: str) -> dict[str, int]:
+        """Jobs per state; waiting jobs count as paused while the queue is paused."""
+        base = self.base(queue)
+        pipe = self.client.pipeline(transaction=False)
+        for key in ("wait", "active", "delayed", "completed", "failed"):
+            pipe.zcard(base + key)
+        pipe.hget(base + "meta", "paused")
+        waiting, active, delayed, completed, failed, paused = pipe.execute()
+        is_paused = _text(paused) == "1"
+        return {"waiting": 0 if is_paused else waiting, "active": active, "delayed": delayed,
+                "completed": completed, "failed": failed,
+                "paused": waiting if is_paused else 0}
+
+    def metrics(self, queue: str) -> dict[str, int]:
+        """Lifetime counters of one queue (completed, failed, retried, deduplicated, …)."""
+        raw = self.client.hgetall(self.base(queue) + "metrics")
+        return {_text(k) or "": int(v) for k, v in raw.items()}
+
+    def get(self, queue: str, job_id: str) -> Job | None:
+        """One job's record, or None when it does not exist (any more)."""
+        return self._jobs(queue, [job_id])[0]
+
+    def _jobs(self, queue: str, ids: Sequence[str]) -> list[Job | None]:
+        base = self.base(queue)
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hgetall(base + "job:" + job_id)
+        pipe.hget(base + "meta", "paused")
+        *records, paused = pipe.execute()
+        return [self._job(queue, job_id, record, _text(paused) == "1")
+                for job_id, record in zip(ids, records, strict=True)]
+
+    @staticmethod
+    def _job(queue: str, job_id: str, record: dict[bytes, bytes], paused: bool) -> Job | None:
+        if not record:
+            return None
+        f = {k.decode(): v.decode() for k, v in record.items()}
+        state = JobState(f.get("state", "waiting"))
+        if state is JobState.WAITING and paused:
+            state = JobState.PAUSED
+        return Job(id=job_id, queue=queue, actor=f.get("actor", ""),
+                   payload=json.loads(f["data"]) if "data" in f else None, state=state,
+                   priority=int(f.get("prio", 5)), attempts_made=int(f.get("am", 0)),
+                   attempts_started=int(f.get("as", 0)), created_at=_dt(f.get("ts")),
+                   processed_at=_dt(f.get("pt")), finished_at=_dt(f.get("ft")),
+                   run_at=_dt(f.get("run_at")), failed_reason=f.get("fr") or None,
+                   stacktrace=f.get("st") or None,
+                   return_value=json.loads(f["rv"]) if f.get("rv") else None,
+                   dedup_id=f.get("dd"), token=f.get("tok"))
+
+    def is_paused(self, queue: str) -> bool:
+        """True while the queue is paused."""
+        return _text(self.client.hget(self.base(queue) + "meta", "paused")) == "1"
+
+    def job_ids(self, queue: str, state: JobState, start: int, stop: int) -> list[str]:
+        """Ids in one state, newest first, positions start..stop inclusive."""
+        key = {JobState.WAITING: "wait", JobState.PAUSED: "wait"}.get(state, state.value)
+        if state in (JobState.WAITING, JobState.PAUSED) and (
+                self.is_paused(queue) != (state is JobState.PAUSED)):
+            return []
+        raw = self.client.zrevrange(self.base(queue) + key, start, stop)
+        return [_text(i) or "" for i in raw]
+
+    def jobs(self, queue: str, state: JobState, *, page: int = 1, per_page: int = 50,
+             ) -> list[Job]:
+        """One page of jobs in ``state``, newest first (pages count from 1)."""
+        if page < 1 or per_page < 1:
+            raise ValueError("page and per_page start at 1")
+        start = (page - 1) * per_page
+        ids = self.job_ids(queue, state, start, start + per_page - 1)
+        return [job for job in self._jobs(queue, ids) if job is not None] if ids else []
+
+    # -- operating ------------------------------------------------------------------------
+    def retry(self, queue: str, job_id: str, token: str = "") -> bool:
+        """Retry a failed job in place; False when the job is not failed."""
+        return bool(self._scripts["retry"](args=[self.base(queue), now_ms(), job_id, token]))
+
+    def remove(self, queue: str, job_ids: Sequence[str]) -> int:
+        """Remove jobs that are not active; their dedup keys are released. Returns how many."""
+        if not job_ids:
+            return 0
+        return int(self._scripts["remove"](args=[self.base(queue), *job_ids]))
+
+    def set_paused(self, queue: str, paused: bool) -> None:
+        """Pause or resume the queue (workers stop or start taking its jobs)."""
+        base = self.base(queue)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hset(base + "meta", "paused", "1" if paused else "0")
+        if not paused:
+            pipe.lpush(base + "marker", "1")
+        pipe.execute()
+
+    def _remove_set(self, queue: str, key: str, max_score: float | str = "+inf") -> int:
+        removed = 0
+        while True:
+            ids = self.client.zrangebyscore(self.base(queue) + key, "-inf", max_score,
+                                            start=0, num=BULK_CHUNK)
+            if not ids:
+                return removed
+            count = self.remove(queue, [_text(i) or "" for i in ids])
+            removed += count
+            if count == 0:
+                return removed
+
+    def drain(self, queue: str) -> int:
+        """Remove every waiting and delayed job. Returns how many."""
+        return self._remove_set(queue, "wait") + self._remove_set(queue, "delayed")
+
+    def clean(self, queue: str, state: JobState, older_than: timedelta) -> int:
+        """Remove finished (or delayed) records older than ``older_than``. Returns how many."""
+        if state not in (JobState.COMPLETED, JobState.FAILED, JobState.DELAYED):
+            raise ValueError("clean takes completed, failed or delayed")
+        cutoff = now_ms() - _ms(older_than)
+        if state is JobState.DELAYED:
+            # a delayed job's score is when it runs; age is measured from its creation
+            ids = [i for i in self.job_ids(queue, state, 0, -1)
+                   if (job := self.get(queue, i)) and job.created_at
+                   and job.created_at.timestamp() * 1000 <= cutoff]
+            return self.remove(queue, ids)
+        return self._remove_set(queue, state.value, cutoff)
+
+    def prune(self, spec: QueueSpec) -> int:
+        """Apply the queue's retention now (also done lazily on every terminal event)."""
+        removed = 0
+        for state, keep in ((JobState.COMPLETED, spec.retention.completed),
+                            (JobState.FAILED, spec.retention.failed)):
+            key = self.base(spec.name) + state.value
+            if keep.age is not None:
+                removed += self._remove_set(spec.name, state.value, now_ms() - _ms(keep.age))
+            if keep.count is not None:
+                excess = self.client.zcard(key) - keep.count
+                while excess > 0:
+                    ids = self.client.zrange(key, 0, min(excess, BULK_CHUNK) - 1)
+                    count = self.remove(spec.name, [_text(i) or "" for i in ids])
+                    if count == 0:
+                        break
+                    removed += count
+                    excess -= count
+        return removed
+
+    def obliterate(self, queue: str) -> int:
+        """Delete the queue's every key, active jobs included. Returns keys deleted."""
+        deleted = 0
+        for key in self.client.scan_iter(match=self.base(queue).replace("{", "\\{")
+                                         .replace("}", "\\}") + "*", count=BULK_CHUNK):
+            deleted += self.client.delete(key)
+        return deleted

@@ -1,0 +1,95 @@
+-- Shared helpers, prepended to every herald script (Redis Lua has no include).
+-- Key layout, all under base = "<prefix>:{<queue>}:" (the hash tag keeps a queue in one slot):
+--   wait      zset  job id -> priority * 2^40 + sequence   (FIFO within a priority)
+--   active    zset  job id -> lock deadline (ms)
+--   delayed   zset  job id -> run at (ms)
+--   completed zset  job id -> finished at (ms)
+--   failed    zset  job id -> finished at (ms)
+--   job:<id>  hash  the job record
+--   dedup:<d> string the id of the job holding dedup id d
+--   meta      hash  paused flag; seq counter
+--   metrics   hash  completed, failed, retried, deferred, stalled, deduplicated, duplicated
+--   marker    list  wake-ups for consumers blocked waiting for work
+--   limiter   string jobs started in the current rate-limit window (expires with it)
+local PRIORITY_SHIFT = 1099511627776 -- 2^40
+local MARKER_CAP = 63
+
+local function wait_score(base, priority)
+  local seq = redis.call("HINCRBY", base .. "meta", "seq", 1)
+  return tonumber(priority) * PRIORITY_SHIFT + seq
+end
+
+local function wake(base, n)
+  for _ = 1, math.min(n, MARKER_CAP + 1) do redis.call("LPUSH", base .. "marker", "1") end
+  redis.call("LTRIM", base .. "marker", 0, MARKER_CAP)
+end
+
+-- Release dedup id dd if job id still holds it (a newer job may hold it now).
+local function release_dedup(base, dd, id)
+  if dd then
+    local dk = base .. "dedup:" .. dd
+    if redis.call("GET", dk) == id then redis.call("DEL", dk) end
+  end
+end
+
+-- Make a job waiting (or delayed when run_at is in the future).
+local function enqueue_job(base, jk, id, now, run_at, prio)
+  if run_at > now then
+    redis.call("ZADD", base .. "delayed", run_at, id)
+    redis.call("HSET", jk, "state", "delayed", "run_at", run_at)
+  else
+    prio = prio or redis.call("HGET", jk, "prio") or "5"
+    redis.call("ZADD", base .. "wait", wait_score(base, prio), id)
+    redis.call("HSET", jk, "state", "waiting", "run_at", "")
+  end
+end
+
+-- Keep at most keep_count records and none older than keep_age_ms in a finished set,
+-- removing at most limit per call so a script never runs long. A finished job released its
+-- dedup key when it finished, so pruning only deletes records.
+local function prune(base, set, now, keep_count, keep_age_ms, limit)
+  local key = base .. set
+  local doomed = {}
+  if keep_age_ms >= 0 then
+    doomed = redis.call("ZRANGEBYSCORE", key, "-inf", now - keep_age_ms, "LIMIT", 0, limit)
+  end
+  if keep_count >= 0 and #doomed < limit then
+    local excess = redis.call("ZCARD", key) - keep_count - #doomed
+    if excess > 0 then
+      local last = #doomed + math.min(excess, limit - #doomed) - 1
+      for _, id in ipairs(redis.call("ZRANGE", key, #doomed, last)) do doomed[#doomed + 1] = id end
+    end
+  end
+  if #doomed == 0 then return 0 end
+  local keys = {}
+  for i, id in ipairs(doomed) do keys[i] = base .. "job:" .. id end
+  for i = 1, #keys, 500 do
+    local j = math.min(i + 499, #keys)
+    redis.call("DEL", unpack(keys, i, j))
+    redis.call("ZREM", key, unpack(doomed, i, j))
+  end
+  return #doomed
+end
+
+-- Finish one job for good: outcome is "completed" or "failed"; remove drops the record.
+-- Callers bump the metrics and prune the finished set once per script call.
+local function finish_job(base, jk, id, now, outcome, remove, dd)
+  redis.call("ZREM", base .. "active", id)
+  release_dedup(base, dd, id)
+  if remove then
+    redis.call("DEL", jk)
+  else
+    redis.call("HSET", jk, "state", outcome, "ft", now)
+    redis.call("ZADD", base .. outcome, now, id)
+  end
+end
+
+local function backoff_ms(kind, base_ms, attempt)
+  if kind == "n" or attempt < 2 then return 0 end
+  if kind == "f" then return base_ms end
+  return base_ms * (2 ^ (attempt - 2))
+end
+
+local function has_option(options, flag)
+  return options ~= false and options ~= nil and string.find(options, flag, 1, true) ~= nil
+end

@@ -1,0 +1,188 @@
+-- One consumer round trip: finish jobs, extend locks, then (Redis broker) promote due
+-- delayed jobs, restart stalled ones and start up to `count` new ones.
+-- ARGV: base, now, lock_ms, count, rate_max (0 = none), rate_window_ms, stall_check_ms,
+--   completed keep count, completed keep age ms, failed keep count, failed keep age ms
+--   (-1 = no limit), external ("1": the messages live in another broker; only finish),
+--   n_finish, n_extend,
+--   then per finished job 6 fields: id, token, outcome, value, stack, next token
+--     c = completed (value = return value JSON), f = failed attempt (value = message),
+--     p = permanent failure (value = message), d = deferred (value = delay ms),
+--     r = released unstarted (worker shutdown)
+--   then per extended lock 2 fields: id, token
+-- Returns {finished, started, next_delayed_at, rate_limited_ms}:
+--   finished: per finished job {id, result, run_at} with result
+--     completed|failed|retry|deferred|released|stale
+--   started: per started job {id, actor, data, token, attempts made, attempts started,
+--     priority, created at}
+local base, now, lock_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local count, rate_max, rate_window = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local stall_check_ms = tonumber(ARGV[7])
+local keep = {completed = {tonumber(ARGV[8]), tonumber(ARGV[9])},
+              failed = {tonumber(ARGV[10]), tonumber(ARGV[11])}}
+local external = ARGV[12] == "1"
+local n_finish, n_extend = tonumber(ARGV[13]), tonumber(ARGV[14])
+local tally = {}
+
+local function bump(metric) tally[metric] = (tally[metric] or 0) + 1 end
+
+local function fail_for_good(jk, id, reason, stack, options, dd)
+  redis.call("HSET", jk, "fr", reason, "st", stack)
+  finish_job(base, jk, id, now, "failed", has_option(options, "f"), dd)
+  bump("failed")
+end
+
+local function reschedule(jk, id, delay, next_token, prio)
+  redis.call("ZREM", base .. "active", id)
+  local run_at = now + delay
+  if external then
+    -- the broker holds the message until run_at; the ledger only records the state
+    redis.call("ZADD", base .. "delayed", run_at, id)
+    redis.call("HSET", jk, "state", "delayed", "run_at", run_at, "tok", next_token)
+  else
+    enqueue_job(base, jk, id, now, run_at, prio)
+  end
+  return run_at
+end
+
+local finished, unlock, completed = {}, {}, {}
+local o = 14
+for _ = 1, n_finish do
+  local id, token, outcome = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3]
+  local value, stack, next_token = ARGV[o + 4], ARGV[o + 5], ARGV[o + 6]
+  o = o + 6
+  local jk = base .. "job:" .. id
+  local job = redis.call("HMGET", jk, "state", "tok", "opt", "dd", "am", "att", "bk", "bb", "prio")
+  local result, run_at = "stale", 0
+  if job[1] == "active" and job[2] == token then
+    if outcome == "c" then
+      -- the common case, batched: one HSET per job, one ZREM and one ZADD per call
+      release_dedup(base, job[4], id)
+      unlock[#unlock + 1] = id
+      if has_option(job[3], "c") then
+        redis.call("DEL", jk)
+      else
+        if value ~= "null" then
+          redis.call("HSET", jk, "state", "completed", "ft", now, "rv", value)
+        else
+          redis.call("HSET", jk, "state", "completed", "ft", now)
+        end
+        completed[#completed + 1] = now
+        completed[#completed + 1] = id
+      end
+      bump("completed")
+      result = "completed"
+    elseif outcome == "r" then
+      -- handed back unstarted (worker shutdown): not a start, not a failure
+      redis.call("ZREM", base .. "active", id)
+      redis.call("HINCRBY", jk, "as", -1)
+      enqueue_job(base, jk, id, now, 0, job[9])
+      wake(base, 1)
+      result = "released"
+    elseif outcome == "d" then
+      run_at = reschedule(jk, id, tonumber(value), next_token, job[9])
+      bump("deferred")
+      result = "deferred"
+    else
+      local made = tonumber(job[5] or "0") + 1
+      redis.call("HSET", jk, "am", made)
+      if outcome == "p" or made >= tonumber(job[6] or "1") then
+        fail_for_good(jk, id, value, stack, job[3], job[4])
+        result = "failed"
+      else
+        redis.call("HSET", jk, "fr", value, "st", stack)
+        local delay = backoff_ms(job[7] or "e", tonumber(job[8] or "0"), made + 1)
+        run_at = reschedule(jk, id, delay, next_token, job[9])
+        bump("retried")
+        result = "retry"
+      end
+    end
+  end
+  finished[#finished + 1] = {id, result, run_at}
+end
+
+if #unlock > 0 then redis.call("ZREM", base .. "active", unpack(unlock)) end
+if #completed > 0 then redis.call("ZADD", base .. "completed", unpack(completed)) end
+
+for _ = 1, n_extend do
+  local id, token = ARGV[o + 1], ARGV[o + 2]
+  o = o + 2
+  if redis.call("HGET", base .. "job:" .. id, "tok") == token then
+    redis.call("ZADD", base .. "active", "XX", now + lock_ms, id)
+  end
+end
+
+local started, limited, next_due = {}, 0, false
+if not external then
+  -- promote delayed jobs that fell due (priority order is kept by the wait score)
+  local head = redis.call("ZRANGE", base .. "delayed", 0, 0, "WITHSCORES")
+  if head[2] and tonumber(head[2]) <= now then
+    local due = redis.call("ZRANGEBYSCORE", base .. "delayed", "-inf", now, "LIMIT", 0, 1000)
+    for _, id in ipairs(due) do
+      redis.call("ZREM", base .. "delayed", id)
+      enqueue_job(base, base .. "job:" .. id, id, now, 0)
+    end
+    head = redis.call("ZRANGE", base .. "delayed", 0, 0, "WITHSCORES")
+  end
+  next_due = head[2] or false
+
+  -- restart jobs whose lock expired (their worker died), at most once per stall_check_ms
+  if redis.call("SET", base .. "stall-check", "1", "NX", "PX", stall_check_ms) then
+    local stalled = redis.call("ZRANGEBYSCORE", base .. "active", "-inf", now, "LIMIT", 0, 1000)
+    for _, id in ipairs(stalled) do
+      redis.call("ZREM", base .. "active", id)
+      bump("stalled")
+      enqueue_job(base, base .. "job:" .. id, id, now, 0)
+    end
+  end
+
+  if count > 0 and redis.call("HGET", base .. "meta", "paused") == "1" then count = 0 end
+  local lk = base .. "limiter"
+  if count > 0 and rate_max > 0 then
+    local used = tonumber(redis.call("GET", lk) or "0")
+    if used >= rate_max then
+      limited = redis.call("PTTL", lk)
+      if limited < 0 then redis.call("PEXPIRE", lk, rate_window); limited = rate_window end
+      count = 0
+    else
+      count = math.min(count, rate_max - used)
+    end
+  end
+  if count > 0 then
+    local popped, locks = redis.call("ZPOPMIN", base .. "wait", count), {}
+    for i = 1, #popped, 2 do
+      local id = popped[i]
+      local jk = base .. "job:" .. id
+      local job = redis.call("HMGET", jk, "actor", "data", "am", "as", "prio", "ts", "msa",
+        "opt", "dd")
+      if job[1] then
+        local starts = tonumber(job[4]) + 1
+        local max_started = tonumber(job[7] or "0")
+        if max_started > 0 and starts > max_started then
+          redis.call("HSET", jk, "as", starts)
+          fail_for_good(jk, id, "job started " .. starts ..
+            " times, more than max_started_attempts (" .. max_started .. ")", "", job[8], job[9])
+        else
+          local token = id .. "#" .. starts
+          redis.call("HSET", jk, "as", starts, "state", "active", "pt", now, "tok", token)
+          locks[#locks + 1] = now + lock_ms
+          locks[#locks + 1] = id
+          started[#started + 1] = {id, job[1], job[2], token, job[3], starts, job[5], job[6]}
+        end
+      end
+    end
+    if #locks > 0 then redis.call("ZADD", base .. "active", unpack(locks)) end
+    if rate_max > 0 and #started > 0 then
+      if redis.call("INCRBY", lk, #started) == #started then
+        redis.call("PEXPIRE", lk, rate_window)
+      end
+    end
+  end
+end
+
+for metric, n in pairs(tally) do redis.call("HINCRBY", base .. "metrics", metric, n) end
+if tally.completed then
+  prune(base, "completed", now, keep.completed[1], keep.completed[2], 1000)
+end
+if tally.failed then prune(base, "failed", now, keep.failed[1], keep.failed[2], 1000) end
+
+return {finished, started, next_due, limited}

@@ -1,0 +1,45 @@
+-- Start a job whose message another broker (RabbitMQ) delivered.
+-- ARGV: base, now, lock_ms, id, token, rate_max (0 = none), rate_window_ms
+-- Returns {"start", attempts made, attempts started} to run it, {"drop"} when the message
+-- is not the job's current one (or the job is gone or finished), {"later", ms} when the
+-- message must come back later (queue paused, rate limit reached, or a live run holds the
+-- lock), {"failed", reason} when the job exceeded max_started_attempts (it is then active
+-- and the caller finishes it as a permanent failure).
+local base, now, lock_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local id, token = ARGV[4], ARGV[5]
+local rate_max, rate_window = tonumber(ARGV[6]), tonumber(ARGV[7])
+local jk = base .. "job:" .. id
+local job = redis.call("HMGET", jk, "state", "tok", "am", "as", "msa", "opt")
+local state = job[1]
+if not state or job[2] ~= token then return {"drop"} end
+if state == "active" then
+  local deadline = tonumber(redis.call("ZSCORE", base .. "active", id) or "0")
+  if deadline > now then return {"later", deadline - now} end
+  redis.call("HINCRBY", base .. "metrics", "stalled", 1)
+elseif state ~= "waiting" and state ~= "delayed" then
+  return {"drop"}
+end
+if redis.call("HGET", base .. "meta", "paused") == "1" then return {"later", 1000} end
+if rate_max > 0 then
+  local lk = base .. "limiter"
+  local used = redis.call("INCR", lk)
+  if used == 1 then redis.call("PEXPIRE", lk, rate_window) end
+  if used > rate_max then
+    local ttl = redis.call("PTTL", lk)
+    if ttl < 0 then redis.call("PEXPIRE", lk, rate_window); ttl = rate_window end
+    return {"later", ttl}
+  end
+end
+local starts = tonumber(job[4]) + 1
+local max_started = tonumber(job[5] or "0")
+redis.call("HSET", jk, "as", starts)
+redis.call("ZREM", base .. "wait", id)
+redis.call("ZREM", base .. "delayed", id)
+redis.call("HSET", jk, "state", "active", "pt", now)
+redis.call("ZADD", base .. "active", now + lock_ms, id)
+if max_started > 0 and starts > max_started then
+  -- the caller finishes it as a permanent failure with this reason
+  return {"failed", "job started " .. starts .. " times, more than max_started_attempts (" ..
+    max_started .. ")"}
+end
+return {"start", job[3], starts}

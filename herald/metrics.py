@@ -1,0 +1,76 @@
+"""Prometheus metrics of the queue layer.
+
+Job outcome counters live in Redis (each ledger script bumps its queue's ``metrics``
+hash), so ``queue_jobs_total`` and ``queue_jobs_deduplicated_total`` are global across
+every process; a collector reads them at scrape time for the registry's queues. Run
+durations are measured where they happen, per process.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+from prometheus_client import REGISTRY, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
+
+JOB_DURATION = Histogram("queue_job_duration_seconds", "Time one run of a job took.",
+                         ["queue"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
+                                             5, 10, 30, 60, 120))
+
+#: Ledger counters exposed as queue_jobs_total outcomes.
+OUTCOMES = ("completed", "failed", "retried", "deferred", "stalled", "duplicated")
+
+
+def observe_duration(queue: str, seconds: float) -> None:
+    """Record how long one run took."""
+    JOB_DURATION.labels(queue=queue).observe(seconds)
+
+
+def count_outcome(queue: str, outcome: str) -> None:
+    """Per-process hook for outcomes (the global counts come from the ledger)."""
+
+
+class LedgerCollector(Collector):
+    """Reads the ledger's counters and counts of every registry queue at scrape time."""
+
+    def collect(self) -> Iterator[Metric]:
+        from herald.jobs import get_ledger
+        from herald.registry import names
+
+        jobs_total = CounterMetricFamily("queue_jobs", "Jobs by queue and outcome.",
+                                         labels=["queue", "outcome"])
+        dedup_total = CounterMetricFamily("queue_jobs_deduplicated",
+                                          "Adds suppressed by a held dedup id.",
+                                          labels=["queue"])
+        depth = GaugeMetricFamily("queue_depth", "Jobs per queue and state right now.",
+                                  labels=["queue", "state"])
+        try:
+            ledger = get_ledger()
+            for queue in names():
+                counters = ledger.metrics(queue)
+                for outcome in OUTCOMES:
+                    jobs_total.add_metric([queue, outcome], counters.get(outcome, 0))
+                dedup_total.add_metric([queue], counters.get("deduplicated", 0))
+                for state, count in ledger.counts(queue).items():
+                    depth.add_metric([queue, state], count)
+        except Exception as error:  # a scrape must not fail because Redis is down
+            log.warning("ledger metrics unavailable: %s", type(error).__name__)
+            return
+        yield jobs_total
+        yield dedup_total
+        yield depth
+
+
+_registered = False
+
+
+def register_collectors() -> None:
+    """Add the ledger collector to the default registry once."""
+    global _registered
+    if not _registered:
+        REGISTRY.register(LedgerCollector())
+        _registered = True

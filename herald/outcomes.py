@@ -1,0 +1,164 @@
+"""Turning the end of a run into the ledger's vocabulary, and the middleware that does it.
+
+The :class:`LedgerMiddleware` runs on both brokers. It records how each run ended on the
+message (``options["herald_finish"]``); the Redis ledger broker's consumer batches those
+into its next round trip, while on RabbitMQ the middleware claims the job before it runs
+(fenced by the attempt token) and writes the outcome itself before the message is acked.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import traceback
+from typing import TYPE_CHECKING, Any
+
+import dramatiq
+from dramatiq.middleware import Middleware, SkipMessage
+
+from herald import metrics
+from herald.errors import Defer, Permanent
+from herald.ledger import Finish, Finished, new_token, now_ms
+from herald.registry import get_spec
+
+if TYPE_CHECKING:
+    from dramatiq.broker import MessageProxy
+
+    from herald.rabbit import HeraldRabbitmqBroker
+
+log = logging.getLogger("herald.jobs")
+
+#: Options our actors accept (Dramatiq rejects any other, so a typo fails at declaration).
+ACTOR_OPTIONS = frozenset({"payload_model", "attempts", "backoff", "backoff_base",
+                           "max_started_attempts", "remove_on_complete", "remove_on_fail"})
+#: Longest stack trace kept on a job record.
+STACK_LIMIT = 8000
+
+
+def finish_for(message: MessageProxy, *, result: Any = None,
+               exception: BaseException | None = None) -> Finish:
+    """The :class:`Finish` that reports this run's end to the ledger."""
+    job_id, token = message.options["job_id"], message.message_id
+    if exception is None:
+        return Finish(job_id=job_id, token=token, outcome=Finish.COMPLETED,
+                      value=json.dumps(result, default=str, separators=(",", ":")))
+    if isinstance(exception, Defer):
+        return Finish(job_id=job_id, token=token, outcome=Finish.DEFERRED,
+                      value=str(int(exception.delay.total_seconds() * 1000)),
+                      next_token=new_token())
+    stack = "".join(traceback.format_exception(exception))[-STACK_LIMIT:]
+    reason = str(exception) or type(exception).__name__
+    outcome = Finish.PERMANENT if isinstance(exception, Permanent) else Finish.FAILED
+    return Finish(job_id=job_id, token=token, outcome=outcome, value=reason, stack=stack,
+                  next_token=new_token())
+
+
+def report(queue: str, finished: Finished, finish: Finish | None, actor: str = "") -> None:
+    """Log one finished run (ids only) and count it."""
+    if finished.result == "stale":
+        log.info("run ignored: job no longer holds this token",
+                 extra={"queue": queue, "job_id": finished.job_id, "outcome": "stale"})
+        return
+    metrics.count_outcome(queue, finished.result)
+    extra = {"queue": queue, "job_id": finished.job_id, "outcome": finished.result}
+    if actor:
+        extra["actor"] = actor
+    if finished.result in ("failed", "retry") and finish is not None:
+        extra["reason"] = finish.value[:200]
+        log.warning("job %s", finished.result, extra=extra)
+    else:
+        log.info("job %s", finished.result, extra=extra)
+
+
+class LedgerMiddleware(Middleware):
+    """Records each run's outcome; on an external broker (RabbitMQ) also fences runs."""
+
+    def __init__(self) -> None:
+        self._started: dict[str, float] = {}
+        self._running: dict[tuple[str, str], tuple[str, str]] = {}
+        self._running_lock = threading.Lock()
+        self._heartbeat: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    @property
+    def actor_options(self) -> set[str]:
+        return set(ACTOR_OPTIONS)
+
+    # -- both brokers ---------------------------------------------------------------------
+    def before_process_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
+        if getattr(broker, "external_ledger", False):
+            self._claim(broker, message)  # type: ignore[arg-type]
+        self._started[message.message_id] = time.perf_counter()
+
+    def after_process_message(self, broker: dramatiq.Broker, message: MessageProxy, *,
+                              result: Any = None, exception: BaseException | None = None,
+                              ) -> None:
+        started = self._started.pop(message.message_id, None)
+        if started is not None:
+            metrics.observe_duration(message.queue_name, time.perf_counter() - started)
+        finish = finish_for(message, result=message.options.pop("herald_result", result),
+                            exception=exception)
+        message.options["herald_finish"] = finish
+        if getattr(broker, "external_ledger", False):
+            self._settle(broker, message, finish)  # type: ignore[arg-type]
+
+    # -- RabbitMQ -------------------------------------------------------------------------
+    def _claim(self, broker: HeraldRabbitmqBroker, message: MessageProxy) -> None:
+        spec = get_spec(message.queue_name)
+        job_id = message.options.get("job_id")
+        if not job_id:
+            raise SkipMessage("message without a job id")
+        verdict, detail = broker.ledger.start(spec, job_id, message.message_id)
+        if verdict == "drop":
+            log.info("duplicate message dropped",
+                     extra={"queue": spec.name, "job_id": job_id, "outcome": "dropped"})
+            raise SkipMessage("not the job's current attempt")
+        if verdict == "later":
+            broker.publish_copy(message, delay_ms=max(int(detail), 10))
+            raise SkipMessage("not now")
+        if verdict == "failed":
+            finish = Finish(job_id=job_id, token=message.message_id, outcome=Finish.PERMANENT,
+                            value=str(detail))
+            self._settle(broker, message, finish)
+            raise SkipMessage(str(detail))
+        message.options["attempts_made"], message.options["attempts_started"] = detail
+        with self._running_lock:
+            self._running[(spec.name, job_id)] = (message.message_id, spec.name)
+
+    def _settle(self, broker: HeraldRabbitmqBroker, message: MessageProxy,
+                finish: Finish) -> None:
+        spec = get_spec(message.queue_name)
+        with self._running_lock:
+            self._running.pop((spec.name, finish.job_id), None)
+        result = broker.ledger.cycle(spec, finishes=[finish], external=True)
+        for finished in result.finished:
+            report(spec.name, finished, finish, message.actor_name)
+            if finished.result in ("retry", "deferred"):
+                broker.publish_copy(message, delay_ms=max(finished.run_at_ms - now_ms(), 0),
+                                    token=finish.next_token)
+
+    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        if getattr(broker, "external_ledger", False):
+            self._stop.clear()
+            self._heartbeat = threading.Thread(target=self._extend_locks, args=(broker,),
+                                               name="herald-lock-heartbeat", daemon=True)
+            self._heartbeat.start()
+
+    def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        self._stop.set()
+
+    def _extend_locks(self, broker: HeraldRabbitmqBroker) -> None:
+        # a third of the shortest lock, so a live run never looks stalled
+        while not self._stop.wait(1.0):
+            with self._running_lock:
+                running = dict(self._running)
+            by_queue: dict[str, list[tuple[str, str]]] = {}
+            for (queue, job_id), (token, _) in running.items():
+                by_queue.setdefault(queue, []).append((job_id, token))
+            for queue, entries in by_queue.items():
+                try:
+                    broker.ledger.cycle(get_spec(queue), extend=entries, external=True)
+                except Exception:  # the next beat tries again; a stall is the fallback
+                    log.warning("lock extension failed", extra={"queue": queue})

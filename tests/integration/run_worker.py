@@ -1,0 +1,8 @@
+"""``python -m tests.integration.run_worker LANE...``: a real worker process for tests."""
+
+import sys
+
+from herald.worker import run_worker_process
+
+if __name__ == "__main__":
+    sys.exit(run_worker_process(sys.argv[1:], imports=["tests.integration.lanes"]))

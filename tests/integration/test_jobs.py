@@ -1,0 +1,155 @@
+"""Job ids, deduplication, retries, deferrals and bad input, on every broker setup."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from herald.errors import InvalidPayload
+from herald.jobs import enqueue, enqueue_many, get_ledger, queue
+from herald.worker import running_worker
+from tests.integration.conftest import HeraldOn, wait_for
+from tests.integration.lanes import basic, events
+
+
+def finished(name: str, job_id: str) -> bool:
+    job = queue(name).get(job_id)
+    return job is not None and job.state in ("completed", "failed")
+
+
+def test_duplicate_add_of_live_or_completed_job_runs_nothing(herald_on: HeraldOn) -> None:
+    # Given a job that was added and ran to completion
+    assert enqueue(basic, {"key": "a"}, job_id="job-a").status == "added"
+    assert enqueue(basic, {"key": "a"}, job_id="job-a").status == "duplicated"  # live
+    with running_worker(["t-basic"]):
+        wait_for(lambda: finished("t-basic", "job-a"), what="job-a to finish")
+        # When the same id is added again, with or without retry_failed
+        again = enqueue(basic, {"key": "a"}, job_id="job-a")
+        again_retry = enqueue(basic, {"key": "a"}, job_id="job-a", retry_failed=True)
+        wait_for(lambda: queue("t-basic").counts()["waiting"] == 0)
+    # Then nothing ran twice
+    assert (again.status, again_retry.status) == ("duplicated", "duplicated")
+    assert [e["key"] for e in events("done")] == ["a"]
+    assert queue("t-basic").get("job-a").state == "completed"
+
+
+def test_retry_failed_resets_counters_and_runs_again(herald_on: HeraldOn) -> None:
+    # Given a job that failed permanently and is retained
+    enqueue(basic, {"key": "p", "permanent": True}, job_id="job-p")
+    with running_worker(["t-basic"]):
+        wait_for(lambda: finished("t-basic", "job-p"))
+        failed = queue("t-basic").get("job-p")
+        assert (failed.state, failed.attempts_made, failed.attempts_started) == ("failed", 1, 1)
+        assert failed.failed_reason == "p cannot succeed"
+        assert "Permanent" in (failed.stacktrace or "")
+        # When it is re-added with retry_failed (now able to succeed: same id, new payload
+        # is ignored, so the retry fails again and proves it ran)
+        result = enqueue(basic, {"key": "p", "permanent": True}, job_id="job-p",
+                         retry_failed=True)
+        assert result.status == "retried"
+        wait_for(lambda: len(events("start")) == 2, what="second run")
+        wait_for(lambda: finished("t-basic", "job-p"))
+    job = queue("t-basic").get("job-p")
+    assert (job.attempts_made, job.attempts_started) == (1, 1)
+
+
+def test_dedup_key_held_across_retries_and_released_at_the_end(herald_on: HeraldOn) -> None:
+    # Given a job holding a dedup id that fails once before succeeding
+    first = enqueue(basic, {"key": "d1", "fail_times": 1}, dedup_id="dispatch:o1:sysco")
+    assert first.status == "added"
+    # Then a second add is suppressed while it waits
+    held = enqueue(basic, {"key": "d2"}, dedup_id="dispatch:o1:sysco")
+    assert (held.status, held.job_id) == ("deduplicated", first.job_id)
+    with running_worker(["t-basic"]):
+        # ... and while it waits for its retry (delayed, attempt 1 failed)
+        wait_for(lambda: queue("t-basic").get(first.job_id).state == "delayed")
+        assert enqueue(basic, {"key": "d3"}, dedup_id="dispatch:o1:sysco").status == \
+            "deduplicated"
+        wait_for(lambda: finished("t-basic", first.job_id), what="retry to complete")
+        # When it completed, the key is free again
+        after = enqueue(basic, {"key": "d4"}, dedup_id="dispatch:o1:sysco")
+        assert after.status == "added"
+        wait_for(lambda: finished("t-basic", after.job_id))
+    assert get_ledger().metrics("t-basic")["deduplicated"] == 2
+    assert sorted(e["key"] for e in events("done")) == ["d1", "d4"]
+
+
+def test_dedup_key_released_by_terminal_failure_and_by_remove(herald_on: HeraldOn) -> None:
+    doomed = enqueue(basic, {"key": "x", "permanent": True}, dedup_id="k1")
+    with running_worker(["t-basic"]):
+        wait_for(lambda: finished("t-basic", doomed.job_id))
+    assert enqueue(basic, {"key": "y"}, dedup_id="k1", delay=timedelta(hours=1)).status == \
+        "added"
+    waiting = queue("t-basic").jobs("delayed")[0]
+    assert queue("t-basic").remove(waiting.id)
+    assert enqueue(basic, {"key": "z"}, dedup_id="k1").status == "added"
+    # removing the old failed record must not release the key the new job holds
+    assert queue("t-basic").remove(doomed.job_id)
+    assert enqueue(basic, {"key": "w"}, dedup_id="k1").status == "deduplicated"
+
+
+def test_retries_follow_the_registry_backoff_exactly(herald_on: HeraldOn) -> None:
+    # Given t-basic: 3 attempts, exponential base 1 s; a job failing twice
+    enqueue(basic, {"key": "r", "fail_times": 2}, job_id="job-r")
+    with running_worker(["t-basic"]):
+        wait_for(lambda: finished("t-basic", "job-r"), timeout=30)
+    starts = [e["t"] for e in events("start")]
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    assert len(starts) == 3
+    assert 0.9 <= gaps[0] <= 1.1 + 0.15, gaps  # 1 s ±10% (+ scheduling slack)
+    assert 1.8 <= gaps[1] <= 2.2 + 0.15, gaps  # 2 s ±10%
+    job = queue("t-basic").get("job-r")
+    assert (job.state, job.attempts_made, job.attempts_started) == ("completed", 2, 3)
+    assert job.return_value == {"key": "r"}
+
+
+def test_exhausted_attempts_fail_with_the_last_error(herald_on: HeraldOn) -> None:
+    enqueue(basic, {"key": "e", "fail_times": 9}, job_id="job-e")
+    with running_worker(["t-basic"]):
+        wait_for(lambda: finished("t-basic", "job-e"), timeout=30)
+    job = queue("t-basic").get("job-e")
+    assert (job.state, job.attempts_made) == ("failed", 3)
+    assert job.failed_reason == "e failed on attempt 3"
+
+
+def test_defer_does_not_count_a_failure(herald_on: HeraldOn) -> None:
+    enqueue(basic, {"key": "f", "defer_ms": 200, "defer_times": 2}, job_id="job-f")
+    with running_worker(["t-basic"]):
+        wait_for(lambda: finished("t-basic", "job-f"))
+    job = queue("t-basic").get("job-f")
+    assert (job.state, job.attempts_made, job.attempts_started) == ("completed", 0, 3)
+
+
+def test_bad_payload_is_rejected_before_anything_is_written(herald_on: HeraldOn) -> None:
+    with pytest.raises(InvalidPayload, match="key"):
+        enqueue(basic, {"sleep_s": "soon"}, job_id="bad")
+    with pytest.raises(InvalidPayload):
+        enqueue_many(basic, [{"key": "ok"}, {"nokey": 1}])
+    assert queue("t-basic").get("bad") is None
+    assert sum(queue("t-basic").counts().values()) == 0
+
+
+def test_undecodable_message_fails_permanently_without_crashing(redis_only: HeraldOn) -> None:
+    # Given a job whose stored payload no longer fits the actor's model
+    enqueue(basic, {"key": "fine"}, job_id="job-bad")
+    ledger = get_ledger()
+    ledger.client.hset(ledger.base("t-basic") + "job:job-bad", "data", json.dumps({"x": 1}))
+    enqueue(basic, {"key": "next"}, job_id="job-next")
+    with running_worker(["t-basic"]):
+        wait_for(lambda: finished("t-basic", "job-bad") and finished("t-basic", "job-next"))
+    bad = queue("t-basic").get("job-bad")
+    assert (bad.state, bad.attempts_made) == ("failed", 1)
+    assert "payload failed validation" in bad.failed_reason
+    assert queue("t-basic").get("job-next").state == "completed"
+
+
+def test_enqueue_many_adds_ten_thousand_in_chunks(herald_on: HeraldOn) -> None:
+    results = enqueue_many(basic, [({"key": f"k{i}"}, {"job_id": f"bulk-{i}"})
+                                   for i in range(10_000)], chunk_size=1000)
+    assert [r.status for r in results].count("added") == 10_000
+    assert queue("t-basic").counts()["waiting"] == 10_000
+    again = enqueue_many(basic, [({"key": "k0"}, {"job_id": "bulk-0"}),
+                                 ({"key": "new"}, {"job_id": "bulk-new"})])
+    assert [r.status for r in again] == ["duplicated", "added"]
