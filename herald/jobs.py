@@ -26,6 +26,7 @@ import dramatiq
 from dramatiq.middleware import CurrentMessage
 from pydantic import BaseModel, ValidationError
 
+from herald import metrics
 from herald.connections import redis_client
 from herald.errors import InvalidMessage, InvalidPayload
 from herald.ledger import (
@@ -169,6 +170,7 @@ def get_ledger() -> Ledger:
     with _lock:
         if _ledger is None:
             _ledger = Ledger(redis_client(), get_settings().queue_prefix)
+            metrics.register_collectors()  # /metrics reads the ledger of this process
         return _ledger
 
 
