@@ -58,7 +58,7 @@ def _plain_worker(url: str, seconds_limit: float) -> None:
 def plain_run(url: str, jobs: int, processes: int) -> dict[str, float]:
     import redis
 
-    broker, noop = _plain_broker(url)
+    _, noop = _plain_broker(url)
     redis.Redis.from_url(url).flushall()
     started = time.perf_counter()
     for i in range(jobs):

@@ -11,6 +11,7 @@ worker restarts them forever (seed 003: a blocking reader must never kill the pr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import threading
@@ -82,10 +83,8 @@ def stop_embedded_redis(directory: Path = EMBEDDED_DIR) -> None:
     socket_path = embedded_socket_path(directory)
     if not _answers(socket_path):
         return
-    try:
+    with contextlib.suppress(redis.ConnectionError):
         redis.Redis(unix_socket_path=str(socket_path)).shutdown(save=True)
-    except redis.ConnectionError:
-        pass
 
 
 def _answers(socket_path: Path) -> bool:

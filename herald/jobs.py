@@ -159,7 +159,8 @@ def job_options(actor_: Any, spec: QueueSpec) -> dict[str, Any]:
             "backoff_base_ms": int(base.total_seconds() * 1000),
             "max_started_attempts": (herald_options.max_started_attempts
                                      or spec.max_started_attempts),
-            "remove_on_complete": herald_options.remove_on_complete or spec.retention.completed.remove,
+            "remove_on_complete": (herald_options.remove_on_complete
+                                   or spec.retention.completed.remove),
             "remove_on_fail": herald_options.remove_on_fail or spec.retention.failed.remove}
 
 
