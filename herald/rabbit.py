@@ -14,6 +14,7 @@ import dramatiq
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
 from herald.ledger import Ledger, new_token
+from herald.registry import get_spec
 
 #: RabbitMQ priorities run 0..MAX_PRIORITY (higher first); herald's run 1 (urgent)..10.
 MAX_PRIORITY = 10
@@ -36,6 +37,16 @@ class HeraldRabbitmqBroker(RabbitmqBroker):
         super().__init__(url=url, max_priority=MAX_PRIORITY,
                          middleware=default_middleware() if middleware is None else middleware)
         self.ledger = ledger
+
+    def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000) -> Any:
+        """A consumer whose prefetch is the lane's concurrency, so RabbitMQ never hands this
+        process more unacknowledged jobs of a lane than the lane may run at once.
+
+        Delay queues keep Dramatiq's large prefetch: they hold messages until their eta.
+        """
+        if not queue_name.endswith((".DQ", ".XQ")):
+            prefetch = get_spec(queue_name).concurrency
+        return super().consume(queue_name, prefetch=prefetch, timeout=timeout)
 
     def publish(self, message: dramatiq.Message, *, priority: int, delay_ms: int = 0) -> None:
         """Publish one job's message (with its RabbitMQ priority and optional delay)."""

@@ -55,11 +55,10 @@ def test_long_job_keeps_its_lock(herald_on: HeraldOn) -> None:
     assert len(events("start")) == 1
 
 
-def test_rate_limit_holds_across_two_processes(redis_only: HeraldOn) -> None:
+def test_rate_limit_holds_across_two_processes(herald_on: HeraldOn) -> None:
     # Given t-limited allows 10 jobs per 2 s, served by two worker processes
     enqueue_many(limited, [{"key": f"l{i}"} for i in range(30)])
-    workers = [herald_on_spawn for herald_on_spawn in (redis_only.spawn_worker("t-limited"),
-                                                       redis_only.spawn_worker("t-limited"))]
+    workers = [herald_on.spawn_worker("t-limited"), herald_on.spawn_worker("t-limited")]
     try:
         wait_for(lambda: len(events("done")) == 30, timeout=60, what="30 jobs")
     finally:

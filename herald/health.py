@@ -1,0 +1,199 @@
+"""Health: readiness checks, and the small HTTP server worker processes run (seed 003).
+
+- **Liveness** (``/healthz``) answers from memory, with no I/O: a slow database must
+  not get a healthy process restarted.
+- **Readiness** (``/readyz``) asks the database, Redis and the broker, concurrently,
+  and always answers within :data:`READINESS_TIMEOUT_S` — a dependency that hangs is
+  reported as failed, it never hangs the probe.
+- **Metrics** (``/metrics``) is the default Prometheus registry as text.
+
+The web process serves the same three routes through FastAPI (:mod:`herald.web`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import pika
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from herald.connections import redis_client
+from herald.db import check_database
+from herald.settings import get_settings
+
+log = logging.getLogger(__name__)
+
+#: What a passing check reports.
+OK = "ok"
+#: Seconds the whole readiness check may take; a check still running then has failed.
+READINESS_TIMEOUT_S = 3.0
+#: Seconds RabbitMQ gets to accept a connection (TCP, TLS and AMQP handshake each).
+RABBITMQ_TIMEOUT_S = 2.0
+#: Longest failure reason reported, so a driver's essay does not become the body.
+REASON_MAX_CHARS = 120
+
+
+class Stoppable(Protocol):
+    """Something running in the background that can be stopped."""
+
+    def stop(self) -> None: ...
+
+
+def _reason(error: BaseException) -> str:
+    # SQLAlchemy wraps the driver's error with SQL and a docs link; the driver's is the point.
+    cause = getattr(error, "orig", None) or error
+    # pika nests the real cause two or three levels deep (first argument or .exception).
+    while type(cause).__module__.startswith("pika."):
+        inner = cause.args[0] if cause.args else getattr(cause, "exception", None)
+        if not isinstance(inner, BaseException):
+            break
+        cause = inner
+    lines = str(cause).strip().splitlines()
+    text = f"{type(cause).__name__}: {lines[0]}" if lines else type(cause).__name__
+    return text[:REASON_MAX_CHARS]
+
+
+def check_redis() -> None:
+    """Raise unless the shared Redis client gets an answer to PING."""
+    redis_client().ping()
+
+
+def check_rabbitmq(url: str) -> None:
+    """Raise unless RabbitMQ at ``url`` accepts (and we close) a connection in ~2 s."""
+    parameters = pika.URLParameters(url)
+    parameters.socket_timeout = RABBITMQ_TIMEOUT_S
+    parameters.stack_timeout = RABBITMQ_TIMEOUT_S
+    parameters.blocked_connection_timeout = RABBITMQ_TIMEOUT_S
+    parameters.connection_attempts = 1
+    pika.BlockingConnection(parameters).close()
+
+
+def check_readiness() -> dict[str, str]:
+    """``{"database", "redis", "broker"}`` each ``"ok"`` or ``"error: <short reason>"``.
+
+    The checks run concurrently; the answer comes within :data:`READINESS_TIMEOUT_S`
+    whatever the dependencies do. With ``BROKER=redis`` the broker *is* Redis and
+    reports the same as Redis.
+    """
+    settings = get_settings()
+    checks: dict[str, Callable[[], None]] = {"database": check_database, "redis": check_redis}
+    if settings.broker == "rabbitmq":
+        url = settings.rabbitmq_url
+        checks["broker"] = lambda: check_rabbitmq(url)
+    results = _run_concurrently(checks, READINESS_TIMEOUT_S)
+    results.setdefault("broker", results["redis"])
+    return {name: results[name] for name in ("database", "redis", "broker")}
+
+
+def is_ready(checks: dict[str, str]) -> bool:
+    """True when every check in ``checks`` passed."""
+    return all(status == OK for status in checks.values())
+
+
+def _run_concurrently(checks: dict[str, Callable[[], None]], timeout_s: float) -> dict[str, str]:
+    results: dict[str, str] = {}
+    lock = threading.Lock()
+
+    def run(name: str, check: Callable[[], None]) -> None:
+        try:
+            check()
+            status = OK
+        except Exception as error:
+            status = f"error: {_reason(error)}"
+        with lock:
+            results[name] = status
+
+    # Daemon threads: a check blocked on a dead host must not keep the process alive.
+    threads = [threading.Thread(target=run, args=item, name=f"herald-ready-{item[0]}",
+                                daemon=True) for item in checks.items()]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout_s
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    with lock:
+        answered = dict(results)
+    for name in checks:
+        answered.setdefault(name, f"error: no answer within {timeout_s:g} s")
+    for name, status in answered.items():
+        if status != OK:
+            log.warning("readiness check failed", extra={"check": name, "status": status})
+    return answered
+
+
+class _HealthHandler(BaseHTTPRequestHandler):
+    server_version = "herald-worker"
+
+    def do_GET(self) -> None:
+        path = urlsplit(self.path).path
+        if path == "/healthz":
+            self._send_json(200, {"status": OK})
+        elif path == "/readyz":
+            checks = check_readiness()
+            self._send_json(200 if is_ready(checks) else 503, checks)
+        elif path == "/metrics":
+            self._send(200, generate_latest(), CONTENT_TYPE_LATEST)
+        else:
+            self._send_json(404, {"error": {"code": "not_found",
+                                            "message": f"not found: GET {path}"}})
+
+    def _send_json(self, status: int, body: dict[str, Any]) -> None:
+        self._send(status, json.dumps(body).encode(), "application/json")
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        # The stdlib writes the client address to stderr; logs carry no personal data.
+        log.debug("health request " + format, *args)
+
+
+class HealthServer:
+    """A running worker health server; :meth:`stop` shuts it down and frees the port."""
+
+    def __init__(self, server: ThreadingHTTPServer, thread: threading.Thread) -> None:
+        self._server = server
+        self._thread = thread
+
+    @property
+    def port(self) -> int:
+        """The TCP port the server is bound to (the real one when 0 was asked for)."""
+        return int(self._server.server_address[1])
+
+    def stop(self) -> None:
+        """Stop serving and close the socket; returns once the serving thread has ended."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+    def __enter__(self) -> HealthServer:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+
+def serve_worker_health(port: int, host: str = "0.0.0.0") -> HealthServer:
+    """Serve ``/healthz``, ``/readyz`` and ``/metrics`` on ``host:port`` in a daemon thread.
+
+    ``port=0`` picks a free port (see :attr:`HealthServer.port`). Raises ``OSError`` when
+    the port is taken. Liveness answers even while every dependency is down.
+    """
+    server = ThreadingHTTPServer((host, port), _HealthHandler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
+                              name="herald-worker-health", daemon=True)
+    thread.start()
+    log.info("worker health server listening", extra={"port": server.server_address[1]})
+    return HealthServer(server, thread)

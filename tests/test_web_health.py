@@ -1,0 +1,280 @@
+"""Health, readiness, metrics and error shapes of the web app and the worker health server,
+against real PostgreSQL and Redis (and servers stopped for real when a test needs one down)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fastapi import APIRouter
+from fastapi.testclient import TestClient
+from pydantic import BaseModel
+from sqlalchemy import text
+
+from herald import db
+from herald.connections import reset_redis_client
+from herald.health import serve_worker_health
+from herald.settings import reset_settings
+from herald.web import api_error, create_app
+
+#: ``configure(NAME=value, …)``: see the fixture.
+Configure = Callable[..., None]
+#: Seconds /readyz may take with a dependency down (the check itself is bounded at 3 s).
+READYZ_BOUND_S = 5.0
+
+
+def closed_port() -> int:
+    """A local TCP port nothing listens on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def configure(monkeypatch: pytest.MonkeyPatch) -> Iterator[Configure]:
+    """``configure(NAME=value, …)`` sets the environment and drops cached settings/clients."""
+
+    def apply(**env: str) -> None:
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        reset_settings()
+        db.reset_engine()
+        reset_redis_client()
+
+    yield apply
+    reset_settings()
+    db.reset_engine()
+    reset_redis_client()
+
+
+@pytest.fixture
+def services_up(configure: Configure, database_url: str, redis_url: str) -> None:
+    """PostgreSQL and Redis up; Redis is also the broker."""
+    configure(DATABASE_URL=database_url, REDIS_URL=redis_url, BROKER="redis")
+
+
+@pytest.fixture
+def client() -> Iterator[TestClient]:
+    with TestClient(create_app()) as test_client:
+        yield test_client
+
+
+def timed_get(client: TestClient, path: str) -> tuple[int, dict[str, str], float]:
+    started = time.monotonic()
+    response = client.get(path)
+    return response.status_code, response.json(), time.monotonic() - started
+
+
+def test_healthz_answers_with_no_dependency_reachable(configure: Configure,
+                                                      client: TestClient) -> None:
+    # Given a database and a Redis that do not exist
+    port = closed_port()
+    configure(DATABASE_URL=f"postgresql://postgres@127.0.0.1:{port}/x",
+              REDIS_URL=f"redis://127.0.0.1:{port}/0")
+
+    # When liveness is asked, then it answers at once: no I/O
+    response = client.get("/healthz")
+
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def test_readyz_is_200_when_everything_is_up(services_up: None, client: TestClient) -> None:
+    status, body, _ = timed_get(client, "/readyz")
+
+    assert status == 200
+    assert body == {"database": "ok", "redis": "ok", "broker": "ok"}
+
+
+def test_readyz_names_redis_within_bound_when_redis_is_down(
+        configure: Configure, database_url: str, tmp_path: Path, client: TestClient) -> None:
+    # Given a Redis that ran and was then stopped
+    from tests.support.services import start_redis
+
+    redis_service = start_redis(tmp_path)
+    configure(DATABASE_URL=database_url, REDIS_URL=redis_service.url, BROKER="redis")
+    redis_service.stop()
+
+    # When readiness is asked
+    status, body, elapsed = timed_get(client, "/readyz")
+
+    # Then it answers 503 in time and names Redis (the broker too: it is Redis)
+    assert status == 503
+    assert elapsed < READYZ_BOUND_S
+    assert body["database"] == "ok"
+    assert body["redis"].startswith("error: ")
+    assert body["broker"].startswith("error: ")
+
+
+def test_readyz_names_the_database_when_it_is_down(configure: Configure, redis_url: str,
+                                                   client: TestClient) -> None:
+    configure(DATABASE_URL=f"postgresql://postgres@127.0.0.1:{closed_port()}/herald",
+              REDIS_URL=redis_url, BROKER="redis")
+
+    status, body, elapsed = timed_get(client, "/readyz")
+
+    assert status == 503
+    assert elapsed < READYZ_BOUND_S
+    assert body["database"].startswith("error: ")
+    assert body["redis"] == "ok"
+
+
+def test_readyz_checks_a_real_rabbitmq_broker(configure: Configure, database_url: str,
+                                              redis_url: str, rabbitmq_url: str,
+                                              client: TestClient) -> None:
+    configure(DATABASE_URL=database_url, REDIS_URL=redis_url, BROKER="rabbitmq",
+              RABBITMQ_URL=rabbitmq_url)
+
+    status, body, _ = timed_get(client, "/readyz")
+
+    assert status == 200
+    assert body == {"database": "ok", "redis": "ok", "broker": "ok"}
+
+
+def test_readyz_names_a_rabbitmq_broker_that_is_down(configure: Configure, database_url: str,
+                                                     redis_url: str, client: TestClient) -> None:
+    configure(DATABASE_URL=database_url, REDIS_URL=redis_url, BROKER="rabbitmq",
+              RABBITMQ_URL=f"amqp://guest:guest@127.0.0.1:{closed_port()}/%2F")
+
+    status, body, elapsed = timed_get(client, "/readyz")
+
+    assert status == 503
+    assert elapsed < READYZ_BOUND_S
+    assert body["broker"].startswith("error: ")
+    assert (body["database"], body["redis"]) == ("ok", "ok")
+
+
+def test_unknown_route_is_a_json_404(client: TestClient) -> None:
+    response = client.get("/no/such/route")
+
+    assert response.status_code == 404
+    error = response.json()["error"]
+    assert error["code"] == "not_found"
+    assert "/no/such/route" in error["message"]
+
+
+def test_wrong_method_is_a_json_405(client: TestClient) -> None:
+    response = client.post("/healthz")
+
+    assert response.status_code == 405
+    assert response.json()["error"]["code"] == "method_not_allowed"
+
+
+class Widget(BaseModel):
+    name: str
+    size: int
+
+
+def test_routers_get_json_errors_for_bad_input_raised_errors_and_database_outages(
+        configure: Configure) -> None:
+    # Given an extra router whose handlers count their calls
+    calls: list[str] = []
+    router = APIRouter()
+
+    @router.post("/widgets")
+    def make_widget(widget: Widget) -> dict[str, str]:
+        calls.append(widget.name)
+        return {"name": widget.name}
+
+    @router.get("/widgets/{name}")
+    def get_widget(name: str) -> dict[str, str]:
+        raise api_error(409, "widget_busy", f"widget {name} is busy")
+
+    @router.get("/rows")
+    def rows() -> dict[str, int]:
+        with db.session() as session:
+            return {"one": session.execute(text("SELECT 1")).scalar_one()}
+
+    configure(DATABASE_URL=f"postgresql://postgres@127.0.0.1:{closed_port()}/herald")
+    client = TestClient(create_app(extra_routers=[router]))
+
+    # When a malformed body arrives, then 422 in the error shape and the handler never ran
+    malformed = client.post("/widgets", json={"name": "a", "size": "big"})
+    assert malformed.status_code == 422
+    assert malformed.json()["error"]["code"] == "validation_error"
+    assert "size" in malformed.json()["error"]["message"]
+    not_json = client.post("/widgets", content=b"{nope",
+                           headers={"content-type": "application/json"})
+    assert not_json.status_code == 422
+    assert calls == []
+
+    # When a route raises api_error, then its code and message come through
+    busy = client.get("/widgets/w1")
+    assert busy.status_code == 409
+    assert busy.json() == {"error": {"code": "widget_busy", "message": "widget w1 is busy"}}
+
+    # When the database is down under a route, then 503 in the error shape
+    down = client.get("/rows")
+    assert down.status_code == 503
+    assert down.json()["error"]["code"] == "unavailable"
+
+
+def test_metrics_is_prometheus_text(client: TestClient) -> None:
+    response = client.get("/metrics")
+
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    assert "# TYPE python_info gauge" in response.text
+
+
+def test_openapi_lists_the_health_routes(client: TestClient) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+
+    assert {"/healthz", "/readyz", "/metrics"} <= paths.keys()
+
+
+def http_get(url: str) -> tuple[int, str, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=READYZ_BOUND_S) as response:
+            return response.status, response.headers["Content-Type"], response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers["Content-Type"], error.read()
+
+
+def test_worker_health_server_answers_over_http(services_up: None) -> None:
+    # Given a worker health server on a free port
+    server = serve_worker_health(0)
+    base = f"http://127.0.0.1:{server.port}"
+    try:
+        # Then liveness, readiness and metrics answer over real HTTP
+        assert http_get(f"{base}/healthz")[::2] == (200, b'{"status": "ok"}')
+        status, _, body = http_get(f"{base}/readyz")
+        assert (status, json.loads(body)) == (200, {"database": "ok", "redis": "ok",
+                                                    "broker": "ok"})
+        status, content_type, body = http_get(f"{base}/metrics")
+        assert status == 200 and content_type.startswith("text/plain")
+        assert b"# TYPE python_info gauge" in body
+        status, _, body = http_get(f"{base}/nope")
+        assert status == 404 and json.loads(body)["error"]["code"] == "not_found"
+    finally:
+        server.stop()
+
+    # When it is stopped, then the port no longer answers
+    with pytest.raises(urllib.error.URLError):
+        http_get(f"{base}/healthz")
+
+
+def test_readyz_answers_within_bound_when_every_dependency_hangs(configure: Configure,
+                                                                 client: TestClient) -> None:
+    # Given one TCP listener that accepts connections and never says a word
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        port = silent.getsockname()[1]
+        configure(DATABASE_URL=f"postgresql://postgres@127.0.0.1:{port}/herald",
+                  REDIS_URL=f"redis://127.0.0.1:{port}/0", BROKER="rabbitmq",
+                  RABBITMQ_URL=f"amqp://guest:guest@127.0.0.1:{port}/%2F")
+
+        # When readiness is asked
+        status, body, elapsed = timed_get(client, "/readyz")
+
+    # Then it still answers in time, naming all three
+    assert status == 503
+    assert elapsed < READYZ_BOUND_S
+    assert all(body[name].startswith("error: ") for name in ("database", "redis", "broker"))
