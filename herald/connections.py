@@ -95,14 +95,18 @@ def stop_embedded_redis(directory: Path = EMBEDDED_DIR) -> None:
     if not _answers(socket_path):
         return
     with contextlib.suppress(redis.ConnectionError):
-        redis.Redis(unix_socket_path=str(socket_path)).shutdown(save=True)
+        # no retries: the server closing the connection is the expected answer
+        redis.Redis(unix_socket_path=str(socket_path), socket_timeout=5,
+                    retry=Retry(ExponentialBackoff(), 0)).shutdown(save=True)
 
 
 def _answers(socket_path: Path) -> bool:
     if not socket_path.exists():
         return False
     try:
-        return bool(redis.Redis(unix_socket_path=str(socket_path), socket_timeout=1).ping())
+        client = redis.Redis(unix_socket_path=str(socket_path), socket_timeout=1,
+                             retry=Retry(ExponentialBackoff(), 0))
+        return bool(client.ping())
     except redis.RedisError:
         return False
 
