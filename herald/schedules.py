@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -22,12 +23,15 @@ from croniter import croniter
 from herald.connections import redis_client
 from herald.jobs import JobActor, enqueue, get_ledger
 from herald.ledger import LUA_DIR, now_ms
+from herald.registry import all_specs
 from herald.settings import Settings, get_settings
 
 log = logging.getLogger("herald.clock")
 
 #: Longest the clock sleeps between looks at the schedule (s).
 CLOCK_IDLE_S = 0.5
+#: How often the clock applies every queue's retention (age limits on quiet queues) (s).
+PRUNE_EVERY_S = 60.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -158,6 +162,12 @@ def next_due_in(names: list[str]) -> float:
     return max(0.0, min(CLOCK_IDLE_S, (min(dues) - now_ms()) / 1000))
 
 
+def prune_all() -> int:
+    """Apply the retention of every registry queue; returns records removed."""
+    ledger = get_ledger()
+    return sum(ledger.prune(spec) for spec in all_specs())
+
+
 def run_clock(stop: threading.Event) -> None:
     """Fire schedules until ``stop`` is set; the startup jobs go first."""
     names = sync_schedules()
@@ -166,9 +176,13 @@ def run_clock(stop: threading.Event) -> None:
         if item.run_at_start and item.name in names:
             enqueue(item.actor, item.payload, job_id=f"startup:{item.name}:{boot}")
     log.info("clock started", extra={"schedules": ",".join(names)})
+    last_prune = 0.0
     while not stop.is_set():
         try:
             fire_due(names)
+            if time.monotonic() - last_prune >= PRUNE_EVERY_S:
+                prune_all()
+                last_prune = time.monotonic()
             wait = next_due_in(names)
         except Exception as error:  # Redis away: keep the clock alive, try again soon
             log.warning("clock tick failed: %s", type(error).__name__)

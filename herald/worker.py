@@ -21,7 +21,7 @@ from types import FrameType
 import dramatiq
 from dramatiq.worker import _WorkerMiddleware
 
-from herald.jobs import declared_actors, get_broker
+from herald.jobs import declared_actors, get_broker, get_ledger
 from herald.registry import all_specs, get_spec
 
 log = logging.getLogger("herald.worker")
@@ -68,7 +68,15 @@ class LaneWorker:
                                       worker_threads=threads, worker_timeout=1000)
 
     def start(self) -> None:
-        """Start consuming; returns at once."""
+        """Apply each lane's retention (a lowered limit takes effect now, not at the lane's
+        next terminal event — seed 003), then start consuming; returns at once."""
+        ledger = get_ledger()
+        for lane in self.lanes:
+            try:
+                ledger.prune(get_spec(lane))
+            except Exception as error:  # Redis away: the consumers will wait for it anyway
+                log.warning("retention at start failed: %s", type(error).__name__,
+                            extra={"queue": lane})
         self.worker.start()
         log.info("worker started", extra={"lanes": ",".join(self.lanes),
                                           "actors": len(declared_actors())})
