@@ -195,13 +195,15 @@ def test_demo_runs_every_job_to_its_planned_end_twice(tmp_path: Path,
 
 def test_demo_on_the_embedded_default(tmp_path: Path) -> None:
     """What ``make demo`` runs: no environment, the embedded Redis (6.2) in ./.herald."""
-    result = run_herald("demo", cwd=tmp_path, env=herald_env(), timeout_s=DEMO_S)
+    for run in ("first", "second"):
+        result = run_herald("demo", cwd=tmp_path, env=herald_env(), timeout_s=DEMO_S)
 
-    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
-    assert table_rows(result.stdout)["demo"][1:] == ["0", "0", "0", "0", "2958", "42"]
-    wall_s = float(re.search(r"wall time ([\d.]+) s", result.stdout).group(1))  # type: ignore[union-attr]
-    assert wall_s < 60, f"3000 small jobs took {wall_s} s: the worker is stalling"
-    assert not embedded_answers(tmp_path), "the demo must stop the Redis it started"
+        assert result.returncode == 0, f"{run} run:\n{result.stdout}\n{result.stderr}"
+        assert table_rows(result.stdout)["demo"][1:] == ["0", "0", "0", "0", "2958", "42"]
+        # a consumer that blocked past its socket timeout (Redis 6.2 reads a tiny BLPOP
+        # timeout as "forever") shows up as a connection error
+        assert "connection error" not in result.stderr, result.stderr
+        assert not embedded_answers(tmp_path), "the demo must stop the Redis it started"
 
 
 def test_demo_ignores_later_phases_and_says_so(tmp_path: Path,
