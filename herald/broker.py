@@ -106,7 +106,7 @@ class LedgerBroker(dramatiq.Broker):
         actor = self.get_actor(message.actor_name)
         payload = message.args[0] if message.args else dict(message.kwargs)
         job = NewJob(id=message.options.get("job_id") or message.message_id,
-                     actor=message.actor_name, payload=payload,
+                     actor=message.actor_name, data=json.dumps(payload),
                      priority=message.options.get("priority", 5),
                      run_at_ms=now_ms() + delay if delay else 0,
                      **job_options(actor, get_spec(message.queue_name)))

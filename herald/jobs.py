@@ -16,8 +16,9 @@ broker. On the worker side a payload that fails the model fails the job permanen
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import threading
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
@@ -79,8 +80,8 @@ class JobActor(Generic[M]):
         """Run the function directly (no queue), e.g. in a unit test."""
         return self.fn(job)
 
-    def validate(self, payload: dict[str, Any] | BaseModel) -> dict[str, Any]:
-        """The payload as JSON-ready data; :class:`InvalidPayload` when it fails the model."""
+    def validate(self, payload: dict[str, Any] | BaseModel) -> str:
+        """The payload as JSON text; :class:`InvalidPayload` when it fails the model."""
         try:
             model = (payload if isinstance(payload, self.model)
                      else self.model.model_validate(payload))
@@ -88,7 +89,7 @@ class JobActor(Generic[M]):
             problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'payload'}: {e['msg']}"
                                  for e in error.errors())
             raise InvalidPayload(f"{self.name}: invalid payload: {problems}") from None
-        return model.model_dump(mode="json")
+        return model.model_dump_json()
 
     def run_message(self, payload: Any) -> None:
         """What the worker runs: validate the consumed payload, then call the function.
@@ -239,18 +240,21 @@ def _new_job(target: JobActor[Any], payload: dict[str, Any] | BaseModel, *,
              job_id: str | None = None, priority: int = NORMAL_PRIORITY,
              delay: timedelta | None = None, at: datetime | None = None,
              dedup_id: str | None = None, retry_failed: bool = False,
-             token: str = "") -> NewJob:
-    if not isinstance(target, JobActor):
-        raise TypeError(f"enqueue takes an @actor function, not {type(target).__name__}")
+             token: str = "", options: dict[str, Any] | None = None) -> NewJob:
     if priority not in PRIORITY_RANGE:
         raise InvalidPayload(f"priority must be {PRIORITY_RANGE.start}..{PRIORITY_RANGE.stop - 1}")
     if job_id is not None and (not job_id or len(job_id) > 512):
         raise InvalidPayload("job_id must be 1..512 characters")
     data = target.validate(payload)
-    return NewJob(id=job_id or uuid.uuid4().hex, actor=target.name, payload=data,
+    return NewJob(id=job_id or os.urandom(16).hex(), actor=target.name, data=data,
                   priority=priority, run_at_ms=_run_at(delay, at), dedup_id=dedup_id,
                   retry_failed=retry_failed, token=token,
-                  **job_options(target, get_spec(target.queue)))
+                  **(options or job_options(target, get_spec(target.queue))))
+
+
+def _check_target(target: object) -> None:
+    if not isinstance(target, JobActor):
+        raise TypeError(f"enqueue takes an @actor function, not {type(target).__name__}")
 
 
 def _submit(target: JobActor[Any], jobs: Sequence[NewJob]) -> list[AddResult]:
@@ -262,7 +266,7 @@ def _submit(target: JobActor[Any], jobs: Sequence[NewJob]) -> list[AddResult]:
         now = now_ms()
         for job, result in zip(jobs, results, strict=True):
             if result.status in (AddStatus.ADDED, AddStatus.RETRIED):
-                message = message_for(target.queue, job.actor, job.payload, job_id=job.id,
+                message = message_for(target.queue, job.actor, json.loads(job.data), job_id=job.id,
                                       token=job.token, priority=job.priority)
                 broker.publish(message, priority=job.priority,  # type: ignore[attr-defined]
                                delay_ms=max(job.run_at_ms - now, 0))
@@ -290,6 +294,7 @@ def enqueue(target: JobActor[Any], payload: dict[str, Any] | BaseModel, *,
     ``dedup_id`` reports ``deduplicated`` (with the holder's id); ``retry_failed`` retries
     a retained failed job in place (``retried``).
     """
+    _check_target(target)
     token = new_token() if _external() else ""
     job = _new_job(target, payload, job_id=job_id, priority=priority, delay=delay, at=at,
                    dedup_id=dedup_id, retry_failed=retry_failed, token=token)
@@ -305,11 +310,14 @@ def enqueue_many(target: JobActor[Any],
     Each item is a payload or ``(payload, options)`` with the options of :func:`enqueue`.
     Every payload is validated before the first chunk is written.
     """
+    _check_target(target)
     external = _external()
+    shared = job_options(target, get_spec(target.queue))
     jobs = []
     for item in items:
         payload, options = item if isinstance(item, tuple) else (item, {})
-        jobs.append(_new_job(target, payload, token=new_token() if external else "", **options))
+        jobs.append(_new_job(target, payload, token=new_token() if external else "",
+                             options=shared, **options))
     results: list[EnqueueResult] = []
     for start in range(0, len(jobs), chunk_size):
         chunk = jobs[start:start + chunk_size]

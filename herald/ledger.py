@@ -71,11 +71,11 @@ class AddResult:
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class NewJob:
-    """A job to add (a validated payload plus its options)."""
+    """A job to add (a validated payload, as JSON, plus its options)."""
 
     id: str
     actor: str
-    payload: dict[str, Any]
+    data: str
     priority: int
     run_at_ms: int = 0
     dedup_id: str | None = None
@@ -224,7 +224,7 @@ class Ledger:
         args: list[Any] = [self.base(queue), now_ms(), len(jobs)]
         for job in jobs:
             options = ("c" if job.remove_on_complete else "") + ("f" if job.remove_on_fail else "")
-            args += [job.id, job.actor, json.dumps(job.payload, separators=(",", ":")),
+            args += [job.id, job.actor, job.data,
                      job.priority, job.run_at_ms, job.dedup_id or "",
                      "1" if job.retry_failed else "0", job.attempts, job.backoff.value[0],
                      job.backoff_base_ms, job.max_started_attempts or 0, options, job.token]
@@ -329,7 +329,7 @@ class Ledger:
                    run_at=_dt(f.get("run_at")), failed_reason=f.get("fr") or None,
                    stacktrace=f.get("st") or None,
                    return_value=json.loads(f["rv"]) if f.get("rv") else None,
-                   dedup_id=f.get("dd"), token=f.get("tok"))
+                   dedup_id=f.get("dd") or None, token=f.get("tok") or None)
 
     def is_paused(self, queue: str) -> bool:
         """True while the queue is paused."""

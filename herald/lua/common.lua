@@ -26,7 +26,7 @@ end
 
 -- Release dedup id dd if job id still holds it (a newer job may hold it now).
 local function release_dedup(base, dd, id)
-  if dd then
+  if dd and dd ~= "" then
     local dk = base .. "dedup:" .. dd
     if redis.call("GET", dk) == id then redis.call("DEL", dk) end
   end
