@@ -136,6 +136,7 @@ class Finish:
     PERMANENT = "p"
     DEFERRED = "d"
     RELEASED = "r"
+    EXCEEDED = "x"
 
     job_id: str
     token: str

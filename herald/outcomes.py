@@ -119,7 +119,7 @@ class LedgerMiddleware(Middleware):
             broker.publish_copy(message, delay_ms=max(int(detail), 10))
             raise SkipMessage("not now")
         if verdict == "failed":
-            finish = Finish(job_id=job_id, token=message.message_id, outcome=Finish.PERMANENT,
+            finish = Finish(job_id=job_id, token=message.message_id, outcome=Finish.EXCEEDED,
                             value=str(detail))
             self._settle(broker, message, finish)
             raise SkipMessage(str(detail))

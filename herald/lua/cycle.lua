@@ -7,7 +7,7 @@
 --   then per finished job 6 fields: id, token, outcome, value, stack, next token
 --     c = completed (value = return value JSON), f = failed attempt (value = message),
 --     p = permanent failure (value = message), d = deferred (value = delay ms),
---     r = released unstarted (worker shutdown)
+--     r = released unstarted (worker shutdown), x = exceeded max_started_attempts
 --   then per extended lock 2 fields: id, token
 -- Returns {finished, started, next_delayed_at, rate_limited_ms}:
 --   finished: per finished job {id, result, run_at} with result
@@ -78,6 +78,10 @@ for _ = 1, n_finish do
       enqueue_job(base, jk, id, now, 0, job[9])
       wake(base, 1)
       result = "released"
+    elseif outcome == "x" then
+      -- too many starts (RabbitMQ's claim found it): no attempt ran, none is counted
+      fail_for_good(jk, id, value, "", job[3], job[4])
+      result = "failed"
     elseif outcome == "d" then
       run_at = reschedule(jk, id, tonumber(value), next_token, job[9])
       bump("deferred")

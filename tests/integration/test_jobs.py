@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from datetime import timedelta
 
 import pytest
@@ -12,7 +13,7 @@ from herald.errors import InvalidPayload
 from herald.jobs import enqueue, enqueue_many, get_ledger, queue
 from herald.worker import running_worker
 from tests.integration.conftest import HeraldOn, wait_for
-from tests.integration.lanes import basic, events
+from tests.integration.lanes import basic, events, stall
 
 
 def finished(name: str, job_id: str) -> bool:
@@ -154,3 +155,45 @@ def test_enqueue_many_adds_ten_thousand_in_chunks(herald_on: HeraldOn) -> None:
     again = enqueue_many(basic, [({"key": "k0"}, {"job_id": "bulk-0"}),
                                  ({"key": "new"}, {"job_id": "bulk-new"})])
     assert [r.status for r in again] == ["duplicated", "added"]
+
+
+def test_a_job_that_keeps_deferring_ends_at_max_started_attempts(herald_on: HeraldOn) -> None:
+    # Given t-stall allows 3 starts and a job that defers on every start
+    enqueue(stall, {"key": "forever", "defer_ms": 50, "defer_times": 99}, job_id="job-loop")
+    with running_worker(["t-stall"]):
+        wait_for(lambda: finished("t-stall", "job-loop"), timeout=20)
+    job = queue("t-stall").get("job-loop")
+    assert job.state == "failed"
+    assert job.attempts_made == 0  # deferrals never counted as failures
+    assert "more than max_started_attempts (3)" in job.failed_reason
+    assert len(events("start")) == 3
+
+
+def test_a_redelivered_message_runs_the_job_once(herald_on: HeraldOn) -> None:
+    enqueue(basic, {"key": "once", "sleep_s": 0.3}, job_id="job-once")
+    ledger = get_ledger()
+    if herald_on.kind == "rabbitmq":
+        # When the broker delivers the job's message a second time
+        from herald.broker import message_for
+        from herald.jobs import get_broker
+
+        token = ledger.client.hget(ledger.base("t-basic") + "job:job-once", "tok").decode()
+        duplicate = message_for("t-basic", "basic", {"key": "once", "sleep_s": 0.3},
+                                job_id="job-once", token=token)
+        get_broker().publish(duplicate, priority=5)
+    with running_worker(["t-basic"]):
+        wait_for(lambda: finished("t-basic", "job-once"))
+        if herald_on.kind != "rabbitmq":
+            # When a worker reports a run under a token that is no longer the job's
+            # (what a stalled worker's late message would do), it is ignored
+            from herald.ledger import Finish
+            from herald.registry import get_spec
+
+            stale = ledger.cycle(get_spec("t-basic"), finishes=[Finish(
+                job_id="job-once", token="job-once#1", outcome=Finish.FAILED, value="late")])
+            assert [f.result for f in stale.finished] == ["stale"]
+        else:
+            wait_for(lambda: ledger.metrics("t-basic").get("completed") == 1)
+            time.sleep(0.5)  # the duplicate, if it were to run, would have by now
+    assert [e["key"] for e in events("start")] == ["once"]
+    assert queue("t-basic").get("job-once").state == "completed"
