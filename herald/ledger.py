@@ -221,14 +221,18 @@ class Ledger:
 
     # -- producing ------------------------------------------------------------------------
     def add(self, queue: str, jobs: Sequence[NewJob], *, client: Any = None) -> list[AddResult]:
-        """Add jobs in one round trip; each gets added|duplicated|deduplicated|retried."""
-        args: list[Any] = [self.base(queue), now_ms(), len(jobs)]
+        """Add jobs of one actor in one round trip; each gets added|duplicated|deduplicated|
+        retried. The actor and its retry/retention config come from the first job."""
+        if not jobs:
+            return []
+        first = jobs[0]
+        options = ("c" if first.remove_on_complete else "") + ("f" if first.remove_on_fail else "")
+        config = f"{first.attempts}:{first.backoff.value[0]}:{first.backoff_base_ms}:{options}"
+        args: list[Any] = [self.base(queue), now_ms(), len(jobs), first.actor, config,
+                           first.max_started_attempts or 0]
         for job in jobs:
-            options = ("c" if job.remove_on_complete else "") + ("f" if job.remove_on_fail else "")
-            args += [job.id, job.actor, job.data,
-                     job.priority, job.run_at_ms, job.dedup_id or "",
-                     "1" if job.retry_failed else "0", job.attempts, job.backoff.value[0],
-                     job.backoff_base_ms, job.max_started_attempts or 0, options, job.token]
+            args += [job.id, job.data, job.priority, job.run_at_ms, job.dedup_id or "",
+                     "1" if job.retry_failed else "0", job.token]
         raw = self._scripts["add"](args=args, client=client)
         return [AddResult(status=AddStatus(_text(status)), job_id=_text(job_id) or "")
                 for status, job_id in raw]

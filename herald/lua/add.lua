@@ -1,17 +1,19 @@
--- Add jobs. ARGV: base, now_ms, n, then per job 13 fields:
---   id, actor, data, priority, run_at_ms, dedup_id ("" = none), retry_failed ("1"/"0"),
---   attempts, backoff kind (e|f|n), backoff base ms, max started (0 = unbounded),
---   options ("c" remove on complete, "f" remove on fail), token ("" = none)
+-- Add jobs of one actor. ARGV: base, now_ms, n, actor, cfg (see parse_cfg), max started
+-- (0 = unbounded), then per job 7 fields:
+--   id, data, priority, run_at_ms, dedup_id ("" = none), retry_failed ("1"/"0"),
+--   token ("" = none)
 -- Returns per job: {status, job id} with status added|duplicated|deduplicated|retried.
 local base, now, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local actor, cfg, max_started = ARGV[4], ARGV[5], ARGV[6]
+local o = 6
 local results, waiting = {}, {}
 local counts = {added = 0, duplicated = 0, deduplicated = 0, retried = 0}
 -- reserve n sequence numbers at once: FIFO order within a priority
 local seq = redis.call("HINCRBY", base .. "meta", "seq", n) - n
-for i = 0, n - 1 do
-  local o = 3 + i * 13
-  local id, actor, data, prio = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4]
-  local run_at, dd, retry_failed = tonumber(ARGV[o + 5]), ARGV[o + 6], ARGV[o + 7]
+for _ = 1, n do
+  local id, data, prio, run_at = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], tonumber(ARGV[o + 4])
+  local dd, retry_failed, token = ARGV[o + 5], ARGV[o + 6], ARGV[o + 7]
+  o = o + 7
   local jk = base .. "job:" .. id
   local state = redis.call("HGET", jk, "state")
   local status
@@ -19,7 +21,7 @@ for i = 0, n - 1 do
     status = "duplicated"
     if state == "failed" and retry_failed == "1" then
       redis.call("ZREM", base .. "failed", id)
-      redis.call("HSET", jk, "am", 0, "as", 0, "tok", ARGV[o + 13])
+      redis.call("HSET", jk, "am", 0, "as", 0, "tok", token)
       redis.call("HDEL", jk, "ft", "fr", "st", "rv")
       if dd ~= "" and redis.call("SET", base .. "dedup:" .. dd, id, "NX") then
         redis.call("HSET", jk, "dd", dd)
@@ -40,10 +42,14 @@ for i = 0, n - 1 do
     else
       status = "added"
       local delayed = run_at > now
-      redis.call("HSET", jk, "actor", actor, "data", data, "prio", prio, "am", 0, "as", 0,
-        "ts", now, "att", ARGV[o + 8], "bk", ARGV[o + 9], "bb", ARGV[o + 10],
-        "msa", ARGV[o + 11], "opt", ARGV[o + 12], "tok", ARGV[o + 13], "dd", dd,
-        "state", delayed and "delayed" or "waiting", "run_at", delayed and run_at or "")
+      local fields = {"actor", actor, "data", data, "prio", prio, "ts", now, "cfg", cfg,
+        "state", delayed and "delayed" or "waiting"}
+      -- optional fields only when set: fewer arguments on the common path
+      if max_started ~= "0" then fields[13] = "msa"; fields[14] = max_started end
+      if dd ~= "" then fields[#fields + 1] = "dd"; fields[#fields + 1] = dd end
+      if token ~= "" then fields[#fields + 1] = "tok"; fields[#fields + 1] = token end
+      if delayed then fields[#fields + 1] = "run_at"; fields[#fields + 1] = run_at end
+      redis.call("HSET", jk, unpack(fields))
       if delayed then
         redis.call("ZADD", base .. "delayed", run_at, id)
       else

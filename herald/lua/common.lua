@@ -5,7 +5,8 @@
 --   delayed   zset  job id -> run at (ms)
 --   completed zset  job id -> finished at (ms)
 --   failed    zset  job id -> finished at (ms)
---   job:<id>  hash  the job record
+--   job:<id>  hash  the job record: actor, data, prio, ts, cfg, state, [msa, am, as, pt, ft,
+--                   tok, dd, run_at, fr, st, rv] (an absent counter is 0)
 --   dedup:<d> string the id of the job holding dedup id d
 --   meta      hash  paused flag; seq counter
 --   metrics   hash  completed, failed, retried, deferred, stalled, deduplicated, duplicated
@@ -90,6 +91,13 @@ local function backoff_ms(kind, base_ms, attempt)
   return base_ms * (2 ^ (attempt - 2))
 end
 
+-- A job's retry and retention config, one field "attempts:backoff kind:base ms:options"
+-- (options: "c" remove on complete, "f" remove on fail).
+local function parse_cfg(cfg)
+  local attempts, kind, base_ms, options = string.match(cfg or "", "^(%d+):(%a):(%d+):(%a*)$")
+  return tonumber(attempts or "1"), kind or "e", tonumber(base_ms or "0"), options or ""
+end
+
 local function has_option(options, flag)
-  return options ~= false and options ~= nil and string.find(options, flag, 1, true) ~= nil
+  return options ~= nil and string.find(options, flag, 1, true) ~= nil
 end

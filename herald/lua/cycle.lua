@@ -51,14 +51,15 @@ for _ = 1, n_finish do
   local value, stack, next_token = ARGV[o + 4], ARGV[o + 5], ARGV[o + 6]
   o = o + 6
   local jk = base .. "job:" .. id
-  local job = redis.call("HMGET", jk, "state", "tok", "opt", "dd", "am", "att", "bk", "bb", "prio")
+  local job = redis.call("HMGET", jk, "state", "tok", "cfg", "dd", "am", "prio")
   local result, run_at = "stale", 0
   if job[1] == "active" and job[2] == token then
+    local attempts, kind, base_ms, options = parse_cfg(job[3])
     if outcome == "c" then
       -- the common case, batched: one HSET per job, one ZREM and one ZADD per call
       release_dedup(base, job[4], id)
       unlock[#unlock + 1] = id
-      if has_option(job[3], "c") then
+      if has_option(options, "c") then
         redis.call("DEL", jk)
       else
         if value ~= "null" then
@@ -75,27 +76,27 @@ for _ = 1, n_finish do
       -- handed back unstarted (worker shutdown): not a start, not a failure
       redis.call("ZREM", base .. "active", id)
       redis.call("HINCRBY", jk, "as", -1)
-      enqueue_job(base, jk, id, now, 0, job[9])
+      enqueue_job(base, jk, id, now, 0, job[6])
       wake(base, 1)
       result = "released"
     elseif outcome == "x" then
       -- too many starts (RabbitMQ's claim found it): no attempt ran, none is counted
-      fail_for_good(jk, id, value, "", job[3], job[4])
+      fail_for_good(jk, id, value, "", options, job[4])
       result = "failed"
     elseif outcome == "d" then
-      run_at = reschedule(jk, id, tonumber(value), next_token, job[9])
+      run_at = reschedule(jk, id, tonumber(value), next_token, job[6])
       bump("deferred")
       result = "deferred"
     else
       local made = tonumber(job[5] or "0") + 1
       redis.call("HSET", jk, "am", made)
-      if outcome == "p" or made >= tonumber(job[6] or "1") then
-        fail_for_good(jk, id, value, stack, job[3], job[4])
+      if outcome == "p" or made >= attempts then
+        fail_for_good(jk, id, value, stack, options, job[4])
         result = "failed"
       else
         redis.call("HSET", jk, "fr", value, "st", stack)
-        local delay = backoff_ms(job[7] or "e", tonumber(job[8] or "0"), made + 1)
-        run_at = reschedule(jk, id, delay, next_token, job[9])
+        local delay = backoff_ms(kind, base_ms, made + 1)
+        run_at = reschedule(jk, id, delay, next_token, job[6])
         bump("retried")
         result = "retry"
       end
@@ -157,20 +158,22 @@ if not external then
       local id = popped[i]
       local jk = base .. "job:" .. id
       local job = redis.call("HMGET", jk, "actor", "data", "am", "as", "prio", "ts", "msa",
-        "opt", "dd")
+        "cfg", "dd")
       if job[1] then
-        local starts = tonumber(job[4]) + 1
+        local starts = tonumber(job[4] or "0") + 1
         local max_started = tonumber(job[7] or "0")
         if max_started > 0 and starts > max_started then
           redis.call("HSET", jk, "as", starts)
           fail_for_good(jk, id, "job started " .. starts ..
-            " times, more than max_started_attempts (" .. max_started .. ")", "", job[8], job[9])
+            " times, more than max_started_attempts (" .. max_started .. ")", "",
+            select(4, parse_cfg(job[8])), job[9])
         else
           local token = id .. "#" .. starts
           redis.call("HSET", jk, "as", starts, "state", "active", "pt", now, "tok", token)
           locks[#locks + 1] = now + lock_ms
           locks[#locks + 1] = id
-          started[#started + 1] = {id, job[1], job[2], token, job[3], starts, job[5], job[6]}
+          started[#started + 1] = {id, job[1], job[2], token, job[3] or "0", starts, job[5],
+            job[6]}
         end
       end
     end

@@ -9,7 +9,7 @@ local base, now, lock_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local id, token = ARGV[4], ARGV[5]
 local rate_max, rate_window = tonumber(ARGV[6]), tonumber(ARGV[7])
 local jk = base .. "job:" .. id
-local job = redis.call("HMGET", jk, "state", "tok", "am", "as", "msa", "opt")
+local job = redis.call("HMGET", jk, "state", "tok", "am", "as", "msa")
 local state = job[1]
 if not state or job[2] ~= token then return {"drop"} end
 if state == "active" then
@@ -30,7 +30,7 @@ if rate_max > 0 then
     return {"later", ttl}
   end
 end
-local starts = tonumber(job[4]) + 1
+local starts = tonumber(job[4] or "0") + 1
 local max_started = tonumber(job[5] or "0")
 redis.call("HSET", jk, "as", starts)
 redis.call("ZREM", base .. "wait", id)
@@ -42,4 +42,4 @@ if max_started > 0 and starts > max_started then
   return {"failed", "job started " .. starts .. " times, more than max_started_attempts (" ..
     max_started .. ")"}
 end
-return {"start", job[3], starts}
+return {"start", job[3] or "0", starts}
