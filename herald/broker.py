@@ -143,6 +143,8 @@ class LedgerConsumer(Consumer):
         self.timeout_s = max(timeout_ms, 10) / 1000
         self.buffer: collections.deque[MessageProxy] = collections.deque()
         self.extend_every_s = lane.spec.lock_duration.total_seconds() / 3
+        # the consumer thread's own connection: its round trips skip the pool's layers
+        self.connection: Any = None
 
     # -- acknowledging (called from worker threads) ---------------------------------------
     def ack(self, message: MessageProxy) -> None:
@@ -187,6 +189,18 @@ class LedgerConsumer(Consumer):
             self._flush(fetch=0)
         except ConnectionClosed:
             log.warning("could not write outcomes at close", extra={"queue": self.lane.spec.name})
+        finally:
+            if self.connection is not None:
+                self.connection.disconnect()
+                self.connection = None
+
+    def _own_connection(self) -> Any:
+        if self.connection is None:
+            connection = self.ledger.client.connection_pool.make_connection()
+            # connect() explicitly: a Sentinel-managed connection resolves the master there
+            connection.connect()
+            self.connection = connection
+        return self.connection
 
     # -- fetching (the consumer thread) -------------------------------------------------
     def __next__(self) -> MessageProxy | None:
@@ -204,7 +218,7 @@ class LedgerConsumer(Consumer):
                 lane.slot_freed.wait(min(self.timeout_s, FLUSH_WAIT_S, self.extend_every_s))
                 lane.slot_freed.clear()
                 return None
-            result = self._flush(fetch=max(free, 0), extend=extend_due)
+            result = self._flush(fetch=max(free, 0), extend=extend_due, own=True)
             if result is None:
                 return None
             if result.started:
@@ -215,7 +229,7 @@ class LedgerConsumer(Consumer):
             self._block(result.next_delayed_ms, result.rate_limited_ms)
             return None
 
-    def _flush(self, *, fetch: int, extend: bool = False) -> Any:
+    def _flush(self, *, fetch: int, extend: bool = False, own: bool = False) -> Any:
         lane = self.lane
         finishes = lane.take_pending()
         extend_entries: list[tuple[str, str]] = []
@@ -225,9 +239,13 @@ class LedgerConsumer(Consumer):
             lane.last_extend = time.monotonic()
         try:
             result = self.ledger.cycle(lane.spec, finishes=finishes, extend=extend_entries,
-                                       fetch=fetch)
+                                       fetch=fetch,
+                                       connection=self._own_connection() if own else None)
         except redis.RedisError as error:
             lane.put_back(finishes)
+            if own and self.connection is not None:
+                self.connection.disconnect()
+                self.connection = None
             raise ConnectionClosed(error) from error
         by_id = {f.job_id: f for f in finishes}
         with lane.lock:

@@ -240,8 +240,12 @@ class Ledger:
     # -- consuming ------------------------------------------------------------------------
     def cycle(self, spec: QueueSpec, *, finishes: Sequence[Finish] = (),
               extend: Iterable[tuple[str, str]] = (), fetch: int = 0,
-              external: bool = False) -> CycleResult:
-        """Finish runs, extend locks and (Redis broker) start up to ``fetch`` jobs, atomically."""
+              external: bool = False, connection: Any = None) -> CycleResult:
+        """Finish runs, extend locks and (Redis broker) start up to ``fetch`` jobs, atomically.
+
+        ``connection`` is a consumer's own connection (:meth:`run_on`): the hot path skips
+        the client's pool, retry and response-callback layers.
+        """
         extend = list(extend)
         rate_max, window_ms = (0, 0)
         if spec.rate_limit is not None:
@@ -255,7 +259,11 @@ class Ledger:
             args += [f.job_id, f.token, f.outcome, f.value, f.stack, f.next_token]
         for job_id, token in extend:
             args += [job_id, token]
-        finished_raw, started_raw, next_due, limited = self._scripts["cycle"](args=args)
+        if connection is None:
+            raw = self._scripts["cycle"](args=args)
+        else:
+            raw = self.run_on(connection, "cycle", args)
+        finished_raw, started_raw, next_due, limited = raw
         finished = [Finished(job_id=_text(i) or "", result=_text(r) or "", run_at_ms=int(t))
                     for i, r, t in finished_raw]
         started = [StartedJob(id=_text(s[0]) or "", actor=_text(s[1]) or "",
@@ -266,6 +274,18 @@ class Ledger:
         return CycleResult(finished=finished, started=started,
                            next_delayed_ms=int(float(next_due)) if next_due else None,
                            rate_limited_ms=int(limited))
+
+    def run_on(self, connection: Any, name: str, args: Sequence[Any]) -> Any:
+        """Run a script on a dedicated connection (EVALSHA, loading it when Redis lost it)."""
+        script = self._scripts[name]
+        connection.send_command("EVALSHA", script.sha, 0, *args)
+        try:
+            return connection.read_response()
+        except redis.exceptions.NoScriptError:
+            connection.send_command("SCRIPT", "LOAD", script.script)
+            connection.read_response()
+            connection.send_command("EVALSHA", script.sha, 0, *args)
+            return connection.read_response()
 
     def start(self, spec: QueueSpec, job_id: str, token: str) -> tuple[str, Any]:
         """Claim a job whose message another broker delivered: ("start", (attempts made,

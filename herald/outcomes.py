@@ -62,10 +62,13 @@ def report(queue: str, finished: Finished, finish: Finish | None, actor: str = "
                  extra={"queue": queue, "job_id": finished.job_id, "outcome": "stale"})
         return
     metrics.count_outcome(queue, finished.result)
+    failure = finished.result in ("failed", "retry")
+    if not log.isEnabledFor(logging.WARNING if failure else logging.INFO):
+        return
     extra = {"queue": queue, "job_id": finished.job_id, "outcome": finished.result}
     if actor:
         extra["actor"] = actor
-    if finished.result in ("failed", "retry") and finish is not None:
+    if failure and finish is not None:
         extra["reason"] = finish.value[:200]
         log.warning("job %s", finished.result, extra=extra)
     else:
