@@ -46,6 +46,35 @@ class Settings(BaseSettings):
     feature_push: bool = False
     fx_refresh_interval_ms: int = Field(default=3_600_000, ge=1000)
 
+    #: Active provider per service (seed 000 "Provider Limits"); mock sends nowhere real.
+    email_provider: Literal["smtp", "onesignal", "mock"] = "mock"
+    sms_provider: Literal["taqnyat", "twilio", "onesignal", "mock"] = "mock"
+    push_provider: Literal["onesignal", "mock"] = "mock"
+
+    smtp_host: str = "localhost"
+    smtp_port: int = Field(default=587, ge=1, le=65535)
+    smtp_username: str = ""
+    smtp_password: str = ""
+    smtp_starttls: bool = True
+    smtp_use_tls: bool = False
+    email_from: str = "herald <no-reply@herald.local>"
+
+    twilio_account_sid: str = ""
+    twilio_auth_token: str = ""
+    twilio_from_number: str = ""
+    #: Overrides Twilio's API host (tests point it at a local server speaking its API).
+    twilio_base_url: str = ""
+
+    taqnyat_api_key: str = ""
+    taqnyat_sender: str = ""
+    taqnyat_base_url: str = "https://api.taqnyat.sa"
+
+    onesignal_app_id: str = ""
+    onesignal_api_key: str = ""
+    onesignal_base_url: str = "https://api.onesignal.com"
+
+    mock_callback_secret: str = "herald-mock-secret"
+
     admin_token: str = ""
     api_token: str = ""
     worker_port: int = Field(default=3001, ge=0, le=65535)
