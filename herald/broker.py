@@ -24,8 +24,8 @@ from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.errors import ConnectionClosed, QueueJoinTimeout
 from dramatiq.middleware import CurrentMessage, TimeLimit
 
-from herald.ledger import Finish, Ledger, NewJob, StartedJob, new_token, now_ms
-from herald.outcomes import LedgerMiddleware, report
+from herald.ledger import Finish, Finished, Ledger, NewJob, StartedJob, new_token, now_ms
+from herald.outcomes import LedgerMiddleware, report, run_exhausted_hook
 from herald.registry import QueueSpec, get_spec
 
 log = logging.getLogger("herald.broker")
@@ -256,7 +256,11 @@ class LedgerConsumer(Consumer):
             for started in result.started:
                 lane.inflight[started.id] = started.token
         for finished in result.finished:
-            if finished.result != "released":
+            if finished.result == "exhausted":
+                report(lane.spec.name, Finished(job_id=finished.job_id, result="failed",
+                                                run_at_ms=0), None, finished.actor)
+                run_exhausted_hook(finished.actor, finished.data, finished.reason)
+            elif finished.result != "released":
                 report(lane.spec.name, finished, by_id.get(finished.job_id),
                        actors.get(finished.job_id, ""))
         return result

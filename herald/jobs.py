@@ -68,8 +68,10 @@ class JobActor(Generic[M]):
     """A function that runs one job of a queue, with the pydantic model of its payload."""
 
     def __init__(self, fn: Callable[[M], Any], *, queue: str, payload: type[M],
-                 name: str, options: ActorOptions) -> None:
+                 name: str, options: ActorOptions,
+                 on_exhausted: Callable[[M, str], None] | None = None) -> None:
         self.fn = fn
+        self.on_exhausted = on_exhausted
         self.queue = queue
         self.model = payload
         self.name = name
@@ -120,11 +122,14 @@ class JobActor(Generic[M]):
 def actor(*, queue: str, payload: type[M], name: str | None = None,
           attempts: int | None = None, backoff_base: timedelta | None = None,
           max_started_attempts: int | None = None, remove_on_complete: bool = False,
-          remove_on_fail: bool = False) -> Callable[[Callable[[M], Any]], JobActor[M]]:
+          remove_on_fail: bool = False, on_exhausted: Callable[[M, str], None] | None = None,
+          ) -> Callable[[Callable[[M], Any]], JobActor[M]]:
     """Declare a job function on ``queue`` whose payload is validated by ``payload``.
 
     The queue must be in the registry (:func:`herald.registry.declare`); the keyword
-    overrides replace the queue's values for this actor's jobs only.
+    overrides replace the queue's values for this actor's jobs only. ``on_exhausted(job,
+    reason)`` runs when a job fails for good without running, because it was started more
+    than ``max_started_attempts`` times (stalls, deferrals).
     """
     get_spec(queue)  # fail now on an undeclared queue
 
@@ -133,7 +138,8 @@ def actor(*, queue: str, payload: type[M], name: str | None = None,
                              options=ActorOptions(attempts=attempts, backoff_base=backoff_base,
                                                   max_started_attempts=max_started_attempts,
                                                   remove_on_complete=remove_on_complete,
-                                                  remove_on_fail=remove_on_fail))
+                                                  remove_on_fail=remove_on_fail),
+                             on_exhausted=on_exhausted)
         with _lock:
             _actors[job_actor.name] = job_actor
             if _broker is not None:
@@ -141,6 +147,14 @@ def actor(*, queue: str, payload: type[M], name: str | None = None,
         return job_actor
 
     return decorate
+
+
+def exhausted_hook(actor_name: str, payload: Any, reason: str) -> None:
+    """Run the named actor's ``on_exhausted`` hook, if it has one."""
+    with _lock:
+        job_actor = _actors.get(actor_name)
+    if job_actor is not None and job_actor.on_exhausted is not None:
+        job_actor.on_exhausted(job_actor.model.model_validate(payload), reason)
 
 
 def declared_actors() -> list[JobActor[Any]]:

@@ -148,11 +148,16 @@ class Finish:
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Finished:
-    """What the ledger made of a :class:`Finish`: completed|failed|retry|deferred|stale."""
+    """What the ledger made of a :class:`Finish`: completed|failed|retry|deferred|released|
+    stale — or ``exhausted`` for a job failed at fetch for too many starts (with its actor,
+    payload and reason, for the actor's exhausted hook)."""
 
     job_id: str
     result: str
     run_at_ms: int
+    actor: str = ""
+    data: str = ""
+    reason: str = ""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -264,8 +269,11 @@ class Ledger:
         else:
             raw = self.run_on(connection, "cycle", args)
         finished_raw, started_raw, next_due, limited = raw
-        finished = [Finished(job_id=_text(i) or "", result=_text(r) or "", run_at_ms=int(t))
-                    for i, r, t in finished_raw]
+        finished = [Finished(job_id=_text(f[0]) or "", result=_text(f[1]) or "",
+                             run_at_ms=int(f[2]), actor=_text(f[3]) if len(f) > 3 else "",
+                             data=_text(f[4]) if len(f) > 4 else "",
+                             reason=_text(f[5]) if len(f) > 5 else "")
+                    for f in finished_raw]
         started = [StartedJob(id=_text(s[0]) or "", actor=_text(s[1]) or "",
                               data=_text(s[2]) or "null", token=_text(s[3]) or "",
                               attempts_made=int(s[4]), attempts_started=int(s[5]),

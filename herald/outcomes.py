@@ -75,6 +75,18 @@ def report(queue: str, finished: Finished, finish: Finish | None, actor: str = "
         log.info("job %s", finished.result, extra=extra)
 
 
+def run_exhausted_hook(actor: str, data: str | Any, reason: str) -> None:
+    """Tell the actor that one of its jobs failed for good without running (too many
+    starts), so it can record that durably; a failing hook is logged, never raised."""
+    from herald.jobs import exhausted_hook
+
+    try:
+        payload = json.loads(data) if isinstance(data, str) else data
+        exhausted_hook(actor, payload, reason)
+    except Exception:
+        log.exception("exhausted hook failed", extra={"actor": actor})
+
+
 class LedgerMiddleware(Middleware):
     """Records each run's outcome; on an external broker (RabbitMQ) also fences runs."""
 
@@ -125,6 +137,7 @@ class LedgerMiddleware(Middleware):
             finish = Finish(job_id=job_id, token=message.message_id, outcome=Finish.EXCEEDED,
                             value=str(detail))
             self._settle(broker, message, finish)
+            run_exhausted_hook(message.actor_name, message.args[0], str(detail))
             raise SkipMessage(str(detail))
         message.options["attempts_made"], message.options["attempts_started"] = detail
         with self._running_lock:

@@ -11,7 +11,8 @@
 --   then per extended lock 2 fields: id, token
 -- Returns {finished, started, next_delayed_at, rate_limited_ms}:
 --   finished: per finished job {id, result, run_at} with result
---     completed|failed|retry|deferred|released|stale
+--     completed|failed|retry|deferred|released|stale, and per job that exceeded
+--     max_started_attempts when fetched {id, "exhausted", 0, actor, data, reason}
 --   started: per started job {id, actor, data, token, attempts made, attempts started,
 --     priority, created at}
 local base, now, lock_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -164,9 +165,11 @@ if not external then
         local max_started = tonumber(job[7] or "0")
         if max_started > 0 and starts > max_started then
           redis.call("HSET", jk, "as", starts)
-          fail_for_good(jk, id, "job started " .. starts ..
-            " times, more than max_started_attempts (" .. max_started .. ")", "",
-            select(4, parse_cfg(job[8])), job[9])
+          local reason = "job started " .. starts .. " times, more than max_started_attempts ("
+            .. max_started .. ")"
+          fail_for_good(jk, id, reason, "", select(4, parse_cfg(job[8])), job[9])
+          -- reported so the actor's exhausted hook can record the end durably
+          finished[#finished + 1] = {id, "exhausted", 0, job[1], job[2], reason}
         else
           local token = id .. "#" .. starts
           redis.call("HSET", jk, "as", starts, "state", "active", "pt", now, "tok", token)

@@ -109,7 +109,11 @@ def limited(job: Step) -> dict:
     return _run(job)
 
 
-@actor(queue="t-stall", payload=Step)
+def _exhausted(job: Step, reason: str) -> None:
+    record("exhausted", job.key, reason=reason)
+
+
+@actor(queue="t-stall", payload=Step, on_exhausted=_exhausted)
 def stall(job: Step) -> dict:
     """Same, with a 2 s lock."""
     return _run(job)

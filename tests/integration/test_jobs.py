@@ -167,6 +167,10 @@ def test_a_job_that_keeps_deferring_ends_at_max_started_attempts(herald_on: Hera
     assert job.attempts_made == 0  # deferrals never counted as failures
     assert "more than max_started_attempts (3)" in job.failed_reason
     assert len(events("start")) == 3
+    # and the actor's exhausted hook was told, so it can record the end durably
+    exhausted = wait_for(lambda: events("exhausted"))
+    assert [(e["key"], "max_started_attempts" in e["reason"]) for e in exhausted] == [
+        ("forever", True)]
 
 
 def test_a_redelivered_message_runs_the_job_once(herald_on: HeraldOn) -> None:

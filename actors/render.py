@@ -1,0 +1,391 @@
+"""Rendering a notification for one channel: the event-type catalogue and its templates.
+
+Channel workers render a delivery right before dispatch (seed 000, *Notification
+Queues*): :func:`render` turns an event's ``data`` and the recipient's ``account`` into
+a :class:`Rendered` message for one channel and locale, attachments included (the
+``esim.ready`` email carries the eSIM QR code). The HTTP layer calls
+:func:`validate_event_data` before it persists anything, so an event that could never
+render is answered with 422 instead of failing later in a worker.
+
+Templates live in the repository's ``templates/`` directory::
+
+    templates/notifications/_base_email.html          shared HTML email layout
+    templates/notifications/_macros.html              button, code box, detail row
+    templates/notifications/<type>/<locale>/
+        email_subject.txt  email.html  email.txt      when the type has the email channel
+        sms.txt                                       when it has sms
+        in_app.txt                                    when it has in_app
+
+Templates see two variables: ``data`` (the event's data) and ``account`` (``locale``,
+maybe ``display_name``). Undefined names fail loudly (``StrictUndefined``), so every
+optional value is read through a ``default`` filter; required keys are checked up
+front against the catalogue below.
+
+The catalogue (:data:`EVENT_TYPES`)
+-----------------------------------
+=================== ==================== ============= ============================ ==================================
+type                channels             transactional required data                 optional data
+=================== ==================== ============= ============================ ==================================
+``account.welcome`` email, sms, in_app   yes           —                            get_started_url
+``payment.receipt`` email                yes           amount, currency, order_id   description, paid_at,
+                                                                                    payment_method, receipt_url
+``esim.ready``      email (+ QR), sms    yes           iccid, activation_code       plan_name
+``promo.offer``     email, sms           no            headline, code               body, valid_until, url,
+                                                                                    unsubscribe_url
+=================== ==================== ============= ============================ ==================================
+
+``activation_code`` is the eSIM's LPA string (``LPA:1$smdp.example.com$ABC-123``); the
+email shows it as a QR code and, for manual installation, as its SM-DP+ address and
+matching id. ``amount`` is in major units (``12.5`` or ``"12.50"``), shown with the
+currency's usual number of decimals.
+
+Every locale ships in ``en`` and ``ar`` (right-to-left). Nothing here logs: rendered
+text, data values and account details are personal data (see :mod:`herald.logs`), and
+:class:`RenderError` messages name event types, channels, template files and data keys,
+never values.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import qrcode
+from qrcode.constants import ERROR_CORRECT_M
+
+from herald.errors import Permanent
+
+#: The repository's template directory.
+TEMPLATES_DIR = Path(__file__).resolve().parents[1] / "templates"
+#: Where the notification templates live, relative to :data:`TEMPLATES_DIR`.
+NOTIFICATIONS_DIR = "notifications"
+
+DEFAULT_LOCALE = "en"
+SUPPORTED_LOCALES = ("en", "ar")
+
+#: Longest SMS text :func:`render` returns, in characters (about seven UCS-2 segments).
+SMS_MAX_CHARS = 480
+
+#: The eSIM QR code: module size in pixels, quiet zone in modules, error correction.
+QR_BOX_SIZE = 10
+QR_BORDER = 4
+QR_ERROR_CORRECTION = ERROR_CORRECT_M
+#: The QR attachment's file name and Content-ID (the HTML shows ``cid:esim-qr``).
+QR_FILENAME = "esim-qr.png"
+QR_CONTENT_ID = "esim-qr"
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventType:
+    """One event type of the catalogue: which channels it uses and which data it needs."""
+
+    name: str
+    channels: tuple[str, ...]
+    transactional: bool
+    required_data: tuple[str, ...]
+    #: Keys the templates use when present (documentation; never enforced).
+    optional_data: tuple[str, ...] = ()
+
+
+EVENT_TYPES: dict[str, EventType] = {
+    spec.name: spec
+    for spec in (
+        EventType(
+            name="account.welcome",
+            channels=("email", "sms", "in_app"),
+            transactional=True,
+            required_data=(),
+            optional_data=("get_started_url",),
+        ),
+        EventType(
+            name="payment.receipt",
+            channels=("email",),
+            transactional=True,
+            required_data=("amount", "currency", "order_id"),
+            optional_data=("description", "paid_at", "payment_method", "receipt_url"),
+        ),
+        EventType(
+            name="esim.ready",
+            channels=("email", "sms"),
+            transactional=True,
+            required_data=("iccid", "activation_code"),
+            optional_data=("plan_name",),
+        ),
+        EventType(
+            name="promo.offer",
+            channels=("email", "sms"),
+            transactional=False,
+            required_data=("headline", "code"),
+            optional_data=("body", "valid_until", "url", "unsubscribe_url"),
+        ),
+    )
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RenderedAttachment:
+    """A file sent with an email; ``content_id`` set when the HTML shows it inline."""
+
+    filename: str
+    content_type: str
+    data: bytes
+    content_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rendered:
+    """A message ready for a provider: ``subject`` and ``html`` are set for email only."""
+
+    channel: str
+    locale: str
+    subject: str | None
+    text: str
+    html: str | None
+    attachments: tuple[RenderedAttachment, ...]
+
+
+class UnknownEventType(ValueError):
+    """An event type that the catalogue does not know (the HTTP layer answers 422)."""
+
+    def __str__(self) -> str:
+        return f"unknown event type {self.args[0]!r}"
+
+
+class MissingEventData(ValueError):
+    """Event data lacks required keys; ``missing`` names them in catalogue order."""
+
+    def __init__(self, event_type: str, missing: tuple[str, ...]) -> None:
+        super().__init__(
+            f"{event_type} event data is missing required keys: {', '.join(missing)}"
+        )
+        self.event_type = event_type
+        self.missing = missing
+
+
+class RenderError(Permanent):
+    """A template could not be rendered (missing data, channel the type lacks, SMS too long).
+
+    Permanent for the job: another attempt would render the same data the same way.
+    """
+
+
+def event_type(name: str) -> EventType:
+    """The catalogue entry for ``name``; :class:`UnknownEventType` when there is none."""
+    try:
+        return EVENT_TYPES[name]
+    except (KeyError, TypeError):
+        raise UnknownEventType(name) from None
+
+
+def _is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def validate_event_data(name: str, data: Mapping[str, Any]) -> None:
+    """Check ``data`` has every key the type requires (absent, ``None`` or blank = missing).
+
+    Raises :class:`UnknownEventType` for an unknown type and :class:`MissingEventData`
+    (a ``ValueError`` naming the missing keys) otherwise; both before anything is stored.
+    """
+    spec = event_type(name)
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{name} event data must be an object")
+    missing = tuple(key for key in spec.required_data if _is_missing(data.get(key)))
+    if missing:
+        raise MissingEventData(name, missing)
+
+
+def resolve_locale(locale: str | None) -> str:
+    """The supported locale to render ``locale`` in: itself, its base language, or ``en``.
+
+    ``"ar-SA"`` → ``"ar"``, ``"en_GB"`` → ``"en"``, ``"fr"`` or ``None`` → ``"en"``.
+    """
+    if not locale or not isinstance(locale, str):
+        return DEFAULT_LOCALE
+    tag = locale.strip().replace("_", "-").lower()
+    for candidate in (tag, tag.split("-", 1)[0]):
+        if candidate in SUPPORTED_LOCALES:
+            return candidate
+    return DEFAULT_LOCALE
+
+
+# ---------------------------------------------------------------------------------------
+# The Jinja2 environment
+
+
+#: Digits after the decimal point for currencies that do not use two (ISO 4217).
+_CURRENCY_DECIMALS = {
+    "BHD": 3, "IQD": 3, "JOD": 3, "KWD": 3, "LYD": 3, "OMR": 3, "TND": 3,
+    "CLP": 0, "ISK": 0, "JPY": 0, "KRW": 0, "UGX": 0, "VND": 0, "XAF": 0, "XOF": 0,
+}
+
+
+def format_money(amount: Any, currency: Any) -> str:
+    """``12.5, "sar"`` → ``"12.50 SAR"``; an amount that is not a number is shown as given."""
+    code = str(currency).strip().upper()
+    if isinstance(amount, bool):
+        return f"{amount} {code}"
+    try:
+        value = Decimal(str(amount).strip())
+    except (InvalidOperation, ValueError):
+        return f"{amount} {code}"
+    if not value.is_finite():
+        return f"{amount} {code}"
+    places = _CURRENCY_DECIMALS.get(code, 2)
+    return f"{value:,.{places}f} {code}"
+
+
+@cache
+def environment() -> jinja2.Environment:
+    """The shared, cached Jinja2 environment over :data:`TEMPLATES_DIR`."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
+        autoescape=jinja2.select_autoescape(
+            enabled_extensions=("html",), default_for_string=False, default=False
+        ),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=False,
+    )
+    env.filters["money"] = format_money
+    return env
+
+
+def template_name(event_type: str, locale: str, file: str) -> str:
+    """The loader name of one template file, e.g. ``notifications/esim.ready/ar/sms.txt``."""
+    return f"{NOTIFICATIONS_DIR}/{event_type}/{locale}/{file}"
+
+
+def _template_line(exc: BaseException, name: str) -> int | None:
+    """The line of template ``name`` where ``exc`` was raised, if its traceback shows it."""
+    suffix = name.replace("/", "\\") if "\\" in str(TEMPLATES_DIR) else name
+    line = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename.endswith(suffix):
+            line = frame.lineno
+    return getattr(exc, "lineno", None) or line
+
+
+def _render_file(event_type: str, locale: str, file: str, context: dict[str, Any]) -> str:
+    """Render one template file; any failure becomes a :class:`RenderError` without values.
+
+    Exception messages from inside a template may quote the data (``int('a@b.c')``), so
+    only Jinja's own undefined-name messages (which name keys) are kept, and the original
+    exception is not chained.
+    """
+    name = template_name(event_type, locale, file)
+    try:
+        return environment().get_template(name).render(context)
+    except jinja2.TemplateNotFound as exc:
+        error = RenderError(f"template {exc.name} not found")
+    except jinja2.UndefinedError as exc:
+        error = RenderError(f"{name}, line {_template_line(exc, name)}: {exc.message}")
+    except jinja2.TemplateSyntaxError as exc:
+        error = RenderError(f"{exc.name or name}, line {exc.lineno}: syntax error")
+    except Exception as exc:
+        error = RenderError(
+            f"{name}, line {_template_line(exc, name)}: {type(exc).__name__} while rendering"
+        )
+    raise error
+
+
+_BLANK_LINES = re.compile(r"\n{3,}")
+
+
+def _clean_text(text: str) -> str:
+    """Strip trailing spaces from every line, keep at most one blank line in a row."""
+    lines = "\n".join(line.rstrip() for line in text.strip().splitlines())
+    return _BLANK_LINES.sub("\n\n", lines)
+
+
+# ---------------------------------------------------------------------------------------
+# Attachments
+
+
+def qr_png(text: str) -> bytes:
+    """A PNG of the QR code of ``text`` (same text, same bytes)."""
+    code = qrcode.QRCode(
+        error_correction=QR_ERROR_CORRECTION, box_size=QR_BOX_SIZE, border=QR_BORDER
+    )
+    code.add_data(text)
+    code.make(fit=True)
+    buffer = io.BytesIO()
+    code.make_image().save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _esim_qr(data: Mapping[str, Any]) -> tuple[RenderedAttachment, ...]:
+    return (
+        RenderedAttachment(
+            filename=QR_FILENAME,
+            content_type="image/png",
+            data=qr_png(str(data["activation_code"]).strip()),
+            content_id=QR_CONTENT_ID,
+        ),
+    )
+
+
+#: Attachment builders by (event type, channel).
+_ATTACHMENTS: dict[tuple[str, str], Callable[[Mapping[str, Any]], tuple[RenderedAttachment, ...]]] = {
+    ("esim.ready", "email"): _esim_qr,
+}
+
+
+# ---------------------------------------------------------------------------------------
+# Rendering
+
+
+def render(
+    event_type: str,
+    channel: str,
+    locale: str | None,
+    data: Mapping[str, Any],
+    account: Mapping[str, Any] | None = None,
+) -> Rendered:
+    """Render ``event_type`` for ``channel`` in ``locale`` (else the account's, else ``en``).
+
+    Email gets a one-line subject, HTML and a plain-text alternative (plus attachments);
+    SMS and in-app get stripped text only. Raises :class:`UnknownEventType` for an unknown
+    type and :class:`RenderError` when the type lacks the channel, required data is
+    missing, a template fails, or an SMS is longer than :data:`SMS_MAX_CHARS`.
+    """
+    spec = globals()["event_type"](event_type)
+    if channel not in spec.channels:
+        raise RenderError(f"{event_type} has no {channel!r} channel")
+    try:
+        validate_event_data(event_type, data)
+    except ValueError as exc:
+        raise RenderError(str(exc)) from None
+    account = dict(account or {})
+    resolved = resolve_locale(locale or account.get("locale"))
+    context = {"data": dict(data), "account": account}
+
+    if channel == "email":
+        subject = " ".join(_render_file(event_type, resolved, "email_subject.txt", context).split())
+        if not subject:
+            raise RenderError(f"{template_name(event_type, resolved, 'email_subject.txt')} "
+                              "renders an empty subject")
+        html = _render_file(event_type, resolved, "email.html", context).strip() + "\n"
+        text = _clean_text(_render_file(event_type, resolved, "email.txt", context))
+    else:
+        subject = html = None
+        text = _render_file(event_type, resolved, f"{channel}.txt", context).strip()
+        if channel == "sms" and len(text) > SMS_MAX_CHARS:
+            raise RenderError(f"{event_type} sms ({resolved}) renders {len(text)} characters; "
+                              f"the limit is {SMS_MAX_CHARS}")
+    if not text:
+        raise RenderError(f"{event_type} {channel} ({resolved}) renders empty text")
+
+    build = _ATTACHMENTS.get((event_type, channel))
+    attachments = build(data) if build else ()
+    return Rendered(channel=channel, locale=resolved, subject=subject, text=text, html=html,
+                    attachments=attachments)

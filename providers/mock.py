@@ -1,0 +1,142 @@
+"""The mock provider: sends nowhere, records everything, and fails on request.
+
+It carries every channel and is the default for each service, so the embedded default
+sends nothing real. State lives in Redis under ``<QUEUE_PREFIX>:mock:`` so that a test
+(or the demo) can script behaviour in one process and worker subprocesses obey it:
+
+- ``<prefix>:mock:sends``  a list of JSON records, one per ``send`` call, oldest first
+- ``<prefix>:mock:script`` a hash, address → behaviour
+
+Behaviours (:meth:`MockProvider.script`):
+
+=================  ===========================================================
+``ok``             accept (also what an unscripted address gets)
+``transient:N``    fail transiently on the next N sends to that address, then accept;
+                   the count is decremented atomically in Redis, so N failures
+                   happen in total however many workers send at once
+``terminal``       fail terminally on every send
+``hang:S``         sleep S seconds, then accept (to exercise deadlines and claims)
+=================  ===========================================================
+
+Classification: the mock only returns what it was scripted to return.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+
+from herald.connections import redis_client
+from herald.settings import get_settings
+from providers.base import Channel, OutboundMessage, SendResult
+
+log = logging.getLogger(__name__)
+
+#: Newest send records kept; the embedded default sends through the mock forever, so the
+#: list is trimmed rather than left to grow.
+MOCK_SENDS_KEPT = 10_000
+
+_BEHAVIOUR = re.compile(r"^(ok|terminal|transient:\d+|hang:\d+(\.\d+)?)$")
+
+# Read the address's behaviour and, for ``transient:N`` with N > 0, decrement it in the same
+# step: two workers sending at once must not both spend the last failure.
+_DECIDE_LUA = """
+local behaviour = redis.call('HGET', KEYS[1], ARGV[1])
+if not behaviour then return 'ok' end
+local remaining = string.match(behaviour, '^transient:(%d+)$')
+if remaining then
+  remaining = tonumber(remaining)
+  if remaining > 0 then
+    redis.call('HSET', KEYS[1], ARGV[1], 'transient:' .. (remaining - 1))
+    return 'transient'
+  end
+  return 'ok'
+end
+return behaviour
+"""
+
+
+def _keys() -> tuple[str, str]:
+    prefix = get_settings().queue_prefix
+    return f"{prefix}:mock:sends", f"{prefix}:mock:script"
+
+
+class MockProvider:
+    """Records every send in Redis and behaves as scripted per address."""
+
+    name = "mock"
+    channels = frozenset(Channel)
+
+    def send(self, message: OutboundMessage) -> SendResult:
+        """Decide (atomically) what the script says for ``message.to``, record, answer."""
+        client = redis_client()
+        sends_key, script_key = _keys()
+        decision = _decide(client, script_key, message.to)
+        if decision.startswith("hang:"):
+            # a blocking sleep on purpose: the mock stands in for a provider that stalls
+            time.sleep(float(decision.removeprefix("hang:")))
+            decision = "ok"
+        if decision == "transient":
+            result = SendResult.transient("mock_transient", "scripted transient failure")
+        elif decision == "terminal":
+            result = SendResult.terminal("mock_terminal", "scripted terminal failure")
+        else:
+            result = SendResult.ok(f"mock-{uuid.uuid4().hex}")
+        record = _record(message, result)
+        pipe = client.pipeline(transaction=True)
+        pipe.rpush(sends_key, json.dumps(record))
+        pipe.ltrim(sends_key, -MOCK_SENDS_KEPT, -1)
+        pipe.execute()
+        log.debug("mock send", extra={"delivery_id": message.idempotency_key,
+                                      "outcome": record["outcome"]})
+        return result
+
+    @classmethod
+    def script(cls, address: str, behaviour: str) -> None:
+        """Tell the mock what to do with sends to ``address`` (see the module docstring)."""
+        if not _BEHAVIOUR.match(behaviour):
+            raise ValueError(f"unknown mock behaviour {behaviour!r}: "
+                             "use ok, transient:N, terminal or hang:S")
+        redis_client().hset(_keys()[1], address, behaviour)
+
+    @classmethod
+    def sends(cls, *, accepted_only: bool = False) -> list[dict[str, Any]]:
+        """Every recorded send, oldest first (only the accepted ones if asked)."""
+        raw = redis_client().lrange(_keys()[0], 0, -1)
+        records = [json.loads(item) for item in raw]
+        if accepted_only:
+            records = [record for record in records if record["outcome"] == "ok"]
+        return records
+
+    @classmethod
+    def reset(cls) -> None:
+        """Forget every recorded send and every scripted behaviour."""
+        redis_client().delete(*_keys())
+
+
+def _decide(client: redis.Redis, script_key: str, address: str) -> str:
+    # register_script runs EVALSHA and reloads the script after a server restart
+    decision = client.register_script(_DECIDE_LUA)(keys=[script_key], args=[address])
+    return decision.decode() if isinstance(decision, bytes) else str(decision)
+
+
+def _record(message: OutboundMessage, result: SendResult) -> dict[str, Any]:
+    return {
+        "channel": str(message.channel),
+        "to": message.to,
+        "subject": message.subject,
+        "text": message.text,
+        "html": message.html is not None,
+        "attachments": [attachment.filename for attachment in message.attachments],
+        "idempotency_key": message.idempotency_key,
+        "provider_message_id": result.provider_message_id,
+        "outcome": "ok" if result.accepted else str(result.failure_kind),
+        "at": datetime.now(UTC).isoformat(),
+    }
