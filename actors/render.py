@@ -19,27 +19,29 @@ Templates live in the repository's ``templates/`` directory::
 Templates see two variables: ``data`` (the event's data) and ``account`` (``locale``,
 maybe ``display_name``). Undefined names fail loudly (``StrictUndefined``), so every
 optional value is read through a ``default`` filter; required keys are checked up
-front against the catalogue below.
+front against the catalogue below. Two filters help: ``money`` (``amount|money(currency)``)
+and ``http_url`` (a link only when it is an http(s) URL).
 
 The catalogue (:data:`EVENT_TYPES`)
 -----------------------------------
-=================== ==================== ============= ============================ ==================================
-type                channels             transactional required data                 optional data
-=================== ==================== ============= ============================ ==================================
-``account.welcome`` email, sms, in_app   yes           —                            get_started_url
-``payment.receipt`` email                yes           amount, currency, order_id   description, paid_at,
-                                                                                    payment_method, receipt_url
-``esim.ready``      email (+ QR), sms    yes           iccid, activation_code       plan_name
-``promo.offer``     email, sms           no            headline, code               body, valid_until, url,
-                                                                                    unsubscribe_url
-=================== ==================== ============= ============================ ==================================
+``account.welcome``
+    email, sms, in_app; transactional. Requires nothing. Optional: ``get_started_url``.
+``payment.receipt``
+    email; transactional. Requires ``amount``, ``currency``, ``order_id``. Optional:
+    ``description``, ``paid_at``, ``payment_method``, ``receipt_url``.
+``esim.ready``
+    email (with the QR code attached and shown inline), sms; transactional. Requires
+    ``iccid``, ``activation_code``. Optional: ``plan_name``.
+``promo.offer``
+    email, sms; marketing (``transactional: false``). Requires ``headline``, ``code``.
+    Optional: ``body``, ``valid_until``, ``url``, ``unsubscribe_url``.
 
 ``activation_code`` is the eSIM's LPA string (``LPA:1$smdp.example.com$ABC-123``); the
 email shows it as a QR code and, for manual installation, as its SM-DP+ address and
 matching id. ``amount`` is in major units (``12.5`` or ``"12.50"``), shown with the
 currency's usual number of decimals.
 
-Every locale ships in ``en`` and ``ar`` (right-to-left). Nothing here logs: rendered
+Every type ships in ``en`` and ``ar`` (right-to-left). Nothing here logs: rendered
 text, data values and account details are personal data (see :mod:`herald.logs`), and
 :class:`RenderError` messages name event types, channels, template files and data keys,
 never values.
@@ -179,6 +181,11 @@ class RenderError(Permanent):
 
 def event_type(name: str) -> EventType:
     """The catalogue entry for ``name``; :class:`UnknownEventType` when there is none."""
+    return _lookup(name)
+
+
+def _lookup(name: str) -> EventType:
+    # event_type() under another name: render()'s parameter of that name shadows it.
     try:
         return EVENT_TYPES[name]
     except (KeyError, TypeError):
@@ -195,7 +202,7 @@ def validate_event_data(name: str, data: Mapping[str, Any]) -> None:
     Raises :class:`UnknownEventType` for an unknown type and :class:`MissingEventData`
     (a ``ValueError`` naming the missing keys) otherwise; both before anything is stored.
     """
-    spec = event_type(name)
+    spec = _lookup(name)
     if not isinstance(data, Mapping):
         raise ValueError(f"{name} event data must be an object")
     missing = tuple(key for key in spec.required_data if _is_missing(data.get(key)))
@@ -243,6 +250,12 @@ def format_money(amount: Any, currency: Any) -> str:
     return f"{value:,.{places}f} {code}"
 
 
+def http_url(value: Any) -> str:
+    """``value`` when it is an http(s) URL, else ``""``: templates link nothing else."""
+    url = str(value).strip()
+    return url if url.lower().startswith(("https://", "http://")) else ""
+
+
 @cache
 def environment() -> jinja2.Environment:
     """The shared, cached Jinja2 environment over :data:`TEMPLATES_DIR`."""
@@ -257,6 +270,7 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=False,
     )
     env.filters["money"] = format_money
+    env.filters["http_url"] = http_url
     return env
 
 
@@ -265,36 +279,54 @@ def template_name(event_type: str, locale: str, file: str) -> str:
     return f"{NOTIFICATIONS_DIR}/{event_type}/{locale}/{file}"
 
 
-def _template_line(exc: BaseException, name: str) -> int | None:
-    """The line of template ``name`` where ``exc`` was raised, if its traceback shows it."""
-    suffix = name.replace("/", "\\") if "\\" in str(TEMPLATES_DIR) else name
-    line = None
+def _where(exc: BaseException, name: str) -> str:
+    """``name`` or, when the traceback shows it, the template file and line that failed."""
+    where = name
     for frame in traceback.extract_tb(exc.__traceback__):
-        if frame.filename.endswith(suffix):
-            line = frame.lineno
-    return getattr(exc, "lineno", None) or line
+        path = Path(frame.filename)
+        if path.is_relative_to(TEMPLATES_DIR) and frame.lineno:
+            where = f"{path.relative_to(TEMPLATES_DIR).as_posix()}, line {frame.lineno}"
+    return where
 
 
-def _render_file(event_type: str, locale: str, file: str, context: dict[str, Any]) -> str:
+#: Account keys templates may read (besides the catalogue's data keys).
+ACCOUNT_KEYS = ("locale", "display_name")
+
+_UNDEFINED_NAME = re.compile(r"has no attribute '([^']*)'|^'([^']*)' is undefined")
+
+
+def _undefined(exc: jinja2.UndefinedError, spec: EventType) -> str:
+    """Describe an undefined value by its key only when that key is a schema name.
+
+    Jinja names the key it looked up, and a template that indexes with data
+    (``labels[data.plan]``) would put a *value* there; only catalogue and account keys,
+    which are never personal data, are repeated.
+    """
+    match = _UNDEFINED_NAME.search(exc.message or "")
+    key = next((group for group in match.groups() if group), None) if match else None
+    if key in (*spec.required_data, *spec.optional_data, *ACCOUNT_KEYS):
+        return f"undefined value {key!r} (use a default filter for optional data)"
+    return "undefined value"
+
+
+def _render_file(spec: EventType, locale: str, file: str, context: dict[str, Any]) -> str:
     """Render one template file; any failure becomes a :class:`RenderError` without values.
 
     Exception messages from inside a template may quote the data (``int('a@b.c')``), so
-    only Jinja's own undefined-name messages (which name keys) are kept, and the original
-    exception is not chained.
+    they are replaced by the template file and line, the exception's class and, for an
+    undefined value, its key when it is a schema name; the original is not chained.
     """
-    name = template_name(event_type, locale, file)
+    name = template_name(spec.name, locale, file)
     try:
         return environment().get_template(name).render(context)
     except jinja2.TemplateNotFound as exc:
         error = RenderError(f"template {exc.name} not found")
     except jinja2.UndefinedError as exc:
-        error = RenderError(f"{name}, line {_template_line(exc, name)}: {exc.message}")
+        error = RenderError(f"{_where(exc, name)}: {_undefined(exc, spec)}")
     except jinja2.TemplateSyntaxError as exc:
         error = RenderError(f"{exc.name or name}, line {exc.lineno}: syntax error")
     except Exception as exc:
-        error = RenderError(
-            f"{name}, line {_template_line(exc, name)}: {type(exc).__name__} while rendering"
-        )
+        error = RenderError(f"{_where(exc, name)}: {type(exc).__name__} while rendering")
     raise error
 
 
@@ -334,8 +366,10 @@ def _esim_qr(data: Mapping[str, Any]) -> tuple[RenderedAttachment, ...]:
     )
 
 
+AttachmentBuilder = Callable[[Mapping[str, Any]], tuple[RenderedAttachment, ...]]
+
 #: Attachment builders by (event type, channel).
-_ATTACHMENTS: dict[tuple[str, str], Callable[[Mapping[str, Any]], tuple[RenderedAttachment, ...]]] = {
+_ATTACHMENTS: dict[tuple[str, str], AttachmentBuilder] = {
     ("esim.ready", "email"): _esim_qr,
 }
 
@@ -358,7 +392,7 @@ def render(
     type and :class:`RenderError` when the type lacks the channel, required data is
     missing, a template fails, or an SMS is longer than :data:`SMS_MAX_CHARS`.
     """
-    spec = globals()["event_type"](event_type)
+    spec = _lookup(event_type)
     if channel not in spec.channels:
         raise RenderError(f"{event_type} has no {channel!r} channel")
     try:
@@ -370,15 +404,15 @@ def render(
     context = {"data": dict(data), "account": account}
 
     if channel == "email":
-        subject = " ".join(_render_file(event_type, resolved, "email_subject.txt", context).split())
+        subject = " ".join(_render_file(spec, resolved, "email_subject.txt", context).split())
         if not subject:
             raise RenderError(f"{template_name(event_type, resolved, 'email_subject.txt')} "
                               "renders an empty subject")
-        html = _render_file(event_type, resolved, "email.html", context).strip() + "\n"
-        text = _clean_text(_render_file(event_type, resolved, "email.txt", context))
+        html = _render_file(spec, resolved, "email.html", context).strip() + "\n"
+        text = _clean_text(_render_file(spec, resolved, "email.txt", context))
     else:
         subject = html = None
-        text = _render_file(event_type, resolved, f"{channel}.txt", context).strip()
+        text = _render_file(spec, resolved, f"{channel}.txt", context).strip()
         if channel == "sms" and len(text) > SMS_MAX_CHARS:
             raise RenderError(f"{event_type} sms ({resolved}) renders {len(text)} characters; "
                               f"the limit is {SMS_MAX_CHARS}")

@@ -8,9 +8,10 @@ of jobs per queue × state. It succeeds (exit code 0) only when nothing is left
 non-terminal and the completed and failed counts are exactly those the plan predicts.
 A second run starts from a clean queue and succeeds the same way.
 
-The notification, batch and order phases (``--events``, ``--batch-size``,
-``--orders``) arrive with their lanes; until then those options are accepted and
-reported as not yet part of the demo.
+Then the notification phase (:mod:`herald.demo_notifications`, ``--events N``; 0 skips
+it) drives real notification traffic through the channel workers. The batch and order
+phases (``--batch-size``, ``--orders``) arrive with their lanes; until then those
+options are accepted and reported as not yet part of the demo.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from herald.settings import get_settings
 
 #: Jobs a demo run plans unless told otherwise.
 DEFAULT_JOBS = 3000
+#: Domain events the notification phase fires unless told otherwise (0 skips the phase).
+DEFAULT_EVENTS = 200
 #: How long the worker gets to drain the demo queue, at least.
 DRAIN_DEADLINE = timedelta(seconds=120)
 #: Extra drain time per job planned beyond what the deadline covers (large runs).
@@ -50,7 +53,7 @@ STATES = ("waiting", "delayed", "active", "paused", "completed", "failed")
 #: Loggers held quiet while the progress bar runs: the planned failures and retries
 #: would otherwise log thousands of lines (the summary table reports them instead).
 QUIET_DURING_RUN = {"herald.jobs": logging.ERROR, "herald.worker": logging.WARNING,
-                    "dramatiq": logging.WARNING}
+                    "dramatiq": logging.WARNING, "herald.orchestration": logging.WARNING}
 
 
 def embedded_redis_running() -> bool:
@@ -65,7 +68,7 @@ def embedded_redis_running() -> bool:
 
 
 @contextlib.contextmanager
-def _quiet_logs() -> Iterator[None]:
+def quiet_logs() -> Iterator[None]:
     """Raise the chatty loggers' levels for the duration of the block."""
     saved = {name: logging.getLogger(name).level for name in QUIET_DURING_RUN}
     for name, level in QUIET_DURING_RUN.items():
@@ -86,19 +89,25 @@ def run(jobs: int = DEFAULT_JOBS, *, events: int | None = None, batch_size: int 
         orders: int | None = None, console: Console | None = None) -> int:
     """Run the demo; returns the process exit code (0 only when every job ended as planned).
 
-    ``events``, ``batch_size`` and ``orders`` belong to phases that later lanes add; they
-    are accepted now and reported as ignored.
+    ``batch_size`` and ``orders`` belong to phases that later lanes add; they are accepted
+    now and reported as ignored.
     """
     console = console or Console()
     settings = get_settings()
-    for option, value in (("--events", events), ("--batch-size", batch_size),
-                          ("--orders", orders)):
+    for option, value in (("--batch-size", batch_size), ("--orders", orders)):
         if value is not None:
-            console.print(f"[yellow]{option} {value} ignored:[/] the notification and order "
-                          "phases are not part of the demo yet; it runs the queue layer only")
+            console.print(f"[yellow]{option} {value} ignored:[/] the batch and order "
+                          "phases are not part of the demo yet")
     started_embedded = settings.embedded_redis and not embedded_redis_running()
     try:
-        return _run_jobs(jobs, console)
+        code = _run_jobs(jobs, console)
+        if code == 0 and events != 0:
+            from herald.demo_notifications import run_notifications
+
+            with quiet_logs():
+                code = run_notifications(DEFAULT_EVENTS if events is None else events,
+                                         console)
+        return code
     finally:
         if started_embedded:
             from herald.connections import reset_redis_client
@@ -144,7 +153,7 @@ def _run_jobs(jobs: int, console: Console) -> int:
     deadline = _deadline(jobs)
     run_started = time.perf_counter()
     drained = False
-    with _quiet_logs(), Progress(
+    with quiet_logs(), Progress(
         TextColumn("[progress.description]{task.description}"), BarColumn(),
         MofNCompleteColumn(), TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
         console=console,

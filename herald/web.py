@@ -191,7 +191,9 @@ def metrics() -> Response:
 
 def _routers() -> list[APIRouter]:
     """Every router the app serves. A new area of the API adds its router here."""
-    return [health_router]
+    from herald.api_v1 import router as v1_router  # imports actors: only when serving
+
+    return [health_router, v1_router]
 
 
 def _version() -> str:

@@ -206,14 +206,17 @@ def test_demo_on_the_embedded_default(tmp_path: Path) -> None:
         assert not embedded_answers(tmp_path), "the demo must stop the Redis it started"
 
 
-def test_demo_ignores_later_phases_and_says_so(tmp_path: Path,
-                                               demo_env: dict[str, str]) -> None:
-    result = run_herald("demo", "--jobs", "20", "--events", "5", "--orders", "2",
+def test_demo_sends_notifications_and_says_which_phases_are_not_there_yet(
+        tmp_path: Path, demo_env: dict[str, str]) -> None:
+    result = run_herald("demo", "--jobs", "20", "--events", "40", "--orders", "2",
                         cwd=tmp_path, env=demo_env, timeout_s=DEMO_S)
 
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
-    assert "--events 5 ignored" in result.stdout
     assert "--orders 2 ignored" in result.stdout
+    # the notification phase ran: every delivery final, the mock's record matches
+    deliveries = table_rows(result.stdout)
+    assert deliveries["in_app"][1:3] == ["0", "0"]  # nothing left queued or sending
+    assert "every delivery is final; the provider's record matches" in result.stdout
 
 
 # -- helpers the commands share -------------------------------------------------------

@@ -1,0 +1,188 @@
+"""The channel workers: claim a delivery, gate it, render it, check the claim, dispatch it
+through the active provider, and write the fenced outcome (seed 000 "Notification
+Queues", "Deduplication and Retries", "Provider Limits").
+
+Outcomes move ``queued → sending → sent → delivered``, or to ``failed_terminal`` or
+``suppressed``; every write goes through :func:`models.notifications.record_delivery_outcome`
+fenced by this attempt's claim, so an old attempt never overwrites a newer result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from datetime import timedelta
+from typing import Any, Literal
+
+from dramatiq.middleware import CurrentMessage
+from pydantic import BaseModel, Field
+
+from actors.render import RenderError, render
+from herald.db import session as db_session
+from herald.errors import Defer, Permanent
+from herald.jobs import actor, enqueue
+from herald.registry import NOTIFICATION_RETENTION, SECOND, QueueSpec, declare, get_spec
+from models.notifications import (
+    Account,
+    ClaimVerdict,
+    Delivery,
+    Notification,
+    Outcome,
+    SuppressionReason,
+    claim_delivery,
+    record_delivery_outcome,
+    still_claimed,
+)
+from providers.base import Attachment, Channel, OutboundMessage
+from providers.select import active_provider
+
+log = logging.getLogger("herald.notifications")
+
+#: The push lane (seed 000 keeps push off by default; FEATURE_PUSH turns it on).
+declare(QueueSpec(name="notification-push", concurrency=2, attempts=3, max_started_attempts=3,
+                  backoff_base=5 * SECOND, retention=NOTIFICATION_RETENTION,
+                  shutdown_timeout=5 * SECOND, priority_lanes=(1, 5),
+                  description="orchestration → send one persisted push delivery"))
+
+#: The queue of each channel that has one (in-app has none).
+CHANNEL_QUEUES = {"email": "notification-email", "sms": "notification-sms",
+                  "push": "notification-push"}
+
+
+class DeliveryJob(BaseModel):
+    """A channel job carries ids only; everything else is read after the claim."""
+
+    delivery_id: str = Field(min_length=1, max_length=36)
+    notification_id: str = Field(min_length=1, max_length=36)
+    channel: Literal["email", "sms", "push"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Gate:
+    """Why a delivery must not be sent (None: it may be)."""
+
+    reason: SuppressionReason | None
+    address: str | None = None
+
+
+def gate(account: Account, notification: Notification, channel: str) -> Gate:
+    """The gates, in the seed's order: inactive account, non-transactional opt-out,
+    missing address."""
+    if not account.active:
+        return Gate(reason=SuppressionReason.INACTIVE)
+    if not notification.transactional and account.marketing_opt_out:
+        return Gate(reason=SuppressionReason.OPTED_OUT)
+    address = {"email": account.email, "sms": account.phone,
+               "push": account.push_subscription_id}.get(channel)
+    if not address:
+        return Gate(reason=SuppressionReason.NO_ADDRESS)
+    return Gate(reason=None, address=address)
+
+
+def _last_attempt(queue: str) -> bool:
+    message = CurrentMessage.get_current_message()
+    made = message.options.get("attempts_made", 0) if message else 0
+    return made + 1 >= get_spec(queue).attempts
+
+
+def deliver(job: DeliveryJob) -> dict[str, Any]:
+    """Run one attempt of one delivery; returns what it did (the job's return value)."""
+    queue = CHANNEL_QUEUES[job.channel]
+    with db_session() as session:
+        claim = claim_delivery(session, job.delivery_id)
+        if claim.verdict is ClaimVerdict.MISSING:
+            raise Permanent(f"delivery {job.delivery_id} does not exist")
+        if claim.verdict is ClaimVerdict.FINAL:
+            return {"delivery_id": job.delivery_id, "skipped": "already final"}
+        if claim.verdict is ClaimVerdict.BUSY:
+            # another attempt holds a live claim: come back when it would be stale
+            raise Defer(claim.retry_in or timedelta(seconds=60), reason="claimed elsewhere")
+        token = claim.token
+        delivery = session.get(Delivery, job.delivery_id)
+        notification = session.get(Notification, job.notification_id)
+        account = session.get(Account, notification.account_id) if notification else None
+        if delivery is None or notification is None or account is None:
+            raise Permanent(f"delivery {job.delivery_id} lost its notification or account")
+
+        def write(outcome: Outcome, **fields: Any) -> bool:
+            return record_delivery_outcome(session, job.delivery_id, token=token,
+                                           outcome=outcome, **fields)
+
+        verdict = gate(account, notification, job.channel)
+        provider = active_provider(Channel(job.channel))
+        if verdict.reason is None and provider is None:
+            verdict = Gate(reason=SuppressionReason.PROVIDER_UNSUPPORTED)
+        if verdict.reason is not None:
+            write(Outcome.SUPPRESSED, reason=verdict.reason.value)
+            return {"delivery_id": job.delivery_id, "suppressed": verdict.reason.value}
+        assert provider is not None and verdict.address is not None
+        try:
+            rendered = render(notification.type, job.channel, account.locale,
+                              notification.data, {"locale": account.locale})
+        except RenderError as error:
+            write(Outcome.FAILED_TERMINAL, reason="render_failed", error=str(error))
+            raise
+        if not still_claimed(session, job.delivery_id, token):
+            return {"delivery_id": job.delivery_id, "skipped": "claim taken over"}
+        message = OutboundMessage(
+            channel=Channel(job.channel), to=verdict.address, subject=rendered.subject,
+            text=rendered.text, html=rendered.html, idempotency_key=job.delivery_id,
+            attachments=tuple(Attachment(filename=a.filename, content_type=a.content_type,
+                                         data=a.data, content_id=a.content_id)
+                              for a in rendered.attachments))
+        result = provider.send(message)
+        if result.accepted:
+            write(Outcome.SENT, provider=provider.name, count_attempt=True,
+                  provider_message_id=result.provider_message_id)
+            return {"delivery_id": job.delivery_id, "provider": provider.name,
+                    "provider_message_id": result.provider_message_id}
+        error = f"{result.failure_code}: {result.failure_message}"
+        if result.retryable and not _last_attempt(queue):
+            # keep sending, record the failure and release the claim for the retry
+            write(Outcome.SENDING, provider=provider.name, error=error, count_attempt=True,
+                  release_claim=True)
+            raise RuntimeError(f"transient provider failure ({result.failure_code})")
+        write(Outcome.FAILED_TERMINAL, provider=provider.name, error=error,
+              count_attempt=True, reason="provider_rejected" if not result.retryable
+              else "attempts_exhausted")
+        raise Permanent(f"provider failure ({result.failure_code})")
+
+
+def record_exhausted(job: DeliveryJob, reason: str) -> None:
+    """Exhausted stall recovery: the job will not run again, so the delivery ends
+    ``failed_terminal`` (unless an attempt already reached a final outcome)."""
+    with db_session() as session:
+        record_delivery_outcome(session, job.delivery_id, token=None,
+                                outcome=Outcome.FAILED_TERMINAL, reason="restarts_exhausted",
+                                error=reason)
+
+
+@actor(queue="notification-email", payload=DeliveryJob, on_exhausted=record_exhausted)
+def send_email(job: DeliveryJob) -> dict[str, Any]:
+    """Send one persisted email delivery."""
+    return deliver(job)
+
+
+@actor(queue="notification-sms", payload=DeliveryJob, on_exhausted=record_exhausted)
+def send_sms(job: DeliveryJob) -> dict[str, Any]:
+    """Send one persisted SMS delivery."""
+    return deliver(job)
+
+
+@actor(queue="notification-push", payload=DeliveryJob, on_exhausted=record_exhausted)
+def send_push(job: DeliveryJob) -> dict[str, Any]:
+    """Send one persisted push delivery."""
+    return deliver(job)
+
+
+CHANNEL_ACTORS = {"email": send_email, "sms": send_sms, "push": send_push}
+
+
+def enqueue_delivery(delivery: Delivery, priority: int, *, retry_failed: bool = True) -> str:
+    """Add the channel job of a delivery (job id = delivery id); a retained failed job is
+    retried in place, a live or completed one is left alone. Returns the add status."""
+    job = {"delivery_id": delivery.id, "notification_id": delivery.notification_id,
+           "channel": delivery.channel}
+    result = enqueue(CHANNEL_ACTORS[delivery.channel], job, job_id=delivery.id,
+                     priority=priority, retry_failed=retry_failed)
+    return result.status

@@ -1,0 +1,237 @@
+"""Orchestration: a domain event becomes one notification and its deliveries, persisted
+first, enqueued second (seed 000 "Notification Queues", "Deduplication and Retries").
+
+The HTTP layer only wraps these functions. The (account, type, occurrence) key of a
+notification is durable: the same event again creates nothing and sends nothing, even
+after Redis lost every job. In-app deliveries are persisted as delivered with no queue;
+push produces no delivery row unless ``FEATURE_PUSH`` is on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from typing import Any
+
+from sqlalchemy import update
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, select
+
+from actors.render import EVENT_TYPES, event_type, validate_event_data
+from herald.db import session as db_session
+from herald.registry import NORMAL_PRIORITY, URGENT_PRIORITY
+from herald.settings import get_settings
+from models.base import utcnow
+from models.notifications import Account, Channel, Delivery, Notification, Outcome
+
+log = logging.getLogger("herald.orchestration")
+
+#: E.164: a plus and up to 15 digits, no leading zero.
+E164 = re.compile(r"^\+[1-9]\d{6,14}$")
+EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+URGENCIES = {"normal": NORMAL_PRIORITY, "urgent": URGENT_PRIORITY}
+
+
+class AccountNotFound(LookupError):
+    """The event names an account that does not exist."""
+
+
+class InvalidEvent(ValueError):
+    """The event cannot be accepted as given (unknown type, missing data, bad channel)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EventResult:
+    """A triggered event: its notification and deliveries, and whether it was new."""
+
+    notification: Notification
+    deliveries: list[Delivery]
+    created: bool
+
+
+# -- accounts ---------------------------------------------------------------------------
+def check_account_fields(fields: dict[str, Any]) -> None:
+    """Raise ValueError naming the field when an email, phone or locale is malformed."""
+    if fields.get("email") is not None and not EMAIL.match(fields["email"]):
+        raise ValueError("email: not an email address")
+    if fields.get("phone") is not None and not E164.match(fields["phone"]):
+        raise ValueError("phone: not an E.164 number (like +966501234567)")
+    if "locale" in fields and not re.match(r"^[a-zA-Z]{2,3}([-_][a-zA-Z0-9]{2,8})*$",
+                                           fields["locale"] or ""):
+        raise ValueError("locale: not a locale tag (like en or ar-SA)")
+
+
+def create_account(**fields: Any) -> Account:
+    """Create an account; fields are validated before anything is written."""
+    check_account_fields(fields)
+    with db_session() as session:
+        account = Account(**fields)
+        session.add(account)
+        session.flush()
+        session.refresh(account)
+        return account
+
+
+def update_account(account_id: str, **changes: Any) -> Account:
+    """Change an account's fields; AccountNotFound when it does not exist."""
+    check_account_fields(changes)
+    with db_session() as session:
+        account = session.get(Account, account_id)
+        if account is None:
+            raise AccountNotFound(account_id)
+        for name, value in changes.items():
+            setattr(account, name, value)
+        account.updated_at = utcnow()
+        session.add(account)
+        session.flush()
+        session.refresh(account)
+        return account
+
+
+# -- events -----------------------------------------------------------------------------
+def _channels(type_name: str, requested: list[str] | None) -> list[str]:
+    known = list(event_type(type_name).channels)
+    if requested is None:
+        channels = known
+    else:
+        unknown = [c for c in requested if c not in {ch.value for ch in Channel}]
+        if unknown:
+            raise InvalidEvent(f"channels: unknown channel {unknown[0]!r}")
+        missing = [c for c in requested if c not in known]
+        if missing:
+            raise InvalidEvent(f"channels: {type_name} has no {missing[0]} template")
+        channels = list(dict.fromkeys(requested))
+    if not get_settings().feature_push:
+        channels = [c for c in channels if c != Channel.PUSH]
+    return channels
+
+
+def check_event(type_name: str, data: dict[str, Any], urgency: str,
+                channels: list[str] | None) -> list[str]:
+    """Validate an event before anything is persisted; returns its channels."""
+    if type_name not in EVENT_TYPES:
+        raise InvalidEvent(f"type: unknown event type {type_name!r}")
+    if urgency not in URGENCIES:
+        raise InvalidEvent("urgency: must be normal or urgent")
+    try:
+        validate_event_data(type_name, data)
+    except ValueError as error:
+        raise InvalidEvent(f"data: {error}") from None
+    return _channels(type_name, channels)
+
+
+def trigger_event(*, account_id: str, type: str, occurrence: str,
+                  data: dict[str, Any] | None = None, urgency: str = "normal",
+                  transactional: bool | None = None, channels: list[str] | None = None,
+                  batch_id: str | None = None) -> EventResult:
+    """Persist the notification and its deliveries, then enqueue the channel jobs.
+
+    The same (account, type, occurrence) again returns the existing notification with
+    ``created=False`` and enqueues nothing. An enqueue that fails leaves the delivery
+    queued and unstamped for the handoff sweep.
+    """
+    data = data or {}
+    chosen = check_event(type, data, urgency, channels)
+    if transactional is None:
+        transactional = event_type(type).transactional
+    with db_session() as session:
+        if session.get(Account, account_id) is None:
+            raise AccountNotFound(account_id)
+        existing = _existing(session, account_id, type, occurrence)
+        if existing is not None:
+            return existing
+        notification = Notification(account_id=account_id, type=type, occurrence=occurrence,
+                                    urgency=urgency, transactional=transactional, data=data,
+                                    batch_id=batch_id)
+        deliveries = [Delivery(notification_id=notification.id, channel=channel,
+                               outcome=(Outcome.DELIVERED if channel == Channel.IN_APP
+                                        else Outcome.QUEUED).value)
+                      for channel in chosen]
+        session.add(notification)
+        try:
+            session.flush()  # the notification row first: the deliveries reference it
+            session.add_all(deliveries)
+            session.commit()
+        except IntegrityError:
+            # a concurrent request persisted the same occurrence first: it wins
+            session.rollback()
+            raced = _existing(session, account_id, type, occurrence)
+            assert raced is not None
+            return raced
+        for row in (notification, *deliveries):
+            session.refresh(row)
+    hand_off(deliveries, URGENCIES[urgency])
+    log.info("notification persisted", extra={"notification_id": notification.id,
+                                               "deliveries": len(deliveries)})
+    return EventResult(notification=notification, deliveries=deliveries, created=True)
+
+
+def _existing(session: Session, account_id: str, type_name: str,
+              occurrence: str) -> EventResult | None:
+    found = session.exec(select(Notification).where(
+        Notification.account_id == account_id, Notification.type == type_name,
+        Notification.occurrence == occurrence)).first()
+    if found is None:
+        return None
+    deliveries = list(session.exec(select(Delivery).where(
+        Delivery.notification_id == found.id).order_by(Delivery.channel)).all())
+    return EventResult(notification=found, deliveries=deliveries, created=False)
+
+
+def hand_off(deliveries: list[Delivery], priority: int) -> int:
+    """Enqueue the channel job of each queued delivery (job id = delivery id) and stamp
+    the handoff; returns how many were handed off. Failures are logged by id only."""
+    from actors.notifications import enqueue_delivery
+
+    stamped = []
+    for delivery in deliveries:
+        if delivery.outcome != Outcome.QUEUED.value:
+            continue
+        try:
+            enqueue_delivery(delivery, priority)
+            stamped.append(delivery.id)
+        except Exception as error:  # Redis away: the handoff sweep repairs it
+            log.warning("enqueue failed: %s", type(error).__name__,
+                        extra={"delivery_id": delivery.id})
+    if stamped:
+        with db_session() as session:
+            session.execute(update(Delivery).where(Delivery.id.in_(stamped))
+                            .values(queued_at=utcnow()))
+    return len(stamped)
+
+
+# -- reading ----------------------------------------------------------------------------
+def get_notification(notification_id: str) -> EventResult | None:
+    """A notification with its deliveries, or None."""
+    with db_session() as session:
+        notification = session.get(Notification, notification_id)
+        if notification is None:
+            return None
+        deliveries = list(session.exec(select(Delivery).where(
+            Delivery.notification_id == notification_id).order_by(Delivery.channel)).all())
+        return EventResult(notification=notification, deliveries=deliveries, created=False)
+
+
+def get_delivery(delivery_id: str) -> Delivery | None:
+    """One delivery, or None."""
+    with db_session() as session:
+        return session.get(Delivery, delivery_id)
+
+
+def delivery_view(delivery: Delivery) -> dict[str, Any]:
+    """A delivery as JSON (SPEC section 10)."""
+    return {"id": delivery.id, "notification_id": delivery.notification_id,
+            "channel": delivery.channel, "outcome": delivery.outcome, "reason": delivery.reason,
+            "provider": delivery.provider, "provider_message_id": delivery.provider_message_id,
+            "attempts": delivery.attempts, "created_at": delivery.created_at.isoformat(),
+            "updated_at": delivery.updated_at.isoformat()}
+
+
+def notification_view(result: EventResult) -> dict[str, Any]:
+    """A notification with its deliveries as JSON (SPEC section 10)."""
+    n = result.notification
+    return {"id": n.id, "account_id": n.account_id, "type": n.type, "occurrence": n.occurrence,
+            "urgency": n.urgency, "transactional": n.transactional,
+            "created_at": n.created_at.isoformat(),
+            "deliveries": [delivery_view(d) for d in result.deliveries]}

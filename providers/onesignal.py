@@ -1,0 +1,139 @@
+"""The OneSignal provider for email, SMS and push (httpx, OneSignal's Create Message API).
+
+``POST {ONESIGNAL_BASE_URL}/notifications`` with ``Authorization: Key <ONESIGNAL_API_KEY>``
+and a JSON body of ``app_id``, ``target_channel`` and the channel's fields:
+
+- email: ``email_to``, ``email_subject``, ``email_body`` (the html, else the text
+  escaped into html)
+- sms: ``include_phone_numbers``, ``contents: {"en": text}``
+- push: ``include_aliases: {"external_id": [to]}``, ``contents``, ``headings`` (subject)
+
+Every request carries ``idempotency_key`` = the delivery id: OneSignal answers a repeat
+with the first notification's id instead of sending again, so a retry after a lost
+response is never a duplicate. Success is 200 ``{"id": "…"}``; ``id`` is the provider
+message id.
+
+Classification:
+
+- HTTP 429 and 5xx, connection errors, timeouts → transient (safe: idempotency key)
+- other 4xx (``{"errors": [...]}``: validation, bad key, unknown app) → terminal
+- 200 with an empty ``id`` and ``errors`` (no subscribed recipient) → terminal
+  ``no_recipients``
+- a 2xx without a readable id → transient ``bad_response`` (the retry is deduplicated)
+- an email with attachments → terminal ``attachments_unsupported``: the Create Message
+  API cannot carry files, and dropping an eSIM QR code silently is worse than failing
+- missing app id or API key → terminal ``not_configured``
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+from typing import Any
+
+import httpx
+
+from herald.settings import Settings, get_settings
+from providers.base import Channel, OutboundMessage, SendResult, http_status_result, redact
+
+log = logging.getLogger(__name__)
+
+#: Seconds one HTTP request to OneSignal may take (connect, write, read each).
+REQUEST_TIMEOUT_S = 10.0
+#: The language key of ``contents`` / ``headings`` (OneSignal requires English).
+CONTENT_LANGUAGE = "en"
+
+
+class OneSignalProvider:
+    """Sends email, SMS and push through OneSignal."""
+
+    name = "onesignal"
+    channels = frozenset({Channel.EMAIL, Channel.SMS, Channel.PUSH})
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self._settings = settings or get_settings()
+        # one pooled client per provider; httpx.Client is safe to share between threads
+        self._http = httpx.Client(base_url=self._settings.onesignal_base_url.rstrip("/"),
+                                  timeout=REQUEST_TIMEOUT_S)
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def send(self, message: OutboundMessage) -> SendResult:
+        """Create one OneSignal message; ok carries the notification id."""
+        settings = self._settings
+        if not settings.onesignal_app_id or not settings.onesignal_api_key:
+            return SendResult.terminal("not_configured",
+                                       "ONESIGNAL_APP_ID and ONESIGNAL_API_KEY are required")
+        if message.channel is Channel.EMAIL and message.attachments:
+            return SendResult.terminal("attachments_unsupported",
+                                       "OneSignal email cannot carry attachments")
+        try:
+            response = self._http.post(
+                "/notifications", json=build_payload(message, settings.onesignal_app_id),
+                headers={"Authorization": f"Key {settings.onesignal_api_key}",
+                         "Accept": "application/json"})
+        except httpx.TimeoutException:
+            result = SendResult.transient("timeout", f"no answer within {REQUEST_TIMEOUT_S} s")
+        except httpx.TransportError as error:
+            result = SendResult.transient("connection", type(error).__name__)
+        else:
+            result = _response_result(response, message.to)
+        if not result.accepted:
+            log.info("onesignal send failed", extra={"delivery_id": message.idempotency_key,
+                                                     "failure_code": result.failure_code})
+        return result
+
+
+def build_payload(message: OutboundMessage, app_id: str) -> dict[str, Any]:
+    """The Create Message request body for ``message``."""
+    payload: dict[str, Any] = {"app_id": app_id, "target_channel": str(message.channel)}
+    if message.idempotency_key:
+        payload["idempotency_key"] = message.idempotency_key
+    if message.channel is Channel.EMAIL:
+        payload["email_to"] = [message.to]
+        payload["email_subject"] = message.subject or ""
+        payload["email_body"] = (message.html if message.html is not None
+                                 else html.escape(message.text).replace("\n", "<br>\n"))
+    elif message.channel is Channel.SMS:
+        payload["include_phone_numbers"] = [message.to]
+        payload["contents"] = {CONTENT_LANGUAGE: message.text}
+    else:
+        payload["include_aliases"] = {"external_id": [message.to]}
+        payload["contents"] = {CONTENT_LANGUAGE: message.text}
+        if message.subject:
+            payload["headings"] = {CONTENT_LANGUAGE: message.subject}
+    return payload
+
+
+def _response_result(response: httpx.Response, recipient: str) -> SendResult:
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
+    if not isinstance(body, dict):
+        body = {}
+    errors = body.get("errors")
+    if response.is_success:
+        notification_id = body.get("id")
+        if notification_id:
+            return SendResult.ok(str(notification_id))
+        if errors:
+            return SendResult.terminal("no_recipients",
+                                       redact(_describe(errors), recipient))
+        return SendResult.transient("bad_response", "a success answer without an id")
+    text = _describe(errors) if errors else (response.reason_phrase or "error")
+    return http_status_result(response.status_code, f"http_{response.status_code}",
+                              redact(text, recipient))
+
+
+def _describe(errors: object) -> str:
+    """OneSignal's ``errors``: a list of sentences, or an object such as invalid_aliases."""
+    if isinstance(errors, list):
+        return "; ".join(str(item) for item in errors)
+    if isinstance(errors, dict):
+        # the values are the offending recipients; name the problem, not the people
+        return "; ".join(str(key) for key in errors)
+    return json.dumps(errors)

@@ -1,0 +1,106 @@
+"""The Taqnyat SMS provider (httpx, Taqnyat's REST API).
+
+``POST {TAQNYAT_BASE_URL}/v1/messages`` with ``Authorization: Bearer <TAQNYAT_API_KEY>``
+and ``{"recipients": ["9665…"], "body": "…", "sender": "<TAQNYAT_SENDER>"}`` —
+recipients are international numbers without the ``+``. Success is 201 with
+``{"statusCode": 201, "messageId": …, "accepted": "[9665…,]", "rejected": "[]", …}``;
+``messageId`` is the provider message id.
+
+Classification:
+
+- HTTP 429 and 5xx, connection errors, timeouts → transient
+- other 4xx (401 bad key, 400 invalid recipient or sender) → terminal
+- a 201 that lists the recipient as rejected and none as accepted → terminal
+  ``recipient_rejected``
+- a 2xx whose body cannot be read → accepted without an id: the status says Taqnyat
+  took the message, and a retry would send it twice (Taqnyat has no idempotency key)
+- missing API key or sender → terminal ``not_configured``
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import httpx
+
+from herald.settings import Settings, get_settings
+from providers.base import Channel, OutboundMessage, SendResult, http_status_result, redact
+
+log = logging.getLogger(__name__)
+
+#: Seconds one HTTP request to Taqnyat may take (connect, write, read each).
+REQUEST_TIMEOUT_S = 10.0
+
+
+class TaqnyatProvider:
+    """Sends SMS through Taqnyat's REST API."""
+
+    name = "taqnyat"
+    channels = frozenset({Channel.SMS})
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self._settings = settings or get_settings()
+        # one pooled client per provider; httpx.Client is safe to share between threads
+        self._http = httpx.Client(base_url=self._settings.taqnyat_base_url.rstrip("/"),
+                                  timeout=REQUEST_TIMEOUT_S)
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def send(self, message: OutboundMessage) -> SendResult:
+        """Send one SMS; ok carries Taqnyat's messageId."""
+        if message.channel is not Channel.SMS:
+            return SendResult.terminal("unsupported_channel",
+                                       f"taqnyat cannot send {message.channel}")
+        settings = self._settings
+        if not settings.taqnyat_api_key or not settings.taqnyat_sender:
+            return SendResult.terminal("not_configured",
+                                       "TAQNYAT_API_KEY and TAQNYAT_SENDER are required")
+        payload = {"recipients": [message.to.lstrip("+")], "body": message.text,
+                   "sender": settings.taqnyat_sender}
+        try:
+            response = self._http.post(
+                "/v1/messages", json=payload,
+                headers={"Authorization": f"Bearer {settings.taqnyat_api_key}"})
+        except httpx.TimeoutException:
+            result = SendResult.transient("timeout", f"no answer within {REQUEST_TIMEOUT_S} s")
+        except httpx.TransportError as error:
+            result = SendResult.transient("connection", type(error).__name__)
+        else:
+            result = _response_result(response, message.to)
+        if not result.accepted:
+            log.info("taqnyat send failed", extra={"delivery_id": message.idempotency_key,
+                                                   "failure_code": result.failure_code})
+        return result
+
+
+def _response_result(response: httpx.Response, recipient: str) -> SendResult:
+    body = _json(response)
+    if response.is_success:
+        if _numbers(body.get("accepted")) == [] and _numbers(body.get("rejected")):
+            return SendResult.terminal("recipient_rejected", "Taqnyat rejected the recipient")
+        message_id = body.get("messageId")
+        return SendResult.ok(str(message_id) if message_id is not None else None)
+    text = body.get("message") or response.reason_phrase or "error"
+    return http_status_result(response.status_code, f"http_{response.status_code}",
+                              redact(str(text), recipient))
+
+
+def _json(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _numbers(listing: object) -> list[str] | None:
+    """The numbers in Taqnyat's ``"[9665…,9665…,]"`` strings (None when absent)."""
+    if listing is None:
+        return None
+    if isinstance(listing, list):
+        return [str(item) for item in listing]
+    return re.findall(r"\d+", str(listing))

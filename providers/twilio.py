@@ -1,0 +1,109 @@
+"""The Twilio SMS provider (the official ``twilio`` SDK).
+
+``client.messages.create(to=, from_=, body=)``; the message SID is the provider message
+id. ``TWILIO_BASE_URL`` points the SDK at another host speaking Twilio's API (tests run
+one locally): the SDK builds every URL from ``https://api.twilio.com``, and the
+supported seam is its pluggable HTTP client, so :class:`_RebasingHttpClient` rewrites
+that origin just before the request goes out.
+
+Classification:
+
+- HTTP 429 and 5xx, Twilio codes 20429 (too many requests) and 21611 (the sender's queue
+  is full) → transient
+- any other 4xx: 21211 invalid 'To' number, 21610 unsubscribed recipient, 20003 bad
+  credentials, … → terminal
+- connection errors and timeouts → transient
+- missing account SID, auth token or from number → terminal ``not_configured``
+
+Twilio has no idempotency key for Messages: a timeout after Twilio accepted the message
+means the retry sends a second SMS. Timeouts are short so that window stays small.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import requests
+from twilio.base.exceptions import TwilioRestException, TwilioServiceException
+from twilio.http.http_client import TwilioHttpClient
+from twilio.http.response import Response
+from twilio.rest import Client
+
+from herald.settings import Settings, get_settings
+from providers.base import Channel, OutboundMessage, SendResult, http_status_result, redact
+
+log = logging.getLogger(__name__)
+
+#: Seconds one HTTP request to Twilio may take (connect and read).
+REQUEST_TIMEOUT_S = 10.0
+#: The origin the SDK addresses for the Messages API.
+TWILIO_API_ORIGIN = "https://api.twilio.com"
+#: Twilio error codes that arrive with a 4xx status but pass with time.
+TRANSIENT_TWILIO_CODES = frozenset({20429, 21611})
+
+
+class _RebasingHttpClient(TwilioHttpClient):
+    """The SDK's HTTP client, sending requests for api.twilio.com to ``base_url``."""
+
+    def __init__(self, base_url: str, *, timeout: float) -> None:
+        super().__init__(timeout=timeout)
+        self._base_url = base_url.rstrip("/")
+
+    def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Response:
+        if self._base_url and url.startswith(TWILIO_API_ORIGIN):
+            url = self._base_url + url.removeprefix(TWILIO_API_ORIGIN)
+        return super().request(method, url, *args, **kwargs)
+
+
+class TwilioProvider:
+    """Sends SMS through Twilio's Messages API."""
+
+    name = "twilio"
+    channels = frozenset({Channel.SMS})
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self._settings = settings or get_settings()
+        s = self._settings
+        self._configured = bool(s.twilio_account_sid and s.twilio_auth_token
+                                and s.twilio_from_number)
+        self._client = Client(
+            username=s.twilio_account_sid or None,
+            password=s.twilio_auth_token or None,
+            http_client=_RebasingHttpClient(s.twilio_base_url, timeout=REQUEST_TIMEOUT_S),
+        )
+
+    def send(self, message: OutboundMessage) -> SendResult:
+        """Send one SMS; ok carries Twilio's message SID."""
+        if message.channel is not Channel.SMS:
+            return SendResult.terminal("unsupported_channel",
+                                       f"twilio cannot send {message.channel}")
+        if not self._configured:
+            return SendResult.terminal("not_configured", "TWILIO_ACCOUNT_SID, "
+                                       "TWILIO_AUTH_TOKEN and TWILIO_FROM_NUMBER are required")
+        try:
+            created = self._client.messages.create(
+                to=message.to, from_=self._settings.twilio_from_number, body=message.text)
+        except (TwilioRestException, TwilioServiceException) as error:
+            result = _error_result(error, message.to)
+        except requests.Timeout:
+            result = SendResult.transient("timeout", f"no answer within {REQUEST_TIMEOUT_S} s")
+        except requests.RequestException as error:
+            result = SendResult.transient("connection", type(error).__name__)
+        else:
+            return SendResult.ok(created.sid)
+        log.info("twilio send failed", extra={"delivery_id": message.idempotency_key,
+                                              "failure_code": result.failure_code})
+        return result
+
+
+def _error_result(error: TwilioRestException | TwilioServiceException,
+                  recipient: str) -> SendResult:
+    status = int(error.status)
+    code = int(error.code) if error.code is not None else status
+    text = ((error.detail or error.title) if isinstance(error, TwilioServiceException)
+            else error.msg)
+    message = redact(str(text), recipient)
+    if code in TRANSIENT_TWILIO_CODES:
+        return SendResult.transient(f"twilio_{code}", message)
+    return http_status_result(status, f"twilio_{code}", message)

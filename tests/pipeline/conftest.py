@@ -1,0 +1,54 @@
+"""Fixtures of the notification pipeline tests: PostgreSQL + Redis, the mock provider,
+the registry's rate limits lifted (speed is measured in bench/, not here)."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import text
+
+from herald import connections, db, jobs, registry, settings
+
+NOTIFICATION_QUEUES = ("notification-email", "notification-sms", "notification-push")
+
+
+@pytest.fixture(scope="session")
+def migrated_database(database_url: str) -> str:
+    """The test PostgreSQL database at the newest schema (migrated once per session)."""
+    db.migrate(database_url)
+    return database_url
+
+
+@pytest.fixture
+def pipeline(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
+             redis_url: str) -> Iterator[None]:
+    """herald on PostgreSQL + Redis with the mock providers and empty tables."""
+    for name, value in {"DATABASE_URL": migrated_database, "REDIS_URL": redis_url,
+                        "BROKER": "redis", "QUEUE_PREFIX": f"p{uuid.uuid4().hex[:10]}",
+                        "EMAIL_PROVIDER": "mock", "SMS_PROVIDER": "mock",
+                        "PUSH_PROVIDER": "mock", "LOG_LEVEL": "WARNING"}.items():
+        monkeypatch.setenv(name, value)
+    settings.reset_settings()
+    connections.reset_redis_client()
+    jobs.reset_brokers()
+    db.reset_engine()
+    import actors.notifications  # noqa: F401  (declares the channel actors)
+    from providers.select import reset_providers
+
+    reset_providers()
+    originals = [registry.get_spec(name) for name in NOTIFICATION_QUEUES]
+    for spec in originals:
+        registry.declare(dataclasses.replace(spec, rate_limit=None))
+    with db.get_engine().begin() as connection:
+        connection.execute(text("TRUNCATE deliveries, notifications, accounts CASCADE"))
+    yield
+    for spec in originals:
+        registry.declare(spec)
+    reset_providers()
+    db.reset_engine()
+    jobs.reset_brokers()
+    connections.reset_redis_client()
+    settings.reset_settings()

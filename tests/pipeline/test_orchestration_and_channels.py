@@ -1,0 +1,173 @@
+"""The notification pipeline on PostgreSQL: events in, fenced outcomes out."""
+
+from __future__ import annotations
+
+import threading
+
+from fastapi.testclient import TestClient
+
+from actors.notifications import DeliveryJob, deliver
+from herald.connections import redis_client
+from herald.db import session as db_session
+from herald.jobs import queue
+from herald.web import create_app
+from herald.worker import running_worker
+from models.notifications import Outcome, claim_delivery, record_delivery_outcome
+from providers.mock import MockProvider
+from tests.integration.conftest import wait_for
+
+LANES = ["notification-email", "notification-sms"]
+
+
+def account(client: TestClient, **fields: object) -> str:
+    body = {"email": "amal@example.com", "phone": "+966501234567", "locale": "en", **fields}
+    response = client.post("/v1/accounts", json=body)
+    assert response.status_code == 201, response.text
+    return response.json()["id"]
+
+
+def event(client: TestClient, account_id: str, type_: str = "account.welcome",
+          occurrence: str = "signup", **fields: object) -> dict:
+    response = client.post("/v1/events", json={"type": type_, "account_id": account_id,
+                                               "occurrence": occurrence, **fields})
+    assert response.status_code in (200, 202), response.text
+    return response.json() | {"_status": response.status_code}
+
+
+def outcomes(client: TestClient, notification_id: str) -> dict[str, str]:
+    body = client.get(f"/v1/notifications/{notification_id}").json()
+    return {d["channel"]: d["outcome"] for d in body["deliveries"]}
+
+
+def settled(client: TestClient, notification_id: str) -> bool:
+    return all(o not in ("queued", "sending") for o in outcomes(client, notification_id).values())
+
+
+def test_event_persists_then_enqueues_and_a_repeat_sends_nothing(pipeline: None) -> None:
+    client = TestClient(create_app())
+    # Given an account, when a welcome event arrives
+    first = event(client, account(client), urgency="urgent")
+    # Then one notification with a delivery per channel; in-app is delivered at once
+    assert first["_status"] == 202
+    by_channel = {d["channel"]: d for d in first["deliveries"]}
+    assert {c: d["outcome"] for c, d in by_channel.items()} == {
+        "email": "queued", "sms": "queued", "in_app": "delivered"}
+    # and each channel job has the delivery id as job id, urgent → priority 1
+    email_job = queue("notification-email").get(by_channel["email"]["id"])
+    assert email_job is not None and email_job.priority == 1
+    # When the same occurrence arrives again, even after Redis lost every job
+    redis_client().flushdb()
+    again = event(client, first["account_id"])
+    # Then it is the same notification, and nothing new was enqueued or persisted
+    assert (again["_status"], again["id"]) == (200, first["id"])
+    assert [d["id"] for d in again["deliveries"]] == sorted(
+        (d["id"] for d in first["deliveries"]),
+        key=lambda i: next(d["channel"] for d in first["deliveries"] if d["id"] == i))
+    assert sum(queue("notification-email").counts().values()) == 0
+
+
+def test_workers_send_each_delivery_once_through_the_provider(pipeline: None) -> None:
+    client = TestClient(create_app())
+    created = event(client, account(client), "esim.ready", "order-1",
+                    data={"iccid": "8966000000000000001", "activation_code": "LPA:1$smdp.io$AB-1"})
+    with running_worker(LANES):
+        wait_for(lambda: settled(client, created["id"]), timeout=30)
+    assert outcomes(client, created["id"]) == {"email": "sent", "sms": "sent"}
+    sends = MockProvider.sends()
+    assert sorted(s["channel"] for s in sends) == ["email", "sms"]
+    email = next(s for s in sends if s["channel"] == "email")
+    assert email["attachments"] == ["esim-qr.png"]
+    delivery = client.get(f"/v1/deliveries/{email['idempotency_key']}").json()
+    assert (delivery["provider"], delivery["attempts"]) == ("mock", 1)
+    assert delivery["provider_message_id"] == email["provider_message_id"]
+
+
+def test_gates_suppress_with_a_reason_and_send_nothing(pipeline: None) -> None:
+    client = TestClient(create_app())
+    inactive = event(client, account(client, active=False))
+    opted_out = event(client, account(client, marketing_opt_out=True), "promo.offer", "spring",
+                      data={"headline": "Spring", "code": "SPRING10"})
+    no_phone = event(client, account(client, phone=None), channels=["sms"])
+    with running_worker(LANES):
+        for n in (inactive, opted_out, no_phone):
+            wait_for(lambda n=n: settled(client, n["id"]), timeout=30)
+    def gated(n: dict) -> dict[str, tuple[str, str | None]]:
+        body = client.get(f"/v1/notifications/{n['id']}").json()
+        return {d["channel"]: (d["outcome"], d["reason"]) for d in body["deliveries"]}
+
+    assert gated(inactive) == {"email": ("suppressed", "inactive"),
+                               "sms": ("suppressed", "inactive"),
+                               "in_app": ("delivered", None)}
+    assert gated(opted_out) == {"email": ("suppressed", "opted_out"),
+                                "sms": ("suppressed", "opted_out")}
+    assert gated(no_phone) == {"sms": ("suppressed", "no_address")}
+    assert MockProvider.sends() == []
+
+
+def test_an_attempt_whose_claim_was_taken_over_cannot_write(pipeline: None) -> None:
+    client = TestClient(create_app())
+    created = event(client, account(client), channels=["email"])
+    delivery_id = created["deliveries"][0]["id"]
+    with db_session() as session:
+        old = claim_delivery(session, delivery_id)
+        # the old claim goes stale and a newer attempt takes the delivery over
+        from datetime import timedelta
+
+        newer = claim_delivery(session, delivery_id, now=old.token + timedelta(seconds=61))
+        assert newer.verdict == "claimed"
+        # Then the old attempt's write is refused, the newer one's lands
+        assert not record_delivery_outcome(session, delivery_id, token=old.token,
+                                           outcome=Outcome.FAILED_TERMINAL, error="late")
+        assert record_delivery_outcome(session, delivery_id, token=newer.token,
+                                       outcome=Outcome.SENT, provider="mock")
+        # and nothing moves a final outcome afterwards
+        assert not record_delivery_outcome(session, delivery_id, token=newer.token,
+                                           outcome=Outcome.FAILED_TERMINAL)
+    assert client.get(f"/v1/deliveries/{delivery_id}").json()["outcome"] == "sent"
+
+
+def test_transient_failure_retries_and_records_the_bookkeeping(pipeline: None) -> None:
+    client = TestClient(create_app())
+    MockProvider.script("+966500000001", "transient:1")
+    created = event(client, account(client, phone="+966500000001"), channels=["sms"])
+    with running_worker(["notification-sms"]):
+        wait_for(lambda: settled(client, created["id"]), timeout=30)
+    delivery = client.get(f"/v1/deliveries/{created['deliveries'][0]['id']}").json()
+    assert (delivery["outcome"], delivery["attempts"]) == ("sent", 2)
+    assert [s["outcome"] for s in MockProvider.sends()] == ["transient", "ok"]
+
+
+def test_exhausted_attempts_end_failed_terminal(pipeline: None) -> None:
+    client = TestClient(create_app())
+    MockProvider.script("+966500000002", "transient:99")
+    created = event(client, account(client, phone="+966500000002"), channels=["sms"])
+    with running_worker(["notification-sms"]):
+        wait_for(lambda: settled(client, created["id"]), timeout=60)
+    delivery = client.get(f"/v1/deliveries/{created['deliveries'][0]['id']}").json()
+    # notification-sms: 3 attempts
+    assert (delivery["outcome"], delivery["attempts"]) == ("failed_terminal", 3)
+    assert len(MockProvider.sends()) == 3
+
+
+def test_two_workers_racing_on_one_delivery_send_it_once(pipeline: None) -> None:
+    client = TestClient(create_app())
+    MockProvider.script("amal@example.com", "hang:0.5")
+    created = event(client, account(client), channels=["email"])
+    job = DeliveryJob(delivery_id=created["deliveries"][0]["id"],
+                      notification_id=created["id"], channel="email")
+    results: list[object] = []
+
+    def attempt() -> None:
+        try:
+            results.append(deliver(job))
+        except Exception as error:  # the loser is deferred (a live claim)
+            results.append(type(error).__name__)
+
+    threads = [threading.Thread(target=attempt) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert sorted(str(type(r).__name__ if isinstance(r, dict) else r) for r in results) == [
+        "Defer", "dict"]
+    assert len(MockProvider.sends()) == 1

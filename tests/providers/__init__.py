@@ -1,0 +1,1 @@
+"""Tests of the provider adapters against real servers speaking their protocols."""

@@ -1,0 +1,164 @@
+"""The OneSignal provider against a local server speaking the Create Message API."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import closing
+
+import pytest
+
+from herald.settings import Settings
+from providers import Attachment, Channel, FailureKind, OneSignalProvider, OutboundMessage
+from tests.providers.fakes import FakeOneSignal, free_port
+
+APP_ID = "5eb5a37e-b458-11e3-ac11-000c2940e62c"
+API_KEY = "onesignal-test-key"
+
+
+@pytest.fixture
+def onesignal() -> Iterator[FakeOneSignal]:
+    with FakeOneSignal(app_id=APP_ID, api_key=API_KEY,
+                       unknown_external_ids=frozenset({"acct-without-device"})) as fake:
+        yield fake
+
+
+def make_provider(base_url: str, **overrides: str) -> OneSignalProvider:
+    fields = {"onesignal_app_id": APP_ID, "onesignal_api_key": API_KEY,
+              "onesignal_base_url": base_url}
+    return OneSignalProvider(Settings(**{**fields, **overrides}))
+
+
+@pytest.fixture
+def provider(onesignal: FakeOneSignal) -> Iterator[OneSignalProvider]:
+    with closing(make_provider(onesignal.url)) as provider:
+        yield provider
+
+
+def test_an_email_reaches_onesignal(onesignal: FakeOneSignal,
+                                    provider: OneSignalProvider) -> None:
+    message = OutboundMessage(channel=Channel.EMAIL, to="amina@example.com",
+                              subject="Your receipt", text="Thanks", html="<p>Thanks</p>",
+                              idempotency_key="del-email-1")
+
+    result = provider.send(message)
+
+    assert result.accepted
+    [request] = onesignal.requests
+    assert request.headers["authorization"] == f"Key {API_KEY}"
+    assert request.json() == {
+        "app_id": APP_ID, "target_channel": "email", "idempotency_key": "del-email-1",
+        "email_to": ["amina@example.com"], "email_subject": "Your receipt",
+        "email_body": "<p>Thanks</p>"}
+    [notification] = onesignal.notifications
+    assert result.provider_message_id == notification["id"]
+
+
+def test_a_text_only_email_is_sent_as_escaped_html(onesignal: FakeOneSignal,
+                                                   provider: OneSignalProvider) -> None:
+    message = OutboundMessage(channel=Channel.EMAIL, to="amina@example.com", subject="Hi",
+                              text="a < b\nsee you", idempotency_key="del-email-2")
+
+    assert provider.send(message).accepted
+    [notification] = onesignal.notifications
+    assert notification["email_body"] == "a &lt; b<br>\nsee you"
+
+
+def test_an_sms_reaches_onesignal(onesignal: FakeOneSignal,
+                                  provider: OneSignalProvider) -> None:
+    message = OutboundMessage(channel=Channel.SMS, to="+966500000001", text="Code 1234",
+                              idempotency_key="del-sms-1")
+
+    assert provider.send(message).accepted
+    [notification] = onesignal.notifications
+    assert notification["target_channel"] == "sms"
+    assert notification["include_phone_numbers"] == ["+966500000001"]
+    assert notification["contents"] == {"en": "Code 1234"}
+    assert notification["idempotency_key"] == "del-sms-1"
+
+
+def test_a_push_reaches_the_accounts_devices(onesignal: FakeOneSignal,
+                                             provider: OneSignalProvider) -> None:
+    message = OutboundMessage(channel=Channel.PUSH, to="acct-42", subject="eSIM ready",
+                              text="Tap to install", idempotency_key="del-push-1")
+
+    assert provider.send(message).accepted
+    [notification] = onesignal.notifications
+    assert notification["target_channel"] == "push"
+    assert notification["include_aliases"] == {"external_id": ["acct-42"]}
+    assert notification["contents"] == {"en": "Tap to install"}
+    assert notification["headings"] == {"en": "eSIM ready"}
+
+
+def test_a_retry_after_an_outage_sends_once(onesignal: FakeOneSignal,
+                                            provider: OneSignalProvider) -> None:
+    message = OutboundMessage(channel=Channel.SMS, to="+966500000001", text="Code 1234",
+                              idempotency_key="del-sms-2")
+    onesignal.fail_next(503)
+
+    outage = provider.send(message)
+    first = provider.send(message)
+    repeat = provider.send(message)  # e.g. the worker died before recording `first`
+
+    assert outage.failure_kind is FailureKind.TRANSIENT
+    assert first.accepted and repeat.accepted
+    assert repeat.provider_message_id == first.provider_message_id
+    assert len(onesignal.notifications) == 1
+
+
+def test_a_rate_limit_is_transient(onesignal: FakeOneSignal,
+                                   provider: OneSignalProvider) -> None:
+    onesignal.fail_next(429)
+
+    result = provider.send(OutboundMessage(channel=Channel.PUSH, to="acct-42", text="Hi"))
+
+    assert result.failure_kind is FailureKind.TRANSIENT
+    assert result.failure_code == "http_429"
+
+
+def test_a_rejected_request_is_terminal(onesignal: FakeOneSignal,
+                                        provider: OneSignalProvider) -> None:
+    result = provider.send(OutboundMessage(channel=Channel.SMS, to="+966500000001", text=""))
+
+    assert result.failure_kind is FailureKind.TERMINAL
+    assert result.failure_code == "http_400"
+    assert result.failure_message == "Message Notifications must have English language content"
+    assert onesignal.notifications == []
+
+
+def test_a_wrong_api_key_is_terminal(onesignal: FakeOneSignal) -> None:
+    with closing(make_provider(onesignal.url, onesignal_api_key="wrong")) as provider:
+        result = provider.send(OutboundMessage(channel=Channel.PUSH, to="acct-42", text="Hi"))
+
+    assert result.failure_kind is FailureKind.TERMINAL
+    assert result.failure_code == "http_403"
+
+
+def test_a_push_to_no_subscribed_device_is_terminal_no_recipients(
+        onesignal: FakeOneSignal, provider: OneSignalProvider) -> None:
+    result = provider.send(OutboundMessage(channel=Channel.PUSH, to="acct-without-device",
+                                           text="Hi"))
+
+    assert result.failure_kind is FailureKind.TERMINAL
+    assert result.failure_code == "no_recipients"
+    assert "acct-without-device" not in (result.failure_message or "")
+    assert onesignal.notifications == []
+
+
+def test_an_email_with_attachments_is_refused_before_sending(
+        onesignal: FakeOneSignal, provider: OneSignalProvider) -> None:
+    qr = Attachment(filename="qr.png", content_type="image/png", data=b"png")
+
+    result = provider.send(OutboundMessage(channel=Channel.EMAIL, to="amina@example.com",
+                                           subject="eSIM", text="Scan", attachments=(qr,)))
+
+    assert result.failure_kind is FailureKind.TERMINAL
+    assert result.failure_code == "attachments_unsupported"
+    assert onesignal.requests == []
+
+
+def test_an_unreachable_api_is_transient() -> None:
+    with closing(make_provider(f"http://127.0.0.1:{free_port()}")) as provider:
+        result = provider.send(OutboundMessage(channel=Channel.PUSH, to="acct-42", text="Hi"))
+
+    assert result.failure_kind is FailureKind.TRANSIENT
+    assert result.failure_code == "connection"

@@ -1,0 +1,246 @@
+"""The SMTP provider against a real SMTP server (aiosmtpd) on a local port."""
+
+from __future__ import annotations
+
+import asyncio
+import email
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from email.message import EmailMessage
+from email.policy import default as default_policy
+from typing import Any
+
+import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult, LoginPassword
+
+from herald.settings import Settings
+from providers import Attachment, Channel, FailureKind, OutboundMessage, SmtpProvider
+from tests.providers.fakes import free_port
+
+SENDER = "herald <no-reply@herald.test>"
+
+
+@dataclass
+class Received:
+    """One message the relay accepted."""
+
+    mail_from: str
+    rcpt_tos: list[str]
+    message: EmailMessage
+
+
+@dataclass
+class Relay:
+    """An aiosmtpd handler that keeps what it accepts and answers as told."""
+
+    received: list[Received] = field(default_factory=list)
+    rcpt_reply: str | None = None
+    data_reply: str | None = None
+    data_delay_s: float = 0.0
+
+    async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str,
+                          rcpt_options: list[str]) -> str:
+        if self.rcpt_reply:
+            return self.rcpt_reply
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        if self.data_delay_s:
+            await asyncio.sleep(self.data_delay_s)
+        if self.data_reply:
+            return self.data_reply
+        parsed = email.message_from_bytes(envelope.original_content, policy=default_policy)
+        self.received.append(Received(envelope.mail_from, list(envelope.rcpt_tos), parsed))
+        return "250 Message accepted for delivery"
+
+
+def authenticate(server: Any, session: Any, envelope: Any, mechanism: str,
+                 auth_data: Any) -> AuthResult:
+    ok = isinstance(auth_data, LoginPassword) and auth_data == (b"herald", b"s3cret")
+    return AuthResult(success=ok, handled=False)  # not handled: aiosmtpd answers 535
+
+
+def start_relay(**smtp_options: Any) -> tuple[Relay, Controller]:
+    relay = Relay()
+    controller = Controller(relay, hostname="127.0.0.1", port=free_port(), **smtp_options)
+    controller.start()
+    return relay, controller
+
+
+@pytest.fixture
+def relay() -> Iterator[tuple[Relay, Settings]]:
+    """A plain relay (no TLS, no auth) and settings pointing at it."""
+    relay, controller = start_relay()
+    yield relay, Settings(smtp_host="127.0.0.1", smtp_port=controller.port,
+                          smtp_starttls=False, email_from=SENDER)
+    controller.stop()
+
+
+def welcome(to: str = "amina@example.com", delivery_id: str = "del-1",
+            **fields: Any) -> OutboundMessage:
+    values: dict[str, Any] = {"subject": "Welcome to herald", "text": "Hello Amina",
+                              "html": "<p>Hello <b>Amina</b></p>"}
+    values.update(fields)
+    return OutboundMessage(channel=Channel.EMAIL, to=to, idempotency_key=delivery_id,
+                           **values)
+
+
+def test_the_relay_receives_one_message_with_headers_and_both_alternatives(
+        relay: tuple[Relay, Settings]) -> None:
+    server, settings = relay
+
+    result = SmtpProvider(settings).send(welcome())
+
+    assert result.accepted
+    [received] = server.received
+    assert received.mail_from == "no-reply@herald.test"
+    assert received.rcpt_tos == ["amina@example.com"]
+    message = received.message
+    assert message["From"] == SENDER
+    assert message["To"] == "amina@example.com"
+    assert message["Subject"] == "Welcome to herald"
+    assert message["Message-ID"] == result.provider_message_id
+    assert message.get_content_type() == "multipart/alternative"
+    assert message.get_body(("plain",)).get_content().strip() == "Hello Amina"
+    assert message.get_body(("html",)).get_content().strip() == "<p>Hello <b>Amina</b></p>"
+
+
+def test_attachments_arrive_as_files_and_inline_images(relay: tuple[Relay, Settings]) -> None:
+    server, settings = relay
+    qr = Attachment(filename="esim-qr.png", content_type="image/png",
+                    data=b"\x89PNG fake image", content_id="esim-qr")
+    receipt = Attachment(filename="receipt.pdf", content_type="application/pdf",
+                         data=b"%PDF-1.4 fake")
+
+    result = SmtpProvider(settings).send(welcome(
+        html='<p>Scan <img src="cid:esim-qr"></p>', attachments=(qr, receipt)))
+
+    assert result.accepted
+    [received] = server.received
+    message = received.message
+    assert message.get_content_type() == "multipart/mixed"
+    files = {part.get_filename(): part for part in message.iter_attachments()}
+    assert files["receipt.pdf"].get_content() == b"%PDF-1.4 fake"
+    inline = next(part for part in message.walk() if part["Content-ID"] == "<esim-qr>")
+    assert inline.get_content() == b"\x89PNG fake image"
+    assert inline.get_content_disposition() == "inline"
+    assert inline.get_filename() == "esim-qr.png"
+    # the html and the image it references travel together
+    html = message.get_body(("html",))
+    assert 'cid:esim-qr' in html.get_content()
+    related = next(part for part in message.walk()
+                   if part.get_content_type() == "multipart/related")
+    assert [p.get_content_type() for p in related.iter_parts()] == ["text/html", "image/png"]
+
+
+def test_a_text_only_email_is_plain_text(relay: tuple[Relay, Settings]) -> None:
+    server, settings = relay
+
+    SmtpProvider(settings).send(welcome(html=None))
+
+    [received] = server.received
+    assert received.message.get_content_type() == "text/plain"
+    assert received.message.get_content().strip() == "Hello Amina"
+
+
+def test_each_send_is_exactly_one_message(relay: tuple[Relay, Settings]) -> None:
+    server, settings = relay
+    provider = SmtpProvider(settings)
+
+    first = provider.send(welcome(to="a@example.com", delivery_id="del-a"))
+    second = provider.send(welcome(to="b@example.com", delivery_id="del-b"))
+
+    assert [r.rcpt_tos for r in server.received] == [["a@example.com"], ["b@example.com"]]
+    assert first.provider_message_id != second.provider_message_id
+
+
+def test_a_retried_delivery_repeats_its_message_id(relay: tuple[Relay, Settings]) -> None:
+    # SMTP cannot prevent a duplicate after a lost reply; the same Message-ID lets mail
+    # clients collapse it
+    server, settings = relay
+    provider = SmtpProvider(settings)
+
+    provider.send(welcome(delivery_id="del-7"))
+    provider.send(welcome(delivery_id="del-7"))
+
+    ids = {r.message["Message-ID"] for r in server.received}
+    assert len(ids) == 1
+
+
+def test_a_4xx_reply_is_transient(relay: tuple[Relay, Settings]) -> None:
+    server, settings = relay
+    server.data_reply = "451 4.3.0 Please try again later"
+
+    result = SmtpProvider(settings).send(welcome())
+
+    assert result.failure_kind is FailureKind.TRANSIENT
+    assert result.failure_code == "smtp_451"
+    assert server.received == []
+
+
+def test_a_5xx_reply_is_terminal_and_does_not_repeat_the_address(
+        relay: tuple[Relay, Settings]) -> None:
+    server, settings = relay
+    server.rcpt_reply = "550 5.1.1 <amina@example.com>: Recipient address rejected"
+
+    result = SmtpProvider(settings).send(welcome())
+
+    assert result.failure_kind is FailureKind.TERMINAL
+    assert result.failure_code == "smtp_550"
+    assert "amina@example.com" not in (result.failure_message or "")
+    assert "Recipient address rejected" in (result.failure_message or "")
+
+
+def test_connection_refused_is_transient() -> None:
+    settings = Settings(smtp_host="127.0.0.1", smtp_port=free_port(), smtp_starttls=False)
+
+    result = SmtpProvider(settings).send(welcome())
+
+    assert result.failure_kind is FailureKind.TRANSIENT
+    assert result.failure_code == "connection"
+
+
+def test_a_stalled_relay_hits_the_deadline(relay: tuple[Relay, Settings]) -> None:
+    server, settings = relay
+    server.data_delay_s = 3.0
+
+    started = time.monotonic()
+    result = SmtpProvider(settings, deadline_s=0.3).send(welcome())
+
+    assert result.failure_kind is FailureKind.TRANSIENT
+    assert result.failure_code == "timeout"
+    assert time.monotonic() - started < 2.0
+
+
+# AUTH without TLS is fine on a loopback test relay
+@pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")
+def test_credentials_are_used_and_a_rejected_login_is_terminal() -> None:
+    server, controller = start_relay(authenticator=authenticate, auth_required=True,
+                                     auth_require_tls=False)
+    try:
+        base = {"smtp_host": "127.0.0.1", "smtp_port": controller.port,
+                "smtp_starttls": False, "smtp_username": "herald"}
+        good = SmtpProvider(Settings(**base, smtp_password="s3cret")).send(welcome())
+        bad = SmtpProvider(Settings(**base, smtp_password="wrong")).send(welcome())
+    finally:
+        controller.stop()
+
+    assert good.accepted
+    assert len(server.received) == 1
+    assert bad.failure_kind is FailureKind.TERMINAL
+    assert bad.failure_code == "smtp_535"
+
+
+def test_a_required_starttls_the_relay_lacks_is_terminal(
+        relay: tuple[Relay, Settings]) -> None:
+    server, settings = relay
+    strict = settings.model_copy(update={"smtp_starttls": True})
+
+    result = SmtpProvider(strict).send(welcome())
+
+    assert result.failure_kind is FailureKind.TERMINAL
+    assert result.failure_code == "smtp_config"
+    assert server.received == []
