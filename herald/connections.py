@@ -100,6 +100,11 @@ def stop_embedded_redis(directory: Path = EMBEDDED_DIR) -> None:
                     retry=Retry(ExponentialBackoff(), 0)).shutdown(save=True)
 
 
+def embedded_redis_running(directory: Path = EMBEDDED_DIR) -> bool:
+    """True when the embedded Redis of ``directory`` answers (without starting it)."""
+    return _answers(embedded_socket_path(directory))
+
+
 def _answers(socket_path: Path) -> bool:
     if not socket_path.exists():
         return False

@@ -22,7 +22,6 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 
-import redis
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -33,7 +32,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from herald.connections import describe_redis, embedded_socket_path, stop_embedded_redis
+from herald.connections import describe_redis, embedded_redis_running, stop_embedded_redis
 from herald.settings import get_settings
 
 #: Jobs a demo run plans unless told otherwise.
@@ -54,17 +53,6 @@ STATES = ("waiting", "delayed", "active", "paused", "completed", "failed")
 #: would otherwise log thousands of lines (the summary table reports them instead).
 QUIET_DURING_RUN = {"herald.jobs": logging.ERROR, "herald.worker": logging.WARNING,
                     "dramatiq": logging.WARNING, "herald.orchestration": logging.WARNING}
-
-
-def embedded_redis_running() -> bool:
-    """True when the embedded Redis answers on its socket (without starting it)."""
-    socket_path = embedded_socket_path()
-    if not socket_path.exists():
-        return False
-    try:
-        return bool(redis.Redis(unix_socket_path=str(socket_path), socket_timeout=1).ping())
-    except redis.RedisError:
-        return False
 
 
 @contextlib.contextmanager

@@ -34,32 +34,22 @@ from typing import Any
 
 import httpx
 
-from herald.settings import Settings, get_settings
 from providers.base import Channel, OutboundMessage, SendResult, http_status_result, redact
+from providers.http import REQUEST_TIMEOUT_S, HttpProvider
 
 log = logging.getLogger(__name__)
 
-#: Seconds one HTTP request to OneSignal may take (connect, write, read each).
-REQUEST_TIMEOUT_S = 10.0
 #: The language key of ``contents`` / ``headings`` (OneSignal requires English).
 CONTENT_LANGUAGE = "en"
 
 
-class OneSignalProvider:
+class OneSignalProvider(HttpProvider):
     """Sends email, SMS and push through OneSignal."""
 
     name = "onesignal"
     channels = frozenset({Channel.EMAIL, Channel.SMS, Channel.PUSH})
 
-    def __init__(self, settings: Settings | None = None) -> None:
-        self._settings = settings or get_settings()
-        # one pooled client per provider; httpx.Client is safe to share between threads
-        self._http = httpx.Client(base_url=self._settings.onesignal_base_url.rstrip("/"),
-                                  timeout=REQUEST_TIMEOUT_S)
-
-    def close(self) -> None:
-        """Close the connection pool."""
-        self._http.close()
+    base_url_setting = "onesignal_base_url"
 
     def send(self, message: OutboundMessage) -> SendResult:
         """Create one OneSignal message; ok carries the notification id."""

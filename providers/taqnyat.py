@@ -25,30 +25,20 @@ from typing import Any
 
 import httpx
 
-from herald.settings import Settings, get_settings
 from providers.base import Channel, OutboundMessage, SendResult, http_status_result, redact
+from providers.http import REQUEST_TIMEOUT_S, HttpProvider
 
 log = logging.getLogger(__name__)
 
-#: Seconds one HTTP request to Taqnyat may take (connect, write, read each).
-REQUEST_TIMEOUT_S = 10.0
 
 
-class TaqnyatProvider:
+class TaqnyatProvider(HttpProvider):
     """Sends SMS through Taqnyat's REST API."""
 
     name = "taqnyat"
     channels = frozenset({Channel.SMS})
 
-    def __init__(self, settings: Settings | None = None) -> None:
-        self._settings = settings or get_settings()
-        # one pooled client per provider; httpx.Client is safe to share between threads
-        self._http = httpx.Client(base_url=self._settings.taqnyat_base_url.rstrip("/"),
-                                  timeout=REQUEST_TIMEOUT_S)
-
-    def close(self) -> None:
-        """Close the connection pool."""
-        self._http.close()
+    base_url_setting = "taqnyat_base_url"
 
     def send(self, message: OutboundMessage) -> SendResult:
         """Send one SMS; ok carries Taqnyat's messageId."""

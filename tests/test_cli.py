@@ -17,9 +17,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-import redis
 
 from herald.cli import describe_spec, exec_form, format_keep, format_span, process_environments
+from herald.connections import embedded_redis_running
 from herald.registry import DAY, Keep, QueueSpec, Retention, builtin_specs
 from herald.settings import Settings
 
@@ -65,13 +65,7 @@ def table_rows(output: str) -> dict[str, list[str]]:
 
 def embedded_answers(cwd: Path) -> bool:
     """True when an embedded Redis answers on ``cwd/.herald/redis.sock``."""
-    socket_path = cwd / ".herald" / "redis.sock"
-    if not socket_path.exists():
-        return False
-    try:
-        return bool(redis.Redis(unix_socket_path=str(socket_path), socket_timeout=1).ping())
-    except redis.RedisError:
-        return False
+    return embedded_redis_running(cwd / ".herald")
 
 
 @pytest.fixture

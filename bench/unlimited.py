@@ -1,0 +1,9 @@
+"""``--import bench.unlimited``: the notification lanes with the providers' rate limits
+lifted, so the end-to-end benchmark measures herald rather than the 30/min email cap."""
+
+import dataclasses
+
+from herald import registry
+
+for _name in ("notification-email", "notification-sms"):
+    registry.declare(dataclasses.replace(registry.get_spec(_name), rate_limit=None))
