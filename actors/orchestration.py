@@ -18,7 +18,7 @@ from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from actors.render import EVENT_TYPES, event_type, validate_event_data
+from actors.render import EVENT_TYPES, event_type, template_channel, validate_event_data
 from herald.db import session as db_session
 from herald.registry import NORMAL_PRIORITY, URGENT_PRIORITY
 from herald.settings import get_settings
@@ -91,7 +91,8 @@ def update_account(account_id: str, **changes: Any) -> Account:
 
 # -- events -----------------------------------------------------------------------------
 def _channels(type_name: str, requested: list[str] | None) -> list[str]:
-    known = list(event_type(type_name).channels)
+    spec = event_type(type_name)
+    known = [*spec.channels, *(["push"] if template_channel(spec, "push") else [])]
     if requested is None:
         channels = known
     else:

@@ -378,6 +378,19 @@ _ATTACHMENTS: dict[tuple[str, str], AttachmentBuilder] = {
 # Rendering
 
 
+#: Push has no templates of its own: it shows the in-app text, else the SMS text.
+PUSH_SOURCES = ("in_app", "sms")
+
+
+def template_channel(spec: EventType, channel: str) -> str | None:
+    """Whose templates render ``channel`` for this type (None: the type cannot)."""
+    if channel in spec.channels:
+        return channel
+    if channel == "push":
+        return next((c for c in PUSH_SOURCES if c in spec.channels), None)
+    return None
+
+
 def render(
     event_type: str,
     channel: str,
@@ -393,7 +406,8 @@ def render(
     missing, a template fails, or an SMS is longer than :data:`SMS_MAX_CHARS`.
     """
     spec = _lookup(event_type)
-    if channel not in spec.channels:
+    source = template_channel(spec, channel)
+    if source is None:
         raise RenderError(f"{event_type} has no {channel!r} channel")
     try:
         validate_event_data(event_type, data)
@@ -412,7 +426,7 @@ def render(
         text = _clean_text(_render_file(spec, resolved, "email.txt", context))
     else:
         subject = html = None
-        text = _render_file(spec, resolved, f"{channel}.txt", context).strip()
+        text = _render_file(spec, resolved, f"{source}.txt", context).strip()
         if channel == "sms" and len(text) > SMS_MAX_CHARS:
             raise RenderError(f"{event_type} sms ({resolved}) renders {len(text)} characters; "
                               f"the limit is {SMS_MAX_CHARS}")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from fastapi.testclient import TestClient
 
-from actors.notifications import DeliveryJob, deliver
+from actors.notifications import DeliveryJob, deliver, record_exhausted
+from herald import settings
 from herald.connections import redis_client
 from herald.db import session as db_session
 from herald.jobs import queue
@@ -171,3 +173,34 @@ def test_two_workers_racing_on_one_delivery_send_it_once(pipeline: None) -> None
     assert sorted(str(type(r).__name__ if isinstance(r, dict) else r) for r in results) == [
         "Defer", "dict"]
     assert len(MockProvider.sends()) == 1
+
+
+def test_push_is_off_by_default_and_a_lane_of_its_own_when_on(
+        pipeline: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    client = TestClient(create_app())
+    account_id = account(client, push_subscription_id="device-1")
+    # Given FEATURE_PUSH off: an event that names push makes no push delivery
+    off = event(client, account_id, occurrence="off")
+    assert "push" not in {d["channel"] for d in off["deliveries"]}
+    # When FEATURE_PUSH is on, push is offered (with the in-app text) and sent
+    monkeypatch.setenv("FEATURE_PUSH", "1")
+    settings.reset_settings()
+    on = event(client, account_id, occurrence="on", channels=["push"])
+    assert [d["channel"] for d in on["deliveries"]] == ["push"]
+    with running_worker(["notification-push"]):
+        wait_for(lambda: settled(client, on["id"]), timeout=30)
+    assert outcomes(client, on["id"]) == {"push": "sent"}
+    (send,) = MockProvider.sends()
+    assert (send["channel"], send["to"]) == ("push", "device-1")
+
+
+def test_exhausted_restarts_end_the_delivery_failed_terminal(pipeline: None) -> None:
+    client = TestClient(create_app())
+    created = event(client, account(client), channels=["email"])
+    delivery_id = created["deliveries"][0]["id"]
+    # When the queue layer gives up on the job (started too many times)
+    record_exhausted(DeliveryJob(delivery_id=delivery_id, notification_id=created["id"],
+                                 channel="email"), "job started 6 times")
+    delivery = client.get(f"/v1/deliveries/{delivery_id}").json()
+    assert (delivery["outcome"], delivery["reason"]) == ("failed_terminal",
+                                                         "restarts_exhausted")

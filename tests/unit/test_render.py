@@ -436,7 +436,7 @@ def test_an_unknown_event_type_is_refused_everywhere() -> None:
 
 @pytest.mark.parametrize(("name", "channel"), [
     ("payment.receipt", "sms"), ("esim.ready", "in_app"), ("promo.offer", "in_app"),
-    ("account.welcome", "push"), ("account.welcome", "../email"),
+    ("payment.receipt", "push"), ("account.welcome", "../email"),
 ])
 def test_a_channel_the_type_does_not_have_is_a_render_error(name: str, channel: str) -> None:
     # Given a type and a channel it does not use / When it is rendered / Then RenderError
@@ -445,6 +445,16 @@ def test_a_channel_the_type_does_not_have_is_a_render_error(name: str, channel: 
 
 
 # --- escaping, SMS length, errors and logs ---------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "source"), [("account.welcome", "in_app"),
+                                              ("esim.ready", "sms"), ("promo.offer", "sms")])
+def test_push_shows_the_in_app_text_else_the_sms_text(name: str, source: str) -> None:
+    # Given a type with in-app or SMS templates / When push is rendered
+    push = render(name, "push", "en", FULL_DATA[name])
+    # Then it is that channel's text, with no subject or HTML
+    assert push.text == render(name, source, "en", FULL_DATA[name]).text
+    assert (push.subject, push.html, push.attachments) == (None, None, ())
 
 
 def test_markup_in_data_is_escaped_in_html_but_kept_as_is_in_text() -> None:
