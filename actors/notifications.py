@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from dramatiq.middleware import CurrentMessage
 from pydantic import BaseModel, Field
+from sqlmodel import select
 
 from actors.render import RenderError, render
 from herald.db import session as db_session
@@ -98,11 +99,13 @@ def deliver(job: DeliveryJob) -> dict[str, Any]:
             # another attempt holds a live claim: come back when it would be stale
             raise Defer(claim.retry_in or timedelta(seconds=60), reason="claimed elsewhere")
         token = claim.token
-        delivery = session.get(Delivery, job.delivery_id)
-        notification = session.get(Notification, job.notification_id)
-        account = session.get(Account, notification.account_id) if notification else None
-        if delivery is None or notification is None or account is None:
+        # read after the claim (seed 000): one query for the notification and its account
+        row = session.exec(select(Notification, Account)
+                           .join(Account, Account.id == Notification.account_id)
+                           .where(Notification.id == job.notification_id)).first()
+        if row is None:
             raise Permanent(f"delivery {job.delivery_id} lost its notification or account")
+        notification, account = row
 
         def write(outcome: Outcome, **fields: Any) -> bool:
             return record_delivery_outcome(session, job.delivery_id, token=token,

@@ -139,9 +139,7 @@ def trigger_event(*, account_id: str, type: str, occurrence: str,
     with db_session() as session:
         if session.get(Account, account_id) is None:
             raise AccountNotFound(account_id)
-        existing = _existing(session, account_id, type, occurrence)
-        if existing is not None:
-            return existing
+        # no look-up first: the unique (account, type, occurrence) key decides, below
         notification = Notification(account_id=account_id, type=type, occurrence=occurrence,
                                     urgency=urgency, transactional=transactional, data=data,
                                     batch_id=batch_id)
@@ -155,13 +153,12 @@ def trigger_event(*, account_id: str, type: str, occurrence: str,
             session.add_all(deliveries)
             session.commit()
         except IntegrityError:
-            # a concurrent request persisted the same occurrence first: it wins
+            # this occurrence was persisted before (or by a concurrent request): it stands
             session.rollback()
-            raced = _existing(session, account_id, type, occurrence)
-            assert raced is not None
-            return raced
-        for row in (notification, *deliveries):
-            session.refresh(row)
+            existing = _existing(session, account_id, type, occurrence)
+            if existing is None:
+                raise
+            return existing
     hand_off(deliveries, URGENCIES[urgency])
     log.info("notification persisted", extra={"notification_id": notification.id,
                                                "deliveries": len(deliveries)})

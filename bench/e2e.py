@@ -14,7 +14,6 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -28,10 +27,10 @@ ACCOUNTS = 200
 
 
 def _services() -> tuple[dict[str, str], list]:
-    from tests.support.services import start_postgres, start_redis
+    from tests.support.services import make_tempdir, start_postgres, start_redis
 
     started, env = [], {}
-    workdir = Path(tempfile.mkdtemp(prefix="herald-e2e-"))
+    workdir = make_tempdir()
     if not os.environ.get("DATABASE_URL"):
         started.append(start_postgres(workdir / "pg"))
         env["DATABASE_URL"] = started[-1].url

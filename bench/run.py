@@ -12,7 +12,6 @@ import argparse
 import multiprocessing
 import os
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,9 +23,9 @@ RESULTS = Path(__file__).parent / "results.md"
 def _redis_url() -> tuple[str, Callable[[], None]]:
     if os.environ.get("REDIS_URL"):
         return os.environ["REDIS_URL"], lambda: None
-    from tests.support.services import start_redis
+    from tests.support.services import make_tempdir, start_redis
 
-    service = start_redis(Path(tempfile.mkdtemp(prefix="herald-bench-")))
+    service = start_redis(make_tempdir())
     return service.url, service.stop
 
 

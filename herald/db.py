@@ -78,7 +78,10 @@ def create_database_engine(database_url: str | None = None) -> Engine:
     if _is_postgres_url(url):
         return create_engine(
             url,
-            pool_pre_ping=True,
+            # no pre-ping: it costs a round trip on every checkout (a worker checks out
+            # several times per delivery); a dead connection is invalidated by the
+            # error it raises, and pool_recycle retires idle ones
+            pool_pre_ping=False,
             pool_size=POOL_SIZE,
             max_overflow=POOL_MAX_OVERFLOW,
             pool_timeout=POOL_TIMEOUT_S,
