@@ -34,7 +34,7 @@ from models.notifications import (
     record_delivery_outcome,
     still_claimed,
 )
-from providers.base import Attachment, Channel, OutboundMessage
+from providers.base import Channel, OutboundMessage
 from providers.select import active_provider
 
 log = logging.getLogger("herald.notifications")
@@ -130,9 +130,7 @@ def deliver(job: DeliveryJob) -> dict[str, Any]:
         message = OutboundMessage(
             channel=Channel(job.channel), to=verdict.address, subject=rendered.subject,
             text=rendered.text, html=rendered.html, idempotency_key=job.delivery_id,
-            attachments=tuple(Attachment(filename=a.filename, content_type=a.content_type,
-                                         data=a.data, content_id=a.content_id)
-                              for a in rendered.attachments))
+            attachments=rendered.attachments)
         result = provider.send(message)
         if result.accepted:
             write(Outcome.SENT, provider=provider.name, count_attempt=True,

@@ -64,6 +64,7 @@ import qrcode
 from qrcode.constants import ERROR_CORRECT_M
 
 from herald.errors import Permanent
+from providers.base import Attachment
 
 #: The repository's template directory.
 TEMPLATES_DIR = Path(__file__).resolve().parents[1] / "templates"
@@ -133,16 +134,6 @@ EVENT_TYPES: dict[str, EventType] = {
 
 
 @dataclass(frozen=True, kw_only=True)
-class RenderedAttachment:
-    """A file sent with an email; ``content_id`` set when the HTML shows it inline."""
-
-    filename: str
-    content_type: str
-    data: bytes
-    content_id: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
 class Rendered:
     """A message ready for a provider: ``subject`` and ``html`` are set for email only."""
 
@@ -151,7 +142,7 @@ class Rendered:
     subject: str | None
     text: str
     html: str | None
-    attachments: tuple[RenderedAttachment, ...]
+    attachments: tuple[Attachment, ...]
 
 
 class UnknownEventType(ValueError):
@@ -355,9 +346,9 @@ def qr_png(text: str) -> bytes:
     return buffer.getvalue()
 
 
-def _esim_qr(data: Mapping[str, Any]) -> tuple[RenderedAttachment, ...]:
+def _esim_qr(data: Mapping[str, Any]) -> tuple[Attachment, ...]:
     return (
-        RenderedAttachment(
+        Attachment(
             filename=QR_FILENAME,
             content_type="image/png",
             data=qr_png(str(data["activation_code"]).strip()),
@@ -366,7 +357,7 @@ def _esim_qr(data: Mapping[str, Any]) -> tuple[RenderedAttachment, ...]:
     )
 
 
-AttachmentBuilder = Callable[[Mapping[str, Any]], tuple[RenderedAttachment, ...]]
+AttachmentBuilder = Callable[[Mapping[str, Any]], tuple[Attachment, ...]]
 
 #: Attachment builders by (event type, channel).
 _ATTACHMENTS: dict[tuple[str, str], AttachmentBuilder] = {

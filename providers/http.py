@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from typing import Any
+
 import httpx
 
 from herald.settings import Settings, get_settings
+from providers.base import OutboundMessage, SendResult
+
+log = logging.getLogger(__name__)
 
 #: Seconds one HTTP request to a provider may take (connect, write, read each).
 REQUEST_TIMEOUT_S = 10.0
@@ -26,3 +33,23 @@ class HttpProvider:
     def close(self) -> None:
         """Close the connection pool."""
         self._http.close()
+
+    def post_json(self, message: OutboundMessage, path: str, payload: dict[str, Any],
+                  headers: dict[str, str],
+                  classify: Callable[[httpx.Response, str], SendResult]) -> SendResult:
+        """POST ``payload``; a timeout or transport error is transient, an answer is
+        classified by ``classify(response, recipient)``. A failure is logged by delivery id."""
+        try:
+            response = self._http.post(path, json=payload, headers=headers)
+        except httpx.TimeoutException:
+            result = SendResult.transient("timeout", f"no answer within {REQUEST_TIMEOUT_S} s")
+        except httpx.TransportError as error:
+            result = SendResult.transient("connection", type(error).__name__)
+        else:
+            result = classify(response, message.to)
+        if not result.accepted:
+            log.info("%s send failed", type(self).__name__,
+                     extra={"delivery_id": message.idempotency_key,
+                            "failure_code": result.failure_code})
+        return result
+

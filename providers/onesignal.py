@@ -29,15 +29,12 @@ from __future__ import annotations
 
 import html
 import json
-import logging
 from typing import Any
 
 import httpx
 
 from providers.base import Channel, OutboundMessage, SendResult, http_status_result, redact
-from providers.http import REQUEST_TIMEOUT_S, HttpProvider
-
-log = logging.getLogger(__name__)
+from providers.http import HttpProvider
 
 #: The language key of ``contents`` / ``headings`` (OneSignal requires English).
 CONTENT_LANGUAGE = "en"
@@ -60,21 +57,10 @@ class OneSignalProvider(HttpProvider):
         if message.channel is Channel.EMAIL and message.attachments:
             return SendResult.terminal("attachments_unsupported",
                                        "OneSignal email cannot carry attachments")
-        try:
-            response = self._http.post(
-                "/notifications", json=build_payload(message, settings.onesignal_app_id),
-                headers={"Authorization": f"Key {settings.onesignal_api_key}",
-                         "Accept": "application/json"})
-        except httpx.TimeoutException:
-            result = SendResult.transient("timeout", f"no answer within {REQUEST_TIMEOUT_S} s")
-        except httpx.TransportError as error:
-            result = SendResult.transient("connection", type(error).__name__)
-        else:
-            result = _response_result(response, message.to)
-        if not result.accepted:
-            log.info("onesignal send failed", extra={"delivery_id": message.idempotency_key,
-                                                     "failure_code": result.failure_code})
-        return result
+        return self.post_json(message, "/notifications",
+                              build_payload(message, settings.onesignal_app_id),
+                              {"Authorization": f"Key {settings.onesignal_api_key}",
+                               "Accept": "application/json"}, _response_result)
 
 
 def build_payload(message: OutboundMessage, app_id: str) -> dict[str, Any]:

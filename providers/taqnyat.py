@@ -19,17 +19,13 @@ Classification:
 
 from __future__ import annotations
 
-import logging
 import re
 from typing import Any
 
 import httpx
 
 from providers.base import Channel, OutboundMessage, SendResult, http_status_result, redact
-from providers.http import REQUEST_TIMEOUT_S, HttpProvider
-
-log = logging.getLogger(__name__)
-
+from providers.http import HttpProvider
 
 
 class TaqnyatProvider(HttpProvider):
@@ -51,20 +47,9 @@ class TaqnyatProvider(HttpProvider):
                                        "TAQNYAT_API_KEY and TAQNYAT_SENDER are required")
         payload = {"recipients": [message.to.lstrip("+")], "body": message.text,
                    "sender": settings.taqnyat_sender}
-        try:
-            response = self._http.post(
-                "/v1/messages", json=payload,
-                headers={"Authorization": f"Bearer {settings.taqnyat_api_key}"})
-        except httpx.TimeoutException:
-            result = SendResult.transient("timeout", f"no answer within {REQUEST_TIMEOUT_S} s")
-        except httpx.TransportError as error:
-            result = SendResult.transient("connection", type(error).__name__)
-        else:
-            result = _response_result(response, message.to)
-        if not result.accepted:
-            log.info("taqnyat send failed", extra={"delivery_id": message.idempotency_key,
-                                                   "failure_code": result.failure_code})
-        return result
+        return self.post_json(message, "/v1/messages", payload,
+                              {"Authorization": f"Bearer {settings.taqnyat_api_key}"},
+                              _response_result)
 
 
 def _response_result(response: httpx.Response, recipient: str) -> SendResult:
