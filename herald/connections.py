@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import os
 import subprocess
 import threading
 import time
@@ -167,5 +166,3 @@ def describe_redis(settings: Settings | None = None) -> str:
         return f"{url.get('host', 'unix')}:{url.get('port', '')}"
     return f"embedded {embedded_socket_path()}"
 
-
-os.environ.setdefault("dramatiq_restart_delay", "1000")

@@ -11,6 +11,7 @@ removal is logged as a warning so a leftover scheduler stays visible (seed 000).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -130,11 +131,16 @@ def sync_schedules(settings: Settings | None = None,
     return enabled
 
 
+@functools.cache
+def _tick_source() -> str:
+    return (LUA_DIR / "tick.lua").read_text()
+
+
 def fire_due(names: list[str]) -> int:
     """Fire every tick that fell due among ``names``; returns how many this clock fired."""
     client = redis_client()
     key = _next_key()
-    claim = client.register_script((LUA_DIR / "tick.lua").read_text())
+    claim = client.register_script(_tick_source())
     fired = 0
     now = now_ms()
     for name, score in client.zrangebyscore(key, "-inf", now, withscores=True):
