@@ -170,11 +170,13 @@ def _existing(session: Session, account_id: str, type_name: str,
     found = session.exec(select(Notification).where(
         Notification.account_id == account_id, Notification.type == type_name,
         Notification.occurrence == occurrence)).first()
-    if found is None:
-        return None
+    return None if found is None else _with_deliveries(session, found)
+
+
+def _with_deliveries(session: Session, notification: Notification) -> EventResult:
     deliveries = list(session.exec(select(Delivery).where(
-        Delivery.notification_id == found.id).order_by(Delivery.channel)).all())
-    return EventResult(notification=found, deliveries=deliveries, created=False)
+        Delivery.notification_id == notification.id).order_by(Delivery.channel)).all())
+    return EventResult(notification=notification, deliveries=deliveries, created=False)
 
 
 def hand_off(deliveries: list[Delivery], priority: int) -> int:
@@ -204,11 +206,7 @@ def get_notification(notification_id: str) -> EventResult | None:
     """A notification with its deliveries, or None."""
     with db_session() as session:
         notification = session.get(Notification, notification_id)
-        if notification is None:
-            return None
-        deliveries = list(session.exec(select(Delivery).where(
-            Delivery.notification_id == notification_id).order_by(Delivery.channel)).all())
-        return EventResult(notification=notification, deliveries=deliveries, created=False)
+        return None if notification is None else _with_deliveries(session, notification)
 
 
 def get_delivery(delivery_id: str) -> Delivery | None:

@@ -100,16 +100,16 @@ class LedgerBroker(dramatiq.Broker):
     def enqueue(self, message: dramatiq.Message, *, delay: int | None = None,
                 ) -> dramatiq.Message:
         """Plain ``actor.send`` support: the message becomes a ledger job."""
-        from herald.jobs import job_options
+        from herald.jobs import declared_actor, job_options
 
         self.emit_before("enqueue", message, delay)
-        actor = self.get_actor(message.actor_name)
         payload = message.args[0] if message.args else dict(message.kwargs)
         job = NewJob(id=message.options.get("job_id") or message.message_id,
                      actor=message.actor_name, data=json.dumps(payload),
                      priority=message.options.get("priority", 5),
                      run_at_ms=now_ms() + delay if delay else 0,
-                     **job_options(actor, get_spec(message.queue_name)))
+                     **job_options(declared_actor(message.actor_name).options,
+                                     get_spec(message.queue_name)))
         self.ledger.add(message.queue_name, [job])
         self.emit_after("enqueue", message, delay)
         return message

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -45,6 +46,8 @@ from herald.registry import NORMAL_PRIORITY, PRIORITY_RANGE, QueueSpec, get_spec
 from herald.settings import get_settings
 
 M = TypeVar("M", bound=BaseModel)
+
+log = logging.getLogger("herald.jobs")
 
 _lock = threading.RLock()
 _actors: dict[str, JobActor[Any]] = {}
@@ -163,20 +166,21 @@ def declared_actors() -> list[JobActor[Any]]:
         return list(_actors.values())
 
 
-def job_options(actor_: Any, spec: QueueSpec) -> dict[str, Any]:
-    """The retry and retention values a new job of this actor carries."""
-    options = getattr(actor_, "options", None)
-    herald_options = options if isinstance(options, ActorOptions) else ActorOptions()
-    if isinstance(actor_, dramatiq.Actor):
-        herald_options = _actors[actor_.actor_name].options
-    base = herald_options.backoff_base or spec.backoff_base
-    return {"attempts": herald_options.attempts or spec.attempts, "backoff": spec.backoff,
+def job_options(options: ActorOptions, spec: QueueSpec) -> dict[str, Any]:
+    """The retry and retention values a new job carries: the actor's overrides, else the
+    queue's."""
+    base = options.backoff_base or spec.backoff_base
+    return {"attempts": options.attempts or spec.attempts, "backoff": spec.backoff,
             "backoff_base_ms": int(base.total_seconds() * 1000),
-            "max_started_attempts": (herald_options.max_started_attempts
-                                     or spec.max_started_attempts),
-            "remove_on_complete": (herald_options.remove_on_complete
-                                   or spec.retention.completed.remove),
-            "remove_on_fail": herald_options.remove_on_fail or spec.retention.failed.remove}
+            "max_started_attempts": options.max_started_attempts or spec.max_started_attempts,
+            "remove_on_complete": options.remove_on_complete or spec.retention.completed.remove,
+            "remove_on_fail": options.remove_on_fail or spec.retention.failed.remove}
+
+
+def declared_actor(name: str) -> JobActor[Any]:
+    """The actor declared under ``name`` (KeyError when none is)."""
+    with _lock:
+        return _actors[name]
 
 
 # -- brokers -----------------------------------------------------------------------------
@@ -263,7 +267,7 @@ def _new_job(target: JobActor[Any], payload: dict[str, Any] | BaseModel, *,
     return NewJob(id=job_id or os.urandom(16).hex(), actor=target.name, data=data,
                   priority=priority, run_at_ms=_run_at(delay, at), dedup_id=dedup_id,
                   retry_failed=retry_failed, token=token,
-                  **(options or job_options(target, get_spec(target.queue))))
+                  **(options or job_options(target.options, get_spec(target.queue))))
 
 
 def _check_target(target: object) -> None:
@@ -286,9 +290,7 @@ def _submit(target: JobActor[Any], jobs: Sequence[NewJob]) -> list[AddResult]:
                                delay_ms=max(job.run_at_ms - now, 0))
     for job, result in zip(jobs, results, strict=True):
         if result.status is AddStatus.DEDUPLICATED:
-            import logging
-
-            logging.getLogger("herald.jobs").warning(
+            log.warning(
                 "add deduplicated", extra={"queue": target.queue, "job_id": result.job_id,
                                            "dedup_id": job.dedup_id})
     return results
@@ -326,7 +328,7 @@ def enqueue_many(target: JobActor[Any],
     """
     _check_target(target)
     external = _external()
-    shared = job_options(target, get_spec(target.queue))
+    shared = job_options(target.options, get_spec(target.queue))
     jobs = []
     for item in items:
         payload, options = item if isinstance(item, tuple) else (item, {})

@@ -30,10 +30,6 @@ def observe_duration(queue: str, seconds: float) -> None:
     JOB_DURATION.labels(queue=queue).observe(seconds)
 
 
-def count_outcome(queue: str, outcome: str) -> None:
-    """Per-process hook for outcomes (the global counts come from the ledger)."""
-
-
 class LedgerCollector(Collector):
     """Reads the ledger's counters and counts of every registry queue at scrape time."""
 

@@ -61,7 +61,6 @@ def report(queue: str, finished: Finished, finish: Finish | None, actor: str = "
         log.info("run ignored: job no longer holds this token",
                  extra={"queue": queue, "job_id": finished.job_id, "outcome": "stale"})
         return
-    metrics.count_outcome(queue, finished.result)
     failure = finished.result in ("failed", "retry")
     if not log.isEnabledFor(logging.WARNING if failure else logging.INFO):
         return

@@ -161,7 +161,7 @@ def fire_due(names: list[str]) -> int:
 
 def next_due_in(names: list[str]) -> float:
     """Seconds until the earliest of ``names`` falls due (capped at the idle wait)."""
-    scores = get_ledger().client.zrange(_next_key(), 0, -1, withscores=True)
+    scores = redis_client().zrange(_next_key(), 0, -1, withscores=True)
     dues = [int(s) for n, s in scores if n.decode() in names]
     if not dues:
         return CLOCK_IDLE_S

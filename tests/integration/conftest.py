@@ -10,17 +10,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from herald import connections, jobs, registry, settings
+from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
+__all__ = ["REPO", "HeraldOn", "reset_herald", "wait_for"]
 
 
 @dataclass
@@ -42,18 +43,6 @@ def reset_herald() -> None:
     settings.reset_settings()
     connections.reset_redis_client()
     jobs.reset_brokers()
-
-
-def wait_for(condition: Callable[[], object], timeout: float = 20.0, every: float = 0.02,
-             what: str = "condition") -> object:
-    """Poll ``condition`` until it is truthy; fail the test at the deadline."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 @pytest.fixture(params=["redis", "redis6", "rabbitmq"])

@@ -11,12 +11,10 @@ from __future__ import annotations
 import base64
 import json
 import re
-import socket
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -291,25 +289,6 @@ def _onesignal_problem(body: dict[str, Any]) -> str | None:
     else:
         return "target_channel must be one of email, sms, push"
     return None
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_for(condition: Callable[[], object], timeout: float = 5.0,
-             what: str = "condition") -> object:
-    """Poll ``condition`` until truthy; fail the test at the deadline."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.01)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def use_herald_env(monkeypatch: pytest.MonkeyPatch, **env: str) -> settings.Settings:

@@ -9,7 +9,8 @@ import pytest
 
 from herald.settings import Settings
 from providers import Attachment, Channel, FailureKind, OneSignalProvider, OutboundMessage
-from tests.providers.fakes import FakeOneSignal, free_port
+from tests.providers.fakes import FakeOneSignal
+from tests.support.services import find_free_port
 
 APP_ID = "5eb5a37e-b458-11e3-ac11-000c2940e62c"
 API_KEY = "onesignal-test-key"
@@ -157,7 +158,7 @@ def test_an_email_with_attachments_is_refused_before_sending(
 
 
 def test_an_unreachable_api_is_transient() -> None:
-    with closing(make_provider(f"http://127.0.0.1:{free_port()}")) as provider:
+    with closing(make_provider(f"http://127.0.0.1:{find_free_port()}")) as provider:
         result = provider.send(OutboundMessage(channel=Channel.PUSH, to="acct-42", text="Hi"))
 
     assert result.failure_kind is FailureKind.TRANSIENT

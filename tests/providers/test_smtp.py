@@ -17,7 +17,7 @@ from aiosmtpd.smtp import AuthResult, LoginPassword
 
 from herald.settings import Settings
 from providers import Attachment, Channel, FailureKind, OutboundMessage, SmtpProvider
-from tests.providers.fakes import free_port
+from tests.support.services import find_free_port
 
 SENDER = "herald <no-reply@herald.test>"
 
@@ -65,7 +65,7 @@ def authenticate(server: Any, session: Any, envelope: Any, mechanism: str,
 
 def start_relay(**smtp_options: Any) -> tuple[Relay, Controller]:
     relay = Relay()
-    controller = Controller(relay, hostname="127.0.0.1", port=free_port(), **smtp_options)
+    controller = Controller(relay, hostname="127.0.0.1", port=find_free_port(), **smtp_options)
     controller.start()
     return relay, controller
 
@@ -195,7 +195,7 @@ def test_a_5xx_reply_is_terminal_and_does_not_repeat_the_address(
 
 
 def test_connection_refused_is_transient() -> None:
-    settings = Settings(smtp_host="127.0.0.1", smtp_port=free_port(), smtp_starttls=False)
+    settings = Settings(smtp_host="127.0.0.1", smtp_port=find_free_port(), smtp_starttls=False)
 
     result = SmtpProvider(settings).send(welcome())
 

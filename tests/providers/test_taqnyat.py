@@ -9,7 +9,8 @@ import pytest
 
 from herald.settings import Settings
 from providers import Channel, FailureKind, OutboundMessage, TaqnyatProvider
-from tests.providers.fakes import FakeTaqnyat, free_port
+from tests.providers.fakes import FakeTaqnyat
+from tests.support.services import find_free_port
 
 API_KEY = "taqnyat-test-key"
 SENDER = "Herald"
@@ -93,7 +94,7 @@ def test_an_outage_or_rate_limit_is_transient_and_the_retry_sends(
 
 
 def test_an_unreachable_api_is_transient() -> None:
-    with closing(make_provider(f"http://127.0.0.1:{free_port()}")) as provider:
+    with closing(make_provider(f"http://127.0.0.1:{find_free_port()}")) as provider:
         result = provider.send(sms())
 
     assert result.failure_kind is FailureKind.TRANSIENT

@@ -8,7 +8,8 @@ import pytest
 
 from herald.settings import Settings
 from providers import Channel, FailureKind, OutboundMessage, TwilioProvider
-from tests.providers.fakes import FakeTwilio, free_port
+from tests.providers.fakes import FakeTwilio
+from tests.support.services import find_free_port
 
 ACCOUNT_SID = "AC" + "0123456789abcdef" * 2
 AUTH_TOKEN = "twilio-test-token"
@@ -26,7 +27,7 @@ def twilio() -> Iterator[FakeTwilio]:
 def provider_for(fake: FakeTwilio | None, **overrides: str) -> TwilioProvider:
     fields = {"twilio_account_sid": ACCOUNT_SID, "twilio_auth_token": AUTH_TOKEN,
               "twilio_from_number": FROM_NUMBER,
-              "twilio_base_url": fake.url if fake else f"http://127.0.0.1:{free_port()}"}
+              "twilio_base_url": fake.url if fake else f"http://127.0.0.1:{find_free_port()}"}
     return TwilioProvider(Settings(**{**fields, **overrides}))
 
 
