@@ -61,6 +61,9 @@ def test_rate_limit_holds_across_two_processes(herald_on: HeraldOn) -> None:
     workers = [herald_on.spawn_worker("t-limited"), herald_on.spawn_worker("t-limited")]
     try:
         wait_for(lambda: len(events("done")) == 30, timeout=60, what="30 jobs")
+        # a job's record is finished just after its body returns: wait for that too
+        wait_for(lambda: queue("t-limited").counts()["completed"] == 30, timeout=10,
+                 what="30 completed records")
     finally:
         for worker in workers:
             stop(worker)
