@@ -74,6 +74,19 @@ class Settings(BaseSettings):
     onesignal_base_url: str = "https://api.onesignal.com"
 
     mock_callback_secret: str = "herald-mock-secret"
+    #: Where the mock provider keeps its send records and scripts (default: REDIS_URL).
+    #: A separate Redis keeps them through a FLUSHALL of the job Redis (the crash test).
+    mock_store_url: str = ""
+    #: Shared secrets of the Taqnyat and OneSignal delivery-receipt webhooks (callbacks are
+    #: refused while unset); Twilio's are signed with TWILIO_AUTH_TOKEN.
+    taqnyat_callback_secret: str = ""
+    onesignal_callback_secret: str = ""
+
+    #: The handoff sweep (seed 000 "Handoff Reconciliation"): age of a handoff before it is
+    #: repaired, rows per kind per run, and how often the clock runs it.
+    handoff_sweep_age_s: float = Field(default=900.0, gt=0)
+    handoff_sweep_limit: int = Field(default=200, ge=1)
+    handoff_sweep_interval_s: float = Field(default=60.0, ge=0.1)
 
     admin_token: str = ""
     api_token: str = ""

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, UniqueConstraint, update
+from sqlalchemy import JSON, Index, UniqueConstraint, text, update
 from sqlmodel import Field, Session, SQLModel, select
 
 from models.base import UtcDateTime, id_field, timestamp_field, utcnow
@@ -101,6 +101,11 @@ class Delivery(SQLModel, table=True):
     """One channel of one notification, and what became of it."""
 
     __tablename__ = "deliveries"
+    # the handoff sweep reads only queued/sending rows, oldest first: a partial index keeps
+    # it flat however many finished deliveries accumulate
+    __table_args__ = (Index("ix_deliveries_pending", "created_at",
+                            postgresql_where=text("outcome IN ('queued', 'sending')"),
+                            sqlite_where=text("outcome IN ('queued', 'sending')")),)
 
     id: str = id_field()
     notification_id: str = Field(foreign_key="notifications.id", max_length=36, index=True)

@@ -43,7 +43,8 @@ def pipeline(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
     for spec in originals:
         registry.declare(dataclasses.replace(spec, rate_limit=None))
     with db.get_engine().begin() as connection:
-        connection.execute(text("TRUNCATE deliveries, notifications, accounts CASCADE"))
+        connection.execute(text("TRUNCATE deliveries, notifications, accounts, "
+                                "notification_batches, callback_receipts CASCADE"))
     yield
     for spec in originals:
         registry.declare(spec)

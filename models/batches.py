@@ -1,0 +1,58 @@
+"""Notification batches: one event type sent to many accounts, now or at a scheduled time
+(seed 000 "Batches and Callbacks").
+
+A batch's ``status`` moves ``scheduled → running → finished``, or ``scheduled →
+cancelled``; every change goes through this module's transition helpers, each a
+conditional UPDATE on the status that makes it safe.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import JSON, Index, text
+from sqlmodel import Field, SQLModel
+
+from models.base import UtcDateTime, id_field, timestamp_field
+
+
+class BatchStatus(StrEnum):
+    """Where a batch is in its life."""
+
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+
+
+#: Statuses the handoff sweep may repair.
+UNFINISHED_BATCH = (BatchStatus.SCHEDULED.value, BatchStatus.RUNNING.value)
+
+
+class Batch(SQLModel, table=True):
+    """One event type for a list of accounts; ``run_batch`` turns it into notifications."""
+
+    __tablename__ = "notification_batches"
+    # the sweep reads only unfinished batches, oldest first: a partial index keeps that
+    # flat however many finished batches accumulate
+    __table_args__ = (Index("ix_notification_batches_unfinished", "created_at",
+                            postgresql_where=text("status IN ('scheduled', 'running')"),
+                            sqlite_where=text("status IN ('scheduled', 'running')")),)
+
+    id: str = id_field()
+    type: str = Field(max_length=64)
+    account_ids: list[str] = Field(default_factory=list, sa_type=JSON)
+    data: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
+    status: str = Field(default=BatchStatus.SCHEDULED.value, max_length=16)
+    #: When to run (None: at once).
+    scheduled_at: datetime | None = Field(default=None, sa_type=UtcDateTime, nullable=True)
+    #: When a run last started (the sweep's age for a running batch).
+    started_at: datetime | None = Field(default=None, sa_type=UtcDateTime, nullable=True)
+    finished_at: datetime | None = Field(default=None, sa_type=UtcDateTime, nullable=True)
+    notification_count: int = 0
+    #: Every channel job of the batch's notifications was handed to the queue.
+    fully_enqueued: bool = False
+    created_at: datetime = timestamp_field()
+    updated_at: datetime = timestamp_field()
