@@ -191,9 +191,12 @@ def metrics() -> Response:
 
 def _routers() -> list[APIRouter]:
     """Every router the app serves. A new area of the API adds its router here."""
-    from herald.api_v1 import router as v1_router  # imports actors: only when serving
+    # these import actors: only when serving
+    from herald.api_batches import router as batches_router
+    from herald.api_callbacks import router as callbacks_router
+    from herald.api_v1 import router as v1_router
 
-    return [health_router, v1_router]
+    return [health_router, v1_router, batches_router, callbacks_router]
 
 
 def _version() -> str:
