@@ -7,6 +7,9 @@ sends nothing real. State lives in Redis under ``<QUEUE_PREFIX>:mock:`` so that 
 - ``<prefix>:mock:sends``  a list of JSON records, one per ``send`` call, oldest first
 - ``<prefix>:mock:script`` a hash, address → behaviour
 
+That Redis is the job Redis unless ``MOCK_STORE_URL`` names another one (the crash test
+keeps the mock's records there, out of reach of its ``FLUSHALL``).
+
 Behaviours (:meth:`MockProvider.script`):
 
 =================  ===========================================================
@@ -63,6 +66,20 @@ return behaviour
 """
 
 
+_store_clients: dict[str, redis.Redis] = {}
+
+
+def _store() -> redis.Redis:
+    """Where the mock's records and scripts live: MOCK_STORE_URL, else the job Redis."""
+    url = get_settings().mock_store_url
+    if not url:
+        return redis_client()
+    client = _store_clients.get(url)
+    if client is None:
+        client = _store_clients.setdefault(url, redis.Redis.from_url(url))
+    return client
+
+
 def _keys() -> tuple[str, str]:
     prefix = get_settings().queue_prefix
     return f"{prefix}:mock:sends", f"{prefix}:mock:script"
@@ -76,7 +93,7 @@ class MockProvider:
 
     def send(self, message: OutboundMessage) -> SendResult:
         """Decide (atomically) what the script says for ``message.to``, record, answer."""
-        client = redis_client()
+        client = _store()
         sends_key, script_key = _keys()
         decision = _decide(client, script_key, message.to)
         if decision.startswith("hang:"):
@@ -104,12 +121,12 @@ class MockProvider:
         if not _BEHAVIOUR.match(behaviour):
             raise ValueError(f"unknown mock behaviour {behaviour!r}: "
                              "use ok, transient:N, terminal or hang:S")
-        redis_client().hset(_keys()[1], address, behaviour)
+        _store().hset(_keys()[1], address, behaviour)
 
     @classmethod
     def sends(cls, *, accepted_only: bool = False) -> list[dict[str, Any]]:
         """Every recorded send, oldest first (only the accepted ones if asked)."""
-        raw = redis_client().lrange(_keys()[0], 0, -1)
+        raw = _store().lrange(_keys()[0], 0, -1)
         records = [json.loads(item) for item in raw]
         if accepted_only:
             records = [record for record in records if record["outcome"] == "ok"]
@@ -118,7 +135,7 @@ class MockProvider:
     @classmethod
     def reset(cls) -> None:
         """Forget every recorded send and every scripted behaviour."""
-        redis_client().delete(*_keys())
+        _store().delete(*_keys())
 
 
 def _decide(client: redis.Redis, script_key: str, address: str) -> str:
