@@ -14,7 +14,6 @@ import logging
 import re
 from typing import Any
 
-from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
@@ -23,7 +22,14 @@ from herald.db import session as db_session
 from herald.registry import NORMAL_PRIORITY, URGENT_PRIORITY
 from herald.settings import get_settings
 from models.base import utcnow
-from models.notifications import Account, Channel, Delivery, Notification, Outcome
+from models.notifications import (
+    Account,
+    Channel,
+    Delivery,
+    Notification,
+    Outcome,
+    stamp_handoffs,
+)
 
 log = logging.getLogger("herald.orchestration")
 
@@ -196,8 +202,7 @@ def hand_off(deliveries: list[Delivery], priority: int) -> int:
                         extra={"delivery_id": delivery.id})
     if stamped:
         with db_session() as session:
-            session.execute(update(Delivery).where(Delivery.id.in_(stamped))
-                            .values(queued_at=utcnow()))
+            stamp_handoffs(session, stamped)
     return len(stamped)
 
 

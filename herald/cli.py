@@ -55,10 +55,6 @@ SHELL_SYNTAX = frozenset(";&|<>()`$\n")
 #: Width of tables written to a pipe or file (a terminal uses its own width).
 PIPE_WIDTH = 240
 
-#: Sweeps ``herald sweep`` runs: name → function returning how many items it handled.
-#: Lanes that need a periodic sweep (stale dispatches, stuck handoffs) register here.
-SWEEPS: dict[str, Callable[[], int]] = {}
-
 
 # -- shared ---------------------------------------------------------------------------
 def _configure_logging(settings: Settings) -> None:
@@ -394,16 +390,19 @@ def cmd_queues(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
     """``herald sweep``: run the registered sweeps (all when none named) once."""
+    from herald.sweeps import registered_sweeps
+
     load_actor_modules()
-    if not SWEEPS:
+    sweeps = registered_sweeps()
+    if not sweeps:
         print("no sweeps registered yet")
         return 0
-    unknown = [name for name in args.names if name not in SWEEPS]
+    unknown = [name for name in args.names if name not in sweeps]
     if unknown:
-        return _fail(f"unknown sweep {unknown[0]!r} (registered: {', '.join(SWEEPS)})",
+        return _fail(f"unknown sweep {unknown[0]!r} (registered: {', '.join(sweeps)})",
                      USAGE_ERROR)
-    for name in args.names or list(SWEEPS):
-        handled = SWEEPS[name]()
+    for name in args.names or list(sweeps):
+        handled = sweeps[name]()
         print(f"{name}: {handled}")
     return 0
 
@@ -457,8 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="push jobs through the real worker; show a summary")
     demo.add_argument("--jobs", type=_positive, default=DEFAULT_JOBS,
                       help=f"jobs to run through the demo lane (default {DEFAULT_JOBS})")
-    demo.add_argument("--events", type=_positive, help="domain events to fire (not yet)")
-    demo.add_argument("--batch-size", type=_positive, help="notifications in the batch (not yet)")
+    demo.add_argument("--events", type=_positive, help="domain events to fire (default 200)")
+    demo.add_argument("--batch-size", type=_positive,
+                      help="accounts in the scheduled batch (default 20)")
     demo.add_argument("--orders", type=_positive, help="store orders to place (not yet)")
     demo.set_defaults(handler=cmd_demo)
 

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.pool import StaticPool
 from sqlmodel import Session
 
@@ -148,6 +148,20 @@ def session() -> Iterator[Session]:
         except BaseException:
             db.rollback()
             raise
+
+
+@contextmanager
+def autocommit() -> Iterator[Connection]:
+    """A pooled connection on which every statement commits by itself, as it runs.
+
+    For hot paths whose writes are single statements, each atomic on its own (a
+    conditional UPDATE): no BEGIN/COMMIT round trips around them. Never use it for writes
+    that must land together — those need :func:`session` or ``get_engine().begin()``.
+    """
+    # the isolation level is the DBAPI's autocommit switch (no round trip); the pool puts
+    # the connection's default back when it is returned
+    with get_engine().connect() as connection:
+        yield connection.execution_options(isolation_level="AUTOCOMMIT")
 
 
 def _within(timeout_s: float, work: Callable[[], T]) -> T:

@@ -9,9 +9,10 @@ non-terminal and the completed and failed counts are exactly those the plan pred
 A second run starts from a clean queue and succeeds the same way.
 
 Then the notification phase (:mod:`herald.demo_notifications`, ``--events N``; 0 skips
-it) drives real notification traffic through the channel workers. The batch and order
-phases (``--batch-size``, ``--orders``) arrive with their lanes; until then those
-options are accepted and reported as not yet part of the demo.
+it) drives real notification traffic through the channel workers, with a scheduled batch
+(``--batch-size``), provider callbacks and a lost-job phase the handoff sweep repairs. The
+order phase (``--orders``) arrives with its lane; until then the option is accepted and
+reported as not yet part of the demo.
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ STATES = ("waiting", "delayed", "active", "paused", "completed", "failed")
 #: Loggers held quiet while the progress bar runs: the planned failures and retries
 #: would otherwise log thousands of lines (the summary table reports them instead).
 QUIET_DURING_RUN = {"herald.jobs": logging.ERROR, "herald.worker": logging.WARNING,
-                    "dramatiq": logging.WARNING, "herald.orchestration": logging.WARNING}
+                    "dramatiq": logging.WARNING, "herald.orchestration": logging.WARNING,
+                    "herald.batches": logging.WARNING, "herald.handoffs": logging.WARNING,
+                    "herald.callbacks": logging.WARNING}
 
 
 @contextlib.contextmanager
@@ -77,15 +80,14 @@ def run(jobs: int = DEFAULT_JOBS, *, events: int | None = None, batch_size: int 
         orders: int | None = None, console: Console | None = None) -> int:
     """Run the demo; returns the process exit code (0 only when every job ended as planned).
 
-    ``batch_size`` and ``orders`` belong to phases that later lanes add; they are accepted
-    now and reported as ignored.
+    ``orders`` belongs to a phase a later lane adds; it is accepted now and reported as
+    ignored.
     """
     console = console or Console()
     settings = get_settings()
-    for option, value in (("--batch-size", batch_size), ("--orders", orders)):
-        if value is not None:
-            console.print(f"[yellow]{option} {value} ignored:[/] the batch and order "
-                          "phases are not part of the demo yet")
+    if orders is not None:
+        console.print(f"[yellow]--orders {orders} ignored:[/] the order phase is not part "
+                      "of the demo yet")
     started_embedded = settings.embedded_redis and not embedded_redis_running()
     try:
         code = _run_jobs(jobs, console)
@@ -94,7 +96,7 @@ def run(jobs: int = DEFAULT_JOBS, *, events: int | None = None, batch_size: int 
 
             with quiet_logs():
                 code = run_notifications(DEFAULT_EVENTS if events is None else events,
-                                         console)
+                                         console, batch_size=batch_size)
         return code
     finally:
         if started_embedded:

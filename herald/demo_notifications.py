@@ -1,9 +1,13 @@
-"""The demo's notification phase: accounts, events over email, SMS and in-app, the mock
-provider failing some sends, and the real channel workers until every delivery is final.
+"""The demo's notification phase: accounts, events over email, SMS and in-app, a scheduled
+batch, the mock provider failing some sends, provider callbacks, and a lost-job phase the
+handoff sweep repairs — with the real channel and orchestration workers until every
+delivery is final.
 
 Runs on whatever database and Redis herald is configured for (the embedded default:
 SQLite ``./herald.db`` and the embedded Redis). The registry's provider rate limits are
-lifted for the run, as the benchmark does; everything else is the production path.
+lifted for the run, as the benchmark does; everything else is the production path:
+callbacks go through the HTTP route with the mock's signature, the sweep is the one the
+clock runs (with its handoff age shortened, since the demo cannot wait 15 minutes).
 """
 
 from __future__ import annotations
@@ -11,8 +15,10 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
+import warnings
 from collections import Counter
 from datetime import timedelta
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -20,16 +26,25 @@ from rich.table import Table
 from sqlalchemy import func
 from sqlmodel import select
 
-#: Accounts the demo seeds per run.
+#: Accounts the demo seeds per run (at least the batch size).
 DEMO_ACCOUNTS = 60
 #: Every n-th account is inactive, opted out of marketing, or has no phone number.
 INACTIVE_EVERY, OPTED_OUT_EVERY, NO_PHONE_EVERY = 10, 7, 9
 #: Every n-th account's address fails once transiently, or for good, at the mock provider.
 TRANSIENT_EVERY, TERMINAL_EVERY = 6, 13
+#: Every n-th event loses its channel jobs (as if Redis lost them) for the sweep to repair.
+LOST_EVERY = 25
+#: Accounts in the scheduled batch unless told otherwise, and how far ahead it is due.
+DEFAULT_BATCH_SIZE = 20
+BATCH_DUE_IN = timedelta(seconds=3)
+#: The handoff age of the demo's sweep, and how often it runs.
+DEMO_SWEEP_AGE = timedelta(seconds=2)
+DEMO_SWEEP_EVERY = timedelta(seconds=1)
 #: How long the workers get to settle every delivery.
 SETTLE_DEADLINE = timedelta(seconds=180)
-LANES = ("notification-email", "notification-sms")
+LANES = ("notification-email", "notification-sms", "notification-orchestration")
 OUTCOMES = ("queued", "sending", "sent", "delivered", "failed_terminal", "suppressed")
+OPEN_OUTCOMES = ("queued", "sending")
 EVENT_MIX = (
     ("account.welcome", {}),
     ("payment.receipt", {"amount": "49.00", "currency": "SAR", "order_id": "demo-order"}),
@@ -38,15 +53,16 @@ EVENT_MIX = (
 )
 
 
-def _seed_accounts(run_id: str) -> list[str]:
+def _seed_accounts(run_id: str, count: int) -> list[str]:
     from actors.orchestration import create_account
     from providers.mock import MockProvider
 
     ids = []
-    for n in range(DEMO_ACCOUNTS):
+    for n in range(count):
         email = f"demo{n}.{run_id}@example.com"
         # +9665 and 8 digits: this run's number, then the account's
-        phone = None if n % NO_PHONE_EVERY == 4 else f"+9665{int(run_id, 16) % 10**6:06d}{n:02d}"
+        phone = (None if n % NO_PHONE_EVERY == 4
+                 else f"+9665{int(run_id, 16) % 10**5:05d}{n:03d}")
         account = create_account(email=email, phone=phone, locale="ar" if n % 3 == 0 else "en",
                                  active=n % INACTIVE_EVERY != 3,
                                  marketing_opt_out=n % OPTED_OUT_EVERY == 2)
@@ -58,59 +74,170 @@ def _seed_accounts(run_id: str) -> list[str]:
     return ids
 
 
-def run_notifications(events: int, console: Console) -> int:
-    """Run the notification phase; returns 0 when every delivery ended final and the
-    provider accepted exactly the deliveries recorded as sent."""
+def _fire_events(run_id: str, events: int, accounts: list[str]) -> int:
+    """Fire the events; every LOST_EVERY-th loses its channel jobs. Returns jobs lost."""
+    from actors.notifications import CHANNEL_QUEUES
     from actors.orchestration import trigger_event
+    from herald.jobs import queue
+
+    lost = 0
+    for n in range(events):
+        type_name, data = EVENT_MIX[n % len(EVENT_MIX)]
+        result = trigger_event(account_id=accounts[n % len(accounts)], type=type_name,
+                               occurrence=f"{run_id}-{n}", data=data,
+                               urgency="urgent" if n % 10 == 0 else "normal")
+        if n % LOST_EVERY == LOST_EVERY - 1:
+            for delivery in result.deliveries:
+                if delivery.channel in CHANNEL_QUEUES:
+                    lost += queue(CHANNEL_QUEUES[delivery.channel]).remove(delivery.id)
+    return lost
+
+
+@dataclasses.dataclass
+class Progressed:
+    """What the phase has done so far while the workers run."""
+
+    callbacks_posted: set[str] = dataclasses.field(default_factory=set)
+    sweeps: int = 0
+    recreated: int = 0
+    last_sweep: float = 0.0
+
+
+def _post_callbacks(client: Any, done: Progressed) -> None:
+    """Post a signed "delivered" receipt for every accepted send not yet reported."""
+    from providers.mock import MockProvider, signed_callback
+
+    for send in MockProvider.sends(accepted_only=True):
+        if send["provider_message_id"] in done.callbacks_posted:
+            continue
+        body, headers = signed_callback(send, "delivered")
+        response = client.post("/v1/callbacks/mock", content=body, headers=headers)
+        if response.status_code in (200, 202):
+            done.callbacks_posted.add(send["provider_message_id"])
+
+
+def _sweep(done: Progressed) -> None:
+    from actors.handoffs import reconcile_handoffs
+
+    if time.monotonic() - done.last_sweep < DEMO_SWEEP_EVERY.total_seconds():
+        return
+    done.last_sweep = time.monotonic()
+    report = reconcile_handoffs(age=DEMO_SWEEP_AGE)
+    done.sweeps += 1
+    done.recreated += report.recreated
+
+
+def run_notifications(events: int, console: Console, *, batch_size: int | None = None) -> int:
+    """Run the notification phase; returns 0 when every delivery ended final, the batch
+    finished, every callback was processed and the provider accepted exactly the
+    deliveries recorded as sent or delivered."""
+    with warnings.catch_warnings():  # starlette's note about its httpx client, not ours
+        warnings.filterwarnings("ignore", message=".*httpx.*")
+        from fastapi.testclient import TestClient
+
+    from actors.batches import create_batch, get_batch
     from herald import registry
     from herald.db import migrate
     from herald.db import session as db_session
+    from herald.web import create_app
     from herald.worker import running_worker
+    from models.base import utcnow
+    from models.callbacks import CallbackReceipt
     from models.notifications import Delivery, Notification
     from providers.mock import MockProvider
 
     migrate()
     run_id = uuid.uuid4().hex[:8]
+    batch_size = batch_size or DEFAULT_BATCH_SIZE
     MockProvider.reset()
     for name in LANES:
         registry.declare(dataclasses.replace(registry.get_spec(name), rate_limit=None))
-    console.print(f"[bold]notifications[/]: {DEMO_ACCOUNTS} accounts, {events} events over "
-                  "email, SMS and in-app (mock provider; provider rate limits lifted)")
-    accounts = _seed_accounts(run_id)
+    accounts = _seed_accounts(run_id, max(DEMO_ACCOUNTS, batch_size))
+    console.print(f"[bold]notifications[/]: {len(accounts)} accounts, {events} events over "
+                  f"email, SMS and in-app, a batch of {batch_size} due in "
+                  f"{BATCH_DUE_IN.seconds} s (mock provider; provider rate limits lifted)")
     started = time.perf_counter()
-    for n in range(events):
-        type_name, data = EVENT_MIX[n % len(EVENT_MIX)]
-        trigger_event(account_id=accounts[n % len(accounts)], type=type_name,
-                      occurrence=f"{run_id}-{n}", data=data,
-                      urgency="urgent" if n % 10 == 0 else "normal")
-    accepted_s = time.perf_counter() - started
-    console.print(f"accepted {events} events in {accepted_s:.2f} s")
+    lost = _fire_events(run_id, events, accounts)
+    batch = create_batch(type="promo.offer", account_ids=accounts[:batch_size],
+                         data={"headline": "Weekend roaming pass", "code": "ROAM5"},
+                         scheduled_at=utcnow() + BATCH_DUE_IN).batch
+    console.print(f"accepted {events} events in {time.perf_counter() - started:.2f} s; "
+                  f"{lost} channel jobs then lost on purpose (the sweep must repair them)")
 
     def tally() -> Counter[tuple[str, str]]:
         with db_session() as session:
             rows = session.exec(
                 select(Delivery.channel, Delivery.outcome, func.count())
                 .join(Notification, Notification.id == Delivery.notification_id)
-                .where(Notification.occurrence.like(f"{run_id}-%"))
+                .where(Notification.account_id.in_(accounts))
                 .group_by(Delivery.channel, Delivery.outcome)).all()
         return Counter({(channel, outcome): count for channel, outcome, count in rows})
 
-    total = sum(tally().values())
+    def unprocessed_receipts() -> int:
+        with db_session() as session:
+            return session.exec(select(func.count()).select_from(CallbackReceipt).where(
+                CallbackReceipt.processed_at.is_(None))).one()
+
+    # the batch adds its deliveries when it runs: the bar grows with them
+    expected = sum(tally().values())
+    done = Progressed()
     settled_at = None
+    client = TestClient(create_app())
     with Progress(TextColumn("deliveries final"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console) as progress, \
             running_worker(list(LANES)):
-        task = progress.add_task("deliveries", total=total)
+        task = progress.add_task("deliveries", total=expected)
         while time.perf_counter() - started < SETTLE_DEADLINE.total_seconds():
+            _sweep(done)
+            _post_callbacks(client, done)
             counts = tally()
-            open_ = sum(n for (_, outcome), n in counts.items()
-                        if outcome in ("queued", "sending"))
-            progress.update(task, completed=total - open_)
-            if open_ == 0:
+            total = sum(counts.values())
+            open_ = sum(n for (_, outcome), n in counts.items() if outcome in OPEN_OUTCOMES)
+            progress.update(task, total=total, completed=total - open_)
+            report = get_batch(batch.id)
+            batch_done = report is not None and report.batch.status == "finished"
+            accepted = len(MockProvider.sends(accepted_only=True))
+            if (open_ == 0 and batch_done and len(done.callbacks_posted) == accepted
+                    and unprocessed_receipts() == 0 and counts[("email", "sent")] +
+                    counts[("sms", "sent")] == 0):
                 settled_at = time.perf_counter()
                 break
             time.sleep(0.2)
     counts = tally()
+    _print_deliveries(console, counts)
+    report = get_batch(batch.id)
+    assert report is not None
+    console.print(f"batch {batch.id[:8]}: {report.batch.status}, "
+                  f"{report.batch.notification_count} notifications, fully enqueued "
+                  f"{report.batch.fully_enqueued}, deliveries {dict(report.delivery_summary)}")
+    console.print(f"callbacks: {len(done.callbacks_posted)} signed receipts posted · sweep: "
+                  f"{done.sweeps} runs re-created {done.recreated} lost jobs ({lost} lost)")
+    total = sum(counts.values())
+    reached = sum(n for (channel, outcome), n in counts.items()
+                  if channel != "in_app" and outcome in ("sent", "delivered"))
+    accepted = len(MockProvider.sends(accepted_only=True))
+    elapsed = (settled_at or time.perf_counter()) - started
+    console.print(f"{total} deliveries final in {elapsed:.2f} s "
+                  f"({total / max(elapsed, 1e-9):,.0f} deliveries/s) · provider accepted "
+                  f"{accepted}, deliveries sent or delivered {reached}")
+    problems = []
+    if settled_at is None:
+        problems.append("not everything settled before the deadline (deliveries final, "
+                        "batch finished, callbacks processed)")
+    if accepted != reached:
+        problems.append(f"the provider accepted {accepted} sends but {reached} deliveries "
+                        "are recorded sent or delivered")
+    if done.recreated < lost:
+        problems.append(f"the sweep re-created {done.recreated} jobs of {lost} lost")
+    for problem in problems:
+        console.print(f"[red]✗ {problem}[/]")
+    if not problems:
+        console.print("[green]✓ every delivery is final, every lost job was repaired and "
+                      "the provider's record matches[/]")
+    return 1 if problems else 0
+
+
+def _print_deliveries(console: Console, counts: Counter[tuple[str, str]]) -> None:
     table = Table(title="deliveries by channel × outcome")
     table.add_column("channel")
     for outcome in OUTCOMES:
@@ -118,21 +245,3 @@ def run_notifications(events: int, console: Console) -> int:
     for channel in ("email", "sms", "in_app"):
         table.add_row(channel, *(str(counts[(channel, o)]) for o in OUTCOMES))
     console.print(table)
-    # in-app deliveries never reach a provider
-    sent = sum(n for (channel, outcome), n in counts.items()
-               if channel != "in_app" and outcome in ("sent", "delivered"))
-    accepted = sum(1 for s in MockProvider.sends() if s["outcome"] == "ok")
-    elapsed = (settled_at or time.perf_counter()) - started
-    console.print(f"{total} deliveries final in {elapsed:.2f} s "
-                  f"({total / max(elapsed, 1e-9):,.0f} deliveries/s) · provider accepted "
-                  f"{accepted}, deliveries sent {sent}")
-    problems = []
-    if settled_at is None:
-        problems.append("not every delivery became final before the deadline")
-    if accepted != sent:
-        problems.append(f"the provider accepted {accepted} sends but {sent} are recorded sent")
-    for problem in problems:
-        console.print(f"[red]✗ {problem}[/]")
-    if not problems:
-        console.print("[green]✓ every delivery is final; the provider's record matches[/]")
-    return 1 if problems else 0

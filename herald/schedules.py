@@ -33,6 +33,8 @@ log = logging.getLogger("herald.clock")
 CLOCK_IDLE_S = 0.5
 #: How often the clock applies every queue's retention (age limits on quiet queues) (s).
 PRUNE_EVERY_S = 60.0
+#: How often the clock re-adds schedules Redis lost (a FLUSHALL, a failover) (s).
+RESYNC_EVERY_S = 5.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -183,8 +185,12 @@ def run_clock(stop: threading.Event) -> None:
             enqueue(item.actor, item.payload, job_id=f"startup:{item.name}:{boot}")
     log.info("clock started", extra={"schedules": ",".join(names)})
     last_prune = 0.0
+    last_sync = time.monotonic()
     while not stop.is_set():
         try:
+            if time.monotonic() - last_sync >= RESYNC_EVERY_S:
+                names = sync_schedules()  # adds only what is missing (ZADD NX)
+                last_sync = time.monotonic()
             fire_due(names)
             if time.monotonic() - last_prune >= PRUNE_EVERY_S:
                 prune_all()

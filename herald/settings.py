@@ -81,6 +81,10 @@ class Settings(BaseSettings):
     #: refused while unset); Twilio's are signed with TWILIO_AUTH_TOKEN.
     taqnyat_callback_secret: str = ""
     onesignal_callback_secret: str = ""
+    #: The public origin providers call back (``https://herald.example.com``): Twilio signs
+    #: the URL it requested, which a proxy in front of herald may rewrite. Empty: the URL
+    #: of the request as it arrived.
+    callback_base_url: str = ""
 
     #: The handoff sweep (seed 000 "Handoff Reconciliation"): age of a handoff before it is
     #: repaired, rows per kind per run, and how often the clock runs it.
@@ -109,6 +113,13 @@ class Settings(BaseSettings):
         if not value.startswith(("amqp://", "amqps://")):
             raise ValueError("must start with amqp:// or amqps://")
         return value
+
+    @field_validator("callback_base_url")
+    @classmethod
+    def _callback_origin(cls, value: str) -> str:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
 
     @field_validator("database_url")
     @classmethod

@@ -22,7 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 
@@ -128,6 +128,11 @@ async def _database_error(request: Request, exc: Exception) -> Response:
     # the database being unavailable; anything else is a bug and stays a 500.
     if isinstance(exc, OperationalError) or exc.connection_invalidated:
         return _unavailable("database", exc)
+    # A value the database cannot store (a NUL character in text, a number out of range)
+    # is the request's fault; the failed statement's transaction changed nothing.
+    if isinstance(exc, DataError):
+        return JSONResponse(error_body("invalid_value", "a value in the request cannot be "
+                                       "stored (for example a NUL character)"), status_code=422)
     # Handled here, Starlette no longer re-raises it, so the trace is ours to log.
     log.error("database error", exc_info=exc)
     return await _unexpected(request, exc)

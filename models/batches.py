@@ -12,10 +12,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, Index, text
-from sqlmodel import Field, SQLModel
+from sqlalchemy import JSON, Index, text, update
+from sqlmodel import Field, Session, SQLModel
 
-from models.base import UtcDateTime, id_field, timestamp_field
+from models.base import UtcDateTime, id_field, timestamp_field, utcnow
 
 
 class BatchStatus(StrEnum):
@@ -56,3 +56,47 @@ class Batch(SQLModel, table=True):
     fully_enqueued: bool = False
     created_at: datetime = timestamp_field()
     updated_at: datetime = timestamp_field()
+
+
+# -- the batch's transition helpers ---------------------------------------------------------
+def start_batch(session: Session, batch_id: str, *, now: datetime | None = None) -> bool:
+    """Move a scheduled batch to running (a running one only gets ``started_at``
+    refreshed: a re-run after a crash continues it); commits.
+
+    One conditional UPDATE decides, so a run that loses the race to a cancel changes
+    nothing. True when the batch is running for this run; False when it is cancelled,
+    finished or missing.
+    """
+    now = now or utcnow()
+    result = session.execute(
+        update(Batch)
+        .where(Batch.id == batch_id, Batch.status.in_(UNFINISHED_BATCH))
+        .values(status=BatchStatus.RUNNING.value, started_at=now, updated_at=now))
+    session.commit()
+    return result.rowcount == 1
+
+
+def finish_batch(session: Session, batch_id: str, *, notification_count: int,
+                 fully_enqueued: bool, now: datetime | None = None) -> bool:
+    """Move a running batch to finished with its counts; commits. False (nothing written)
+    when the batch is not running."""
+    now = now or utcnow()
+    result = session.execute(
+        update(Batch)
+        .where(Batch.id == batch_id, Batch.status == BatchStatus.RUNNING.value)
+        .values(status=BatchStatus.FINISHED.value, finished_at=now, updated_at=now,
+                notification_count=notification_count, fully_enqueued=fully_enqueued))
+    session.commit()
+    return result.rowcount == 1
+
+
+def cancel_batch(session: Session, batch_id: str, *, now: datetime | None = None) -> bool:
+    """Move a scheduled batch to cancelled; commits. False (nothing written) when it is
+    running, finished, already cancelled or missing."""
+    now = now or utcnow()
+    result = session.execute(
+        update(Batch)
+        .where(Batch.id == batch_id, Batch.status == BatchStatus.SCHEDULED.value)
+        .values(status=BatchStatus.CANCELLED.value, updated_at=now))
+    session.commit()
+    return result.rowcount == 1

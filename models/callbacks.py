@@ -11,10 +11,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Index, UniqueConstraint, text
-from sqlmodel import Field, SQLModel
+from sqlalchemy import JSON, Index, UniqueConstraint, text, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlmodel import Field, Session, SQLModel, select
 
-from models.base import UtcDateTime, id_field, timestamp_field
+from models.base import UtcDateTime, id_field, timestamp_field, utcnow
 
 
 class CallbackReceipt(SQLModel, table=True):
@@ -47,3 +49,58 @@ class CallbackReceipt(SQLModel, table=True):
     #: What normalization did: ``applied``, ``unchanged`` or ``unmatched``.
     result: str | None = Field(default=None, max_length=16)
     delivery_id: str | None = Field(default=None, max_length=36)
+
+
+# -- the receipt's transition helpers (none of them commits: the caller does) ----------------
+#: What normalization did with a receipt.
+RESULT_APPLIED = "applied"
+RESULT_UNCHANGED = "unchanged"
+RESULT_UNMATCHED = "unmatched"
+
+
+def insert_or_find_receipt(session: Session, receipt: CallbackReceipt
+                           ) -> tuple[CallbackReceipt, bool]:
+    """Persist ``receipt`` unless its (provider, event_id) is already stored; returns the
+    stored receipt and True when it is new.
+
+    One ``INSERT … ON CONFLICT DO NOTHING``: two requests carrying the same event at once
+    store one receipt, and neither fails.
+    """
+    dialect = session.get_bind().dialect.name
+    insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
+    row = receipt.model_dump()
+    inserted = session.execute(
+        insert(CallbackReceipt).values(**row)
+        .on_conflict_do_nothing(index_elements=["provider", "event_id"])
+        .returning(CallbackReceipt.id)).scalar_one_or_none()
+    if inserted is not None:
+        return receipt, True
+    existing = session.exec(select(CallbackReceipt).where(
+        CallbackReceipt.provider == receipt.provider,
+        CallbackReceipt.event_id == receipt.event_id)).one()
+    return existing, False
+
+
+def stamp_receipts(session: Session, receipt_ids: list[str], *,
+                   now: datetime | None = None) -> int:
+    """Write the enqueue stamp of these receipts that are still unprocessed (call it only
+    after their job was accepted, or — the sweep — just before re-adding it); returns how
+    many were stamped."""
+    if not receipt_ids:
+        return 0
+    result = session.execute(
+        update(CallbackReceipt)
+        .where(CallbackReceipt.id.in_(receipt_ids), CallbackReceipt.processed_at.is_(None))
+        .values(queued_at=now or utcnow()))
+    return result.rowcount
+
+
+def mark_receipt_processed(session: Session, receipt_id: str, *, result: str,
+                           delivery_id: str | None = None, now: datetime | None = None) -> bool:
+    """Record what normalization did (``applied``, ``unchanged`` or ``unmatched``) and the
+    delivery it matched; False (nothing written) when it was processed already."""
+    written = session.execute(
+        update(CallbackReceipt)
+        .where(CallbackReceipt.id == receipt_id, CallbackReceipt.processed_at.is_(None))
+        .values(processed_at=now or utcnow(), result=result, delivery_id=delivery_id))
+    return written.rowcount == 1

@@ -9,11 +9,23 @@ attempt can never overwrite a newer result.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, Index, UniqueConstraint, text, update
+from sqlalchemy import (
+    JSON,
+    Connection,
+    Index,
+    UniqueConstraint,
+    Update,
+    bindparam,
+    insert,
+    or_,
+    text,
+    update,
+)
 from sqlmodel import Field, Session, SQLModel, select
 
 from models.base import UtcDateTime, id_field, timestamp_field, utcnow
@@ -147,7 +159,35 @@ class Claim:
     retry_in: timedelta | None = None
 
 
-def claim_delivery(session: Session, delivery_id: str, *, now: datetime | None = None,
+#: Anything that runs a statement: an ORM session (its transaction; commit() ends it) or a
+#: connection — on the channel workers' hot path an autocommit one
+#: (:func:`herald.db.autocommit`), where every statement below is atomic by itself and
+#: commit() costs no round trip.
+Db = Session | Connection
+
+_deliveries = Delivery.__table__
+_CLAIMABLE = (Outcome.QUEUED.value, Outcome.SENDING.value)
+_FINAL = tuple(sorted(outcome.value for outcome in FINAL_OUTCOMES))
+
+# The hot-path statements are built once, here: building one per call (and the ORM's
+# bulk-UPDATE session synchronisation) cost more CPU than the database spent running it.
+# They are Core statements on the table, so their compiled form is cached with them.
+_CLAIM = (update(_deliveries)
+          .where(_deliveries.c.id == bindparam("delivery_id"),
+                 _deliveries.c.outcome.in_(_CLAIMABLE),
+                 or_(_deliveries.c.claimed_at.is_(None),
+                     _deliveries.c.claimed_at < bindparam("stale_before", type_=UtcDateTime)))
+          .values(outcome=Outcome.SENDING.value,
+                  claimed_at=bindparam("now", type_=UtcDateTime),
+                  updated_at=bindparam("now", type_=UtcDateTime)))
+_CLAIM_STATE = (select(_deliveries.c.outcome, _deliveries.c.claimed_at)
+                .where(_deliveries.c.id == bindparam("delivery_id")))
+_STAMP = (update(_deliveries)
+          .where(_deliveries.c.id.in_(bindparam("delivery_ids", expanding=True)))
+          .values(queued_at=bindparam("now", type_=UtcDateTime)))
+
+
+def claim_delivery(db: Db, delivery_id: str, *, now: datetime | None = None,
                    stale_after: timedelta = CLAIM_STALE_AFTER) -> Claim:
     """Claim a queued (or abandoned) delivery for this attempt, in one conditional UPDATE.
 
@@ -155,16 +195,12 @@ def claim_delivery(session: Session, delivery_id: str, *, now: datetime | None =
     older than ``stale_after``). Commits.
     """
     now = now or utcnow()
-    claimable = [Outcome.QUEUED.value, Outcome.SENDING.value]
-    result = session.execute(
-        update(Delivery)
-        .where(Delivery.id == delivery_id, Delivery.outcome.in_(claimable),
-               (Delivery.claimed_at.is_(None)) | (Delivery.claimed_at < now - stale_after))
-        .values(outcome=Outcome.SENDING.value, claimed_at=now, updated_at=now))
-    session.commit()
+    result = db.execute(_CLAIM, {"delivery_id": delivery_id, "now": now,
+                                 "stale_before": now - stale_after})
+    db.commit()
     if result.rowcount == 1:
         return Claim(verdict=ClaimVerdict.CLAIMED, token=now)
-    row = session.get(Delivery, delivery_id, populate_existing=True)
+    row = db.execute(_CLAIM_STATE, {"delivery_id": delivery_id}).first()
     if row is None:
         return Claim(verdict=ClaimVerdict.MISSING)
     if row.outcome in FINAL_OUTCOMES:
@@ -174,41 +210,120 @@ def claim_delivery(session: Session, delivery_id: str, *, now: datetime | None =
                  retry_in=max(held + stale_after - now, timedelta(seconds=1)))
 
 
-def still_claimed(session: Session, delivery_id: str, token: datetime) -> bool:
-    """True while this attempt's claim is the delivery's current one."""
-    claimed_at = session.scalar(select(Delivery.claimed_at).where(Delivery.id == delivery_id))
-    return claimed_at == token
+def still_claimed(db: Db, delivery_id: str, token: datetime) -> bool:
+    """True while this attempt's claim is the delivery's current one (one read)."""
+    row = db.execute(_CLAIM_STATE, {"delivery_id": delivery_id}).first()
+    return row is not None and row.claimed_at == token
 
 
-def record_delivery_outcome(session: Session, delivery_id: str, *, token: datetime | None,
+def stamp_handoffs(db: Db, delivery_ids: list[str], *,
+                   now: datetime | None = None) -> None:
+    """Write the handoff stamp (``queued_at``) of these deliveries, in one UPDATE; outcome
+    and claim are left as they are. The caller commits (nothing to commit on an autocommit
+    connection)."""
+    if delivery_ids:
+        db.execute(_STAMP, {"delivery_ids": list(delivery_ids), "now": now or utcnow()})
+
+
+def _row(record: SQLModel) -> dict[str, Any]:
+    """A table model's column values, as an INSERT takes them."""
+    return {column.key: getattr(record, column.key)
+            for column in record.__table__.columns}  # type: ignore[attr-defined]
+
+
+_INSERT_NOTIFICATION = insert(Notification.__table__)
+_INSERT_DELIVERY = insert(_deliveries)
+
+
+def persist_notification(connection: Connection, notification: Notification,
+                         deliveries: list[Delivery]) -> None:
+    """Insert a notification and its deliveries (two statements, the deliveries in one).
+
+    The caller's transaction makes them land together or not at all. Raises
+    IntegrityError when the (account, type, occurrence) key exists already or the
+    account does not exist (its foreign key).
+    """
+    connection.execute(_INSERT_NOTIFICATION, _row(notification))
+    if deliveries:
+        connection.execute(_INSERT_DELIVERY, [_row(delivery) for delivery in deliveries])
+
+
+@functools.cache
+def _outcome_update(columns: tuple[str, ...], *, fenced: bool, count_attempt: bool,
+                    release_claim: bool) -> Update:
+    """The fenced outcome UPDATE that sets ``columns`` (bound as ``new_<column>``), built
+    once per shape: never over a final outcome, and only under this claim when fenced."""
+    values: dict[str, Any] = {name: bindparam(f"new_{name}", type_=_deliveries.c[name].type)
+                              for name in columns}
+    if count_attempt:
+        values["attempts"] = _deliveries.c.attempts + 1
+    if release_claim:
+        values["claimed_at"] = None
+    condition = [_deliveries.c.id == bindparam("delivery_id"),
+                 _deliveries.c.outcome.not_in(_FINAL)]
+    if fenced:
+        condition.append(_deliveries.c.claimed_at == bindparam("token", type_=UtcDateTime))
+    return update(_deliveries).where(*condition).values(values)
+
+
+def record_delivery_outcome(db: Db, delivery_id: str, *, token: datetime | None,
                             outcome: Outcome, reason: str | None = None,
                             provider: str | None = None, provider_message_id: str | None = None,
                             error: str | None = None, count_attempt: bool = False,
                             release_claim: bool = False) -> bool:
-    """Write an attempt's outcome, fenced by its claim ``token``; commits.
+    """Write an attempt's outcome, fenced by its claim ``token``, in one conditional
+    UPDATE; commits.
 
     Returns False (and changes nothing) when the claim was taken over or the delivery
     already reached a final outcome. ``token=None`` writes without a claim (the queue
-    layer's exhausted-restarts hook), still never over a final outcome.
+    layer's exhausted-restarts hook), still never over a final outcome. Fields left None
+    keep their stored value.
     """
-    now = utcnow()
-    values: dict[str, Any] = {"outcome": outcome.value, "updated_at": now}
-    if reason is not None:
-        values["reason"] = reason
-    if provider is not None:
-        values["provider"] = provider
-    if provider_message_id is not None:
-        values["provider_message_id"] = provider_message_id
-    if error is not None:
-        values["last_error"] = error[:500]
-    if count_attempt:
-        values["attempts"] = Delivery.attempts + 1
-    if release_claim:
-        values["claimed_at"] = None
-    condition = [Delivery.id == delivery_id,
-                 Delivery.outcome.not_in([o.value for o in FINAL_OUTCOMES])]
+    given = {name: value for name, value in (
+        ("outcome", outcome.value), ("updated_at", utcnow()), ("reason", reason),
+        ("provider", provider), ("provider_message_id", provider_message_id),
+        ("last_error", None if error is None else error[:500])) if value is not None}
+    statement = _outcome_update(tuple(given), fenced=token is not None,
+                                count_attempt=count_attempt, release_claim=release_claim)
+    params = {f"new_{name}": value for name, value in given.items()}
+    params["delivery_id"] = delivery_id
     if token is not None:
-        condition.append(Delivery.claimed_at == token)
-    result = session.execute(update(Delivery).where(*condition).values(**values))
-    session.commit()
+        params["token"] = token
+    result = db.execute(statement, params)
+    db.commit()
+    return result.rowcount == 1
+
+
+#: The outcomes a provider's receipt may move a delivery to, each from the outcomes
+#: before it: queued < sending < sent < delivered | failed_terminal. Delivered, failed and
+#: suppressed deliveries never change again (delivered never returns to sent).
+RECEIPT_FORWARD_FROM: dict[Outcome, frozenset[str]] = {
+    Outcome.SENT: frozenset({Outcome.QUEUED.value, Outcome.SENDING.value}),
+    Outcome.DELIVERED: frozenset({Outcome.QUEUED.value, Outcome.SENDING.value,
+                                  Outcome.SENT.value}),
+    Outcome.FAILED_TERMINAL: frozenset({Outcome.QUEUED.value, Outcome.SENDING.value,
+                                        Outcome.SENT.value}),
+}
+
+
+def advance_delivery_from_receipt(session: Session, delivery_id: str, outcome: Outcome, *,
+                                  detail: str | None = None) -> bool:
+    """Move a delivery forward to the ``outcome`` a provider's receipt reports, in one
+    conditional UPDATE; False (nothing written) when that would not be a step forward.
+
+    A ``failed_terminal`` receipt records reason ``provider_undelivered`` and the
+    provider's ``detail``. Does not commit: the caller commits it together with the
+    receipt's mark.
+    """
+    predecessors = RECEIPT_FORWARD_FROM.get(outcome)
+    if predecessors is None:
+        raise ValueError(f"a receipt cannot move a delivery to {outcome.value}")
+    values: dict[str, Any] = {"outcome": outcome.value, "updated_at": utcnow()}
+    if outcome is Outcome.FAILED_TERMINAL:
+        values |= {"reason": "provider_undelivered",
+                   "last_error": None if detail is None else detail[:500]}
+    result = session.execute(update(Delivery)
+                             .where(Delivery.id == delivery_id,
+                                    Delivery.outcome.in_(sorted(predecessors)))
+                             .values(**values))
     return result.rowcount == 1

@@ -20,10 +20,14 @@ never holds the recipient's address (see :func:`redact`), so it is safe to store
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 #: Longest failure message kept; provider error bodies can be large.
 FAILURE_MESSAGE_MAX_CHARS = 300
@@ -146,3 +150,127 @@ def redact(text: str, recipient: str) -> str:
 def _clip(message: str) -> str:
     return message if len(message) <= FAILURE_MESSAGE_MAX_CHARS else (
         message[: FAILURE_MESSAGE_MAX_CHARS - 1] + "…")
+
+
+# -- delivery-receipt callbacks ---------------------------------------------------------------
+#: Longest provider id (event or message) a receipt can hold.
+CALLBACK_ID_MAX_CHARS = 255
+#: Longest provider status / error text a receipt keeps.
+CALLBACK_DETAIL_MAX_CHARS = 255
+#: Body fields that name a person (never stored with a receipt).
+_ADDRESS_FIELDS = frozenset({"to", "from", "body", "recipient", "recipients", "phone",
+                             "phone_number", "email", "email_to"})
+
+
+class InvalidSignature(Exception):
+    """A callback's signature is missing, wrong, or cannot be checked (no secret set)."""
+
+
+class InvalidCallback(ValueError):
+    """A correctly signed callback whose body herald cannot read; the message says why."""
+
+
+class CallbackStatus(StrEnum):
+    """What a provider's event means for the delivery it reports on."""
+
+    SENT = "sent"
+    DELIVERED = "delivered"
+    FAILED_TERMINAL = "failed_terminal"
+    #: A step that changes no delivery (queued, accepted, opened, clicked …); kept anyway.
+    OTHER = "other"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallbackRequest:
+    """A provider's callback as it arrived: the public URL it was sent to, its headers
+    (names in lower case) and its raw body."""
+
+    url: str
+    headers: dict[str, str]
+    body: bytes
+
+    def header(self, name: str) -> str | None:
+        """One header's value, whatever the case of ``name``."""
+        return self.headers.get(name.lower())
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallbackEvent:
+    """One provider event, normalized; construction fails with :class:`InvalidCallback`
+    when an id is empty or too long, so nothing malformed reaches the database."""
+
+    #: The provider's id of this event (a redelivery carries the same one).
+    event_id: str
+    channel: Channel
+    #: The id the provider gave the message when it accepted it.
+    provider_message_id: str
+    status: CallbackStatus
+    #: The provider's own status and error code, for operators.
+    detail: str | None = None
+    #: The event's fields without addresses or message text.
+    payload: dict[str, object] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("event_id", "provider_message_id"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise InvalidCallback(f"{name}: missing")
+            if len(value) > CALLBACK_ID_MAX_CHARS:
+                raise InvalidCallback(f"{name}: longer than {CALLBACK_ID_MAX_CHARS} characters")
+            # an id is looked up and put in a job id: no NUL (PostgreSQL refuses it) or
+            # other control characters
+            if not value.isprintable():
+                raise InvalidCallback(f"{name}: contains control characters")
+        if self.detail is not None:
+            printable = "".join(c if c.isprintable() else " " for c in self.detail)
+            object.__setattr__(self, "detail", _clip_to(printable, CALLBACK_DETAIL_MAX_CHARS))
+
+
+def hmac_sha256_signature(secret: str, body: bytes) -> str:
+    """The ``sha256=<hex>`` HMAC-SHA256 signature of ``body`` under ``secret``."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def verify_hmac_sha256(secret: str, body: bytes, signature: str | None) -> None:
+    """Raise :class:`InvalidSignature` unless ``signature`` is ``sha256=<hex HMAC-SHA256 of
+    body>`` under ``secret``; an unset secret refuses every callback. Constant time."""
+    if not secret:
+        raise InvalidSignature("no callback secret is configured")
+    if not signature:
+        raise InvalidSignature("the signature header is missing")
+    expected = hmac_sha256_signature(secret, body)
+    if not hmac.compare_digest(expected.encode(), signature.strip().encode()):
+        raise InvalidSignature("the signature does not match the body")
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """A callback body parsed as a JSON object; :class:`InvalidCallback` otherwise."""
+    try:
+        parsed = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidCallback("the body is not JSON") from None
+    if not isinstance(parsed, dict):
+        raise InvalidCallback("the body is not a JSON object")
+    return parsed
+
+
+def text_field(fields: Mapping[str, Any], name: str, *, required: bool = True) -> str | None:
+    """``fields[name]`` as text (numbers allowed: some providers send numeric ids); a
+    missing required field or a value of another type is :class:`InvalidCallback`."""
+    value = fields.get(name)
+    if value is None or value == "":
+        if required:
+            raise InvalidCallback(f"{name}: missing")
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise InvalidCallback(f"{name}: must be text")
+    return str(value)
+
+
+def without_addresses(fields: Mapping[str, Any]) -> dict[str, object]:
+    """``fields`` without the ones that carry an address or the message text."""
+    return {key: value for key, value in fields.items() if key.lower() not in _ADDRESS_FIELDS}
+
+
+def _clip_to(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

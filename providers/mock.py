@@ -37,8 +37,21 @@ from typing import Any
 import redis
 
 from herald.connections import redis_client
-from herald.settings import get_settings
-from providers.base import Channel, OutboundMessage, SendResult
+from herald.settings import Settings, get_settings
+from providers.base import (
+    CallbackEvent,
+    CallbackRequest,
+    CallbackStatus,
+    Channel,
+    InvalidCallback,
+    OutboundMessage,
+    SendResult,
+    hmac_sha256_signature,
+    json_object,
+    text_field,
+    verify_hmac_sha256,
+    without_addresses,
+)
 
 log = logging.getLogger(__name__)
 
@@ -157,3 +170,53 @@ def _record(message: OutboundMessage, result: SendResult) -> dict[str, Any]:
         "outcome": "ok" if result.accepted else str(result.failure_kind),
         "at": datetime.now(UTC).isoformat(),
     }
+
+
+# -- delivery-receipt callbacks ---------------------------------------------------------------
+#: The header that carries a mock callback's signature (SPEC section 10).
+MOCK_SIGNATURE_HEADER = "X-Herald-Signature"
+#: What each mock status means for the delivery.
+MOCK_CALLBACK_STATUSES = {"accepted": CallbackStatus.OTHER, "sent": CallbackStatus.SENT,
+                          "delivered": CallbackStatus.DELIVERED,
+                          "failed": CallbackStatus.FAILED_TERMINAL}
+
+
+def parse_callback(request: CallbackRequest, settings: Settings | None = None) -> CallbackEvent:
+    """A mock delivery receipt: ``X-Herald-Signature: sha256=<hex HMAC-SHA256 of the raw
+    body>`` under MOCK_CALLBACK_SECRET, body ``{"event_id", "provider_message_id",
+    "channel", "status"}`` (status: accepted, sent, delivered or failed).
+
+    Raises :class:`InvalidSignature` before reading the body, then
+    :class:`InvalidCallback` for a body that does not have that shape.
+    """
+    secret = (settings or get_settings()).mock_callback_secret
+    verify_hmac_sha256(secret, request.body, request.header(MOCK_SIGNATURE_HEADER))
+    fields = json_object(request.body)
+    status = text_field(fields, "status")
+    if status not in MOCK_CALLBACK_STATUSES:
+        raise InvalidCallback(f"status: must be one of {', '.join(MOCK_CALLBACK_STATUSES)}")
+    try:
+        channel = Channel(text_field(fields, "channel"))
+    except ValueError:
+        raise InvalidCallback("channel: must be email, sms or push") from None
+    return CallbackEvent(event_id=text_field(fields, "event_id") or "",
+                         provider_message_id=text_field(fields, "provider_message_id") or "",
+                         channel=channel, status=MOCK_CALLBACK_STATUSES[status],
+                         detail=status, payload=without_addresses(fields))
+
+
+def signed_callback(send: dict[str, Any], status: str = "delivered", *,
+                    event_id: str | None = None, secret: str | None = None
+                    ) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of a signed mock receipt for a recorded send (a record of
+    :meth:`MockProvider.sends`); POST them to ``/v1/callbacks/mock``.
+
+    The event id defaults to ``<provider message id>-<status>``, so the same status for
+    the same message is one event however often it is posted.
+    """
+    message_id = send["provider_message_id"]
+    body = json.dumps({"event_id": event_id or f"{message_id}-{status}",
+                       "provider_message_id": message_id, "channel": send["channel"],
+                       "status": status}).encode()
+    signature = hmac_sha256_signature(secret or get_settings().mock_callback_secret, body)
+    return body, {MOCK_SIGNATURE_HEADER: signature, "Content-Type": "application/json"}

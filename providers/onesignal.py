@@ -33,7 +33,22 @@ from typing import Any
 
 import httpx
 
-from providers.base import Channel, OutboundMessage, SendResult, http_status_result, redact
+from herald.settings import Settings, get_settings
+from providers.base import (
+    CallbackEvent,
+    CallbackRequest,
+    CallbackStatus,
+    Channel,
+    InvalidCallback,
+    OutboundMessage,
+    SendResult,
+    http_status_result,
+    json_object,
+    redact,
+    text_field,
+    verify_hmac_sha256,
+    without_addresses,
+)
 from providers.http import HttpProvider
 
 #: The language key of ``contents`` / ``headings`` (OneSignal requires English).
@@ -113,3 +128,52 @@ def _describe(errors: object) -> str:
         # the values are the offending recipients; name the problem, not the people
         return "; ".join(str(key) for key in errors)
     return json.dumps(errors)
+
+
+# -- delivery-receipt callbacks ---------------------------------------------------------------
+#: The header that carries a OneSignal event's signature. OneSignal's Event Streams sign
+#: nothing themselves (they send the headers configured on the stream), so herald asks for
+#: an HMAC-SHA256 of the raw body under ONESIGNAL_CALLBACK_SECRET.
+ONESIGNAL_SIGNATURE_HEADER = "X-OneSignal-Signature"
+#: Event Stream actions (the last part of ``event.kind``, e.g. ``message.sms.delivered``)
+#: that change a delivery; others (clicked, opened, unsubscribed …) change nothing.
+ONESIGNAL_CALLBACK_ACTIONS = {"sent": CallbackStatus.SENT, "delivered": CallbackStatus.DELIVERED,
+                              "received": CallbackStatus.DELIVERED,
+                              "failed": CallbackStatus.FAILED_TERMINAL,
+                              "bounced": CallbackStatus.FAILED_TERMINAL,
+                              "hardbounced": CallbackStatus.FAILED_TERMINAL,
+                              "suppressed": CallbackStatus.FAILED_TERMINAL}
+
+
+def parse_callback(request: CallbackRequest, settings: Settings | None = None) -> CallbackEvent:
+    """A OneSignal Event Stream event whose body is configured (Liquid) as
+    ``{"event": {"id": "{{ event.id }}", "kind": "{{ event.kind }}"},
+    "message": {"id": "{{ message.id }}"}}``, signed ``X-OneSignal-Signature:
+    sha256=<hex HMAC-SHA256 of the raw body>`` under ONESIGNAL_CALLBACK_SECRET (every event
+    is refused while it is unset).
+
+    ``event.id`` is the event id, ``message.id`` the notification id the send answered
+    with, and ``event.kind`` is ``message.<email|sms|push>.<action>``. Raises
+    :class:`InvalidSignature`, then :class:`InvalidCallback`.
+    """
+    secret = (settings or get_settings()).onesignal_callback_secret
+    verify_hmac_sha256(secret, request.body, request.header(ONESIGNAL_SIGNATURE_HEADER))
+    fields = json_object(request.body)
+    event, message = _object(fields, "event"), _object(fields, "message")
+    kind = text_field(event, "kind") or ""
+    parts = kind.split(".")
+    if len(parts) != 3 or parts[0] != "message" or parts[1] not in {c.value for c in Channel}:
+        raise InvalidCallback("event.kind: must be message.<email|sms|push>.<action>")
+    return CallbackEvent(event_id=text_field(event, "id") or "",
+                         provider_message_id=text_field(message, "id") or "",
+                         channel=Channel(parts[1]),
+                         status=ONESIGNAL_CALLBACK_ACTIONS.get(parts[2], CallbackStatus.OTHER),
+                         detail=kind, payload={"event": without_addresses(event),
+                                               "message": without_addresses(message)})
+
+
+def _object(fields: dict[str, Any], name: str) -> dict[str, Any]:
+    value = fields.get(name)
+    if not isinstance(value, dict):
+        raise InvalidCallback(f"{name}: must be an object")
+    return value

@@ -24,7 +24,21 @@ from typing import Any
 
 import httpx
 
-from providers.base import Channel, OutboundMessage, SendResult, http_status_result, redact
+from herald.settings import Settings, get_settings
+from providers.base import (
+    CallbackEvent,
+    CallbackRequest,
+    CallbackStatus,
+    Channel,
+    OutboundMessage,
+    SendResult,
+    http_status_result,
+    json_object,
+    redact,
+    text_field,
+    verify_hmac_sha256,
+    without_addresses,
+)
 from providers.http import HttpProvider
 
 
@@ -79,3 +93,39 @@ def _numbers(listing: object) -> list[str] | None:
     if isinstance(listing, list):
         return [str(item) for item in listing]
     return re.findall(r"\d+", str(listing))
+
+
+# -- delivery-receipt callbacks ---------------------------------------------------------------
+#: The header that carries a Taqnyat receipt's signature. Taqnyat documents no signing of
+#: its own, so herald asks for an HMAC-SHA256 of the raw body under TAQNYAT_CALLBACK_SECRET
+#: (added by whatever forwards Taqnyat's reports to herald).
+TAQNYAT_SIGNATURE_HEADER = "X-Taqnyat-Signature"
+#: Taqnyat report statuses (case-insensitive) that change a delivery; others (pending,
+#: queued, accepted …) are kept with the receipt and change nothing.
+TAQNYAT_CALLBACK_STATUSES = {"sent": CallbackStatus.SENT, "delivered": CallbackStatus.DELIVERED,
+                             "undelivered": CallbackStatus.FAILED_TERMINAL,
+                             "failed": CallbackStatus.FAILED_TERMINAL,
+                             "rejected": CallbackStatus.FAILED_TERMINAL,
+                             "expired": CallbackStatus.FAILED_TERMINAL}
+
+
+def parse_callback(request: CallbackRequest, settings: Settings | None = None) -> CallbackEvent:
+    """A Taqnyat delivery report: JSON ``{"messageId", "status", "eventId"?, "errorCode"?}``
+    signed ``X-Taqnyat-Signature: sha256=<hex HMAC-SHA256 of the raw body>`` under
+    TAQNYAT_CALLBACK_SECRET (every report is refused while it is unset).
+
+    ``messageId`` is the id the send answered with; the event id is ``eventId`` when
+    given, else ``<messageId>-<status>``. Raises :class:`InvalidSignature`, then
+    :class:`InvalidCallback`.
+    """
+    secret = (settings or get_settings()).taqnyat_callback_secret
+    verify_hmac_sha256(secret, request.body, request.header(TAQNYAT_SIGNATURE_HEADER))
+    fields = json_object(request.body)
+    message_id = text_field(fields, "messageId") or ""
+    status = (text_field(fields, "status") or "").lower()
+    error_code = text_field(fields, "errorCode", required=False)
+    event_id = text_field(fields, "eventId", required=False) or f"{message_id}-{status}"
+    return CallbackEvent(event_id=event_id, provider_message_id=message_id, channel=Channel.SMS,
+                         status=TAQNYAT_CALLBACK_STATUSES.get(status, CallbackStatus.OTHER),
+                         detail=status if error_code is None else f"{status} ({error_code})",
+                         payload=without_addresses(fields))

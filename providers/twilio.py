@@ -23,15 +23,34 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import parse_qs
 
 import requests
 from twilio.base.exceptions import TwilioRestException, TwilioServiceException
 from twilio.http.http_client import TwilioHttpClient
 from twilio.http.response import Response
+from twilio.request_validator import (
+    SIGNATURE_HEADER,
+    SIGNATURE_SETTINGS_HEADER,
+    RequestValidator,
+    get_signature_algorithm,
+)
 from twilio.rest import Client
 
 from herald.settings import Settings, get_settings
-from providers.base import Channel, OutboundMessage, SendResult, http_status_result, redact
+from providers.base import (
+    CallbackEvent,
+    CallbackRequest,
+    CallbackStatus,
+    Channel,
+    InvalidSignature,
+    OutboundMessage,
+    SendResult,
+    http_status_result,
+    redact,
+    text_field,
+    without_addresses,
+)
 
 log = logging.getLogger(__name__)
 
@@ -107,3 +126,54 @@ def _error_result(error: TwilioRestException | TwilioServiceException,
     if code in TRANSIENT_TWILIO_CODES:
         return SendResult.transient(f"twilio_{code}", message)
     return http_status_result(status, f"twilio_{code}", message)
+
+
+# -- delivery-receipt callbacks ---------------------------------------------------------------
+#: Twilio's MessageStatus values that change a delivery; the rest (queued, accepted,
+#: sending, scheduled, read, canceled …) are kept with the receipt and change nothing.
+TWILIO_CALLBACK_STATUSES = {"sent": CallbackStatus.SENT, "delivered": CallbackStatus.DELIVERED,
+                            "undelivered": CallbackStatus.FAILED_TERMINAL,
+                            "failed": CallbackStatus.FAILED_TERMINAL}
+
+
+class _FormParams(dict[str, list[str]]):
+    """Form fields with every value of a repeated name, as the SDK's validator reads them."""
+
+    def getlist(self, name: str) -> list[str]:
+        return self[name]
+
+
+def parse_callback(request: CallbackRequest, settings: Settings | None = None) -> CallbackEvent:
+    """A Twilio message status callback (form-encoded ``MessageSid``, ``MessageStatus``,
+    ``ErrorCode`` …) whose ``X-Twilio-Signature`` the SDK's ``RequestValidator`` accepts
+    for ``request.url`` and the form fields under TWILIO_AUTH_TOKEN.
+
+    The event id is ``<MessageSid>-<MessageStatus>``: Twilio sends one callback per status
+    change and repeats it unchanged when our answer was lost. Raises
+    :class:`InvalidSignature` (also while TWILIO_AUTH_TOKEN is unset), then
+    :class:`InvalidCallback`.
+    """
+    params = _FormParams(parse_qs(request.body.decode("utf-8", errors="replace"),
+                                  keep_blank_values=True))
+    _verify_signature(request, params, (settings or get_settings()).twilio_auth_token)
+    fields = {name: values[-1] for name, values in params.items()}
+    sid = text_field(fields, "MessageSid") or ""
+    status = (text_field(fields, "MessageStatus") or "").lower()
+    error_code = text_field(fields, "ErrorCode", required=False)
+    return CallbackEvent(event_id=f"{sid}-{status}", provider_message_id=sid,
+                         channel=Channel.SMS,
+                         status=TWILIO_CALLBACK_STATUSES.get(status, CallbackStatus.OTHER),
+                         detail=status if error_code is None else f"{status} ({error_code})",
+                         payload=without_addresses(fields))
+
+
+def _verify_signature(request: CallbackRequest, params: _FormParams, auth_token: str) -> None:
+    if not auth_token:
+        raise InvalidSignature("TWILIO_AUTH_TOKEN is not configured")
+    signature = request.header(SIGNATURE_HEADER)
+    if not signature:
+        raise InvalidSignature(f"the {SIGNATURE_HEADER} header is missing")
+    algorithm = get_signature_algorithm(request.header(SIGNATURE_SETTINGS_HEADER))
+    # the SDK compares in constant time, with and without the default port in the URL
+    if not RequestValidator(auth_token).validate(request.url, params, signature, algorithm):
+        raise InvalidSignature("the signature does not match the URL and parameters")

@@ -1,0 +1,190 @@
+"""Provider delivery receipts: ingestion, then ``normalise_callback`` (seed 000 "Batches
+and Callbacks", "Handoff Reconciliation").
+
+Ingestion (:func:`ingest_callback`, behind ``POST /v1/callbacks/{provider}``) receives an
+event whose signature the provider's adapter already verified, persists the normalized
+receipt, enqueues ``normalise_callback`` (job id ``notification-callback-{eventId}``,
+payload = the receipt id only) and writes the enqueue stamp only after the enqueue
+succeeded. A redelivered event finds its receipt; an unstamped one is enqueued and
+stamped then, which is how a sender's retry after a 503 repairs it. Receipts that no
+request repairs are re-driven by the handoff sweep through :func:`enqueue_normalisation`.
+
+Normalization correlates the delivery by channel, provider and provider message id and
+moves its outcome forward only (:func:`models.notifications.advance_delivery_from_receipt`).
+An unmatched receipt is retried until it is 30 minutes old, then marked processed
+``unmatched`` without touching any delivery.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, Field
+from sqlmodel import Session, select
+
+from herald.db import session as db_session
+from herald.errors import Permanent
+from herald.jobs import actor, enqueue
+from herald.registry import NORMAL_PRIORITY, SECOND
+from models.base import utcnow
+from models.callbacks import (
+    RESULT_APPLIED,
+    RESULT_UNCHANGED,
+    RESULT_UNMATCHED,
+    CallbackReceipt,
+    insert_or_find_receipt,
+    mark_receipt_processed,
+    stamp_receipts,
+)
+from models.notifications import Delivery, Outcome, advance_delivery_from_receipt
+from providers.base import CallbackEvent, CallbackRequest, CallbackStatus
+
+log = logging.getLogger("herald.callbacks")
+
+#: The module of each provider that accepts callbacks; each has ``parse_callback``.
+#: Imported on first use, like the senders (a process never sent a Twilio callback
+#: never loads the Twilio SDK).
+CALLBACK_ADAPTERS = {"mock": "providers.mock", "twilio": "providers.twilio",
+                     "taqnyat": "providers.taqnyat", "onesignal": "providers.onesignal"}
+#: How long an unmatched receipt waits for its delivery (seed 000: 30 minutes); the
+#: provider can report faster than the channel worker records the provider message id.
+CORRELATION_CUTOFF = timedelta(minutes=30)
+
+
+class UnknownProvider(LookupError):
+    """No provider of that name accepts callbacks."""
+
+
+class CallbackNotQueued(RuntimeError):
+    """The receipt is persisted but its job could not be enqueued; it stays unstamped."""
+
+
+class ReceiptUnmatched(RuntimeError):
+    """No delivery carries the receipt's message id yet (retryable until the cutoff)."""
+
+
+class CallbackJob(BaseModel):
+    """A normalise_callback job carries the persisted receipt's id and nothing else."""
+
+    receipt_id: str = Field(min_length=1, max_length=36)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Ingested:
+    """What ingestion did with one callback."""
+
+    receipt_id: str
+    #: The (provider, event id) was stored before.
+    duplicate: bool
+    #: A normalise_callback job was enqueued (or found live) and the stamp written now.
+    queued: bool
+
+
+# -- ingestion ------------------------------------------------------------------------------
+def parse_callback(provider: str, request: CallbackRequest) -> CallbackEvent:
+    """The provider's adapter verifies the signature and reads the body.
+
+    Raises :class:`UnknownProvider`, or the adapter's
+    :class:`~providers.base.InvalidSignature` / :class:`~providers.base.InvalidCallback`.
+    """
+    module = CALLBACK_ADAPTERS.get(provider)
+    if module is None:
+        raise UnknownProvider(provider)
+    event: CallbackEvent = importlib.import_module(module).parse_callback(request)
+    return event
+
+
+def ingest_callback(provider: str, event: CallbackEvent) -> Ingested:
+    """Persist the receipt, enqueue its normalization, then stamp it.
+
+    A stored event that is stamped or processed is a duplicate and nothing is enqueued;
+    an unstamped one is enqueued and stamped now. Raises :class:`CallbackNotQueued`
+    (the receipt stays unstamped, so the sender's retry or the sweep repairs it) when the
+    enqueue fails; database errors propagate.
+    """
+    with db_session() as session:
+        receipt, created = insert_or_find_receipt(session, _receipt(provider, event))
+    if not created and (receipt.queued_at is not None or receipt.processed_at is not None):
+        return Ingested(receipt_id=receipt.id, duplicate=True, queued=False)
+    try:
+        enqueue_normalisation(receipt)
+    except Exception as error:  # Redis or the broker away: answered 503, the sender retries
+        log.warning("callback enqueue failed: %s", type(error).__name__,
+                    extra={"receipt_id": receipt.id})
+        raise CallbackNotQueued(receipt.id) from error
+    with db_session() as session:
+        stamp_receipts(session, [receipt.id])
+    return Ingested(receipt_id=receipt.id, duplicate=not created, queued=True)
+
+
+def enqueue_normalisation(receipt: CallbackReceipt) -> str:
+    """Add the receipt's normalise_callback job under its deterministic id (a no-op while
+    a live job holds that id); returns the add status. Writes no stamp."""
+    result = enqueue(normalise_callback, CallbackJob(receipt_id=receipt.id),
+                     job_id=callback_job_id(receipt.event_id), priority=NORMAL_PRIORITY)
+    return result.status
+
+
+def callback_job_id(event_id: str) -> str:
+    """The job id of an event's normalization (seed 000: ``notification-callback-{eventId}``)."""
+    return f"notification-callback-{event_id}"
+
+
+def _receipt(provider: str, event: CallbackEvent) -> CallbackReceipt:
+    return CallbackReceipt(provider=provider, event_id=event.event_id,
+                           channel=event.channel.value,
+                           provider_message_id=event.provider_message_id,
+                           status=event.status.value, detail=event.detail,
+                           payload=event.payload or {})
+
+
+# -- normalization --------------------------------------------------------------------------
+def normalise(job: CallbackJob) -> dict[str, Any]:
+    """Apply one receipt to its delivery and mark it processed, in one transaction.
+
+    Missing receipt → :class:`~herald.errors.Permanent`; already processed → nothing.
+    Unmatched and younger than :data:`CORRELATION_CUTOFF` → :class:`ReceiptUnmatched`
+    (the queue retries); older → processed ``unmatched``.
+    """
+    with db_session() as session:
+        receipt = session.get(CallbackReceipt, job.receipt_id)
+        if receipt is None:
+            raise Permanent(f"callback receipt {job.receipt_id} does not exist")
+        if receipt.processed_at is not None:
+            return {"receipt_id": receipt.id, "skipped": "already processed"}
+        delivery_id = correlated_delivery(session, receipt)
+        if delivery_id is None:
+            if utcnow() - receipt.received_at < CORRELATION_CUTOFF:
+                raise ReceiptUnmatched(f"no {receipt.channel} delivery of {receipt.provider} "
+                                       f"message {receipt.provider_message_id} yet")
+            mark_receipt_processed(session, receipt.id, result=RESULT_UNMATCHED)
+            return {"receipt_id": receipt.id, "result": RESULT_UNMATCHED}
+        applied = (receipt.status != CallbackStatus.OTHER.value
+                   and advance_delivery_from_receipt(session, delivery_id,
+                                                     Outcome(receipt.status),
+                                                     detail=receipt.detail))
+        result = RESULT_APPLIED if applied else RESULT_UNCHANGED
+        mark_receipt_processed(session, receipt.id, result=result, delivery_id=delivery_id)
+    return {"receipt_id": receipt.id, "delivery_id": delivery_id, "result": result}
+
+
+def correlated_delivery(session: Session, receipt: CallbackReceipt) -> str | None:
+    """The id of the delivery the receipt reports on: same channel, provider and provider
+    message id (None when no delivery carries that message id yet)."""
+    return session.exec(
+        select(Delivery.id)
+        .where(Delivery.channel == receipt.channel, Delivery.provider == receipt.provider,
+               Delivery.provider_message_id == receipt.provider_message_id)
+        .order_by(Delivery.created_at).limit(1)).first()
+
+
+@actor(queue="notification-orchestration", payload=CallbackJob, attempts=9,
+       backoff_base=10 * SECOND, remove_on_complete=True, remove_on_fail=True)
+def normalise_callback(job: CallbackJob) -> dict[str, Any]:
+    """Normalize one persisted provider receipt (seed 000's override: 9 attempts,
+    exponential backoff from 10 s, the job record removed when it finishes either way)."""
+    return normalise(job)

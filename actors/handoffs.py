@@ -1,0 +1,197 @@
+"""The handoff reconciliation sweep (seed 000 "Handoff Reconciliation").
+
+Rows are persisted first and enqueued second, so a crash between the two, a lost Redis
+job or an abandoned send claim can leave a row that no job will ever move. Every minute
+(and once when the clock starts) ``reconcile_handoffs`` re-drives, oldest first and at
+most ``HANDOFF_SWEEP_LIMIT`` rows per kind:
+
+1. email/SMS/push deliveries that are ``queued``, or ``sending`` with no live claim (older
+   than 60 s, or released by a recorded retryable failure), and whose handoff stamp is
+   missing or older than the handoff age (15 minutes);
+2. unfinished batches: a scheduled one created and due more than the age ago, a running
+   one whose run started more than the age ago (never a healthy future batch);
+3. unprocessed callback receipts whose enqueue stamp is missing or older than the age.
+
+Rows are claimed with ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so overlapping sweeps
+never take the same row; deliveries and receipts are stamped before their job is added,
+and every job id is deterministic, so an overlapping handoff is a no-op. Outcomes and
+claims are never touched: the channel worker decides again, so a sent, terminal or
+suppressed delivery is never re-sent, and a retained completed job is left alone. A
+failed re-enqueue is logged by id only and the row stays eligible.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import and_, or_
+from sqlmodel import Session, select
+
+from actors.batches import enqueue_batch_run
+from actors.callbacks import enqueue_normalisation
+from actors.notifications import CHANNEL_QUEUES, enqueue_delivery
+from herald.db import session as db_session
+from herald.jobs import actor
+from herald.registry import NORMAL_PRIORITY
+from herald.schedules import Schedule, schedule
+from herald.settings import get_settings
+from herald.sweeps import register_sweep
+from models.base import utcnow
+from models.batches import UNFINISHED_BATCH, Batch, BatchStatus
+from models.callbacks import CallbackReceipt, stamp_receipts
+from models.notifications import CLAIM_STALE_AFTER, Delivery, Outcome, stamp_handoffs
+
+log = logging.getLogger("herald.handoffs")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SweepReport:
+    """How many rows of each kind one sweep re-drove (re-enqueue attempted), and how many
+    of those had lost their job (a new job was added or a failed one retried)."""
+
+    deliveries: int
+    batches: int
+    receipts: int
+    recreated: int
+
+    @property
+    def total(self) -> int:
+        """All rows re-driven."""
+        return self.deliveries + self.batches + self.receipts
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Window:
+    """The sweep's clock: ``now``, the handoff cutoff and the row cap of one run."""
+
+    now: datetime
+    cutoff: datetime
+    limit: int
+
+    @classmethod
+    def current(cls, now: datetime | None = None, age: timedelta | None = None) -> Window:
+        """The window configured by HANDOFF_SWEEP_AGE_S (unless ``age`` is given) and
+        HANDOFF_SWEEP_LIMIT."""
+        settings = get_settings()
+        now = now or utcnow()
+        age = age or timedelta(seconds=settings.handoff_sweep_age_s)
+        return cls(now=now, cutoff=now - age, limit=settings.handoff_sweep_limit)
+
+
+# -- what each kind selects (the seed's rules, each one query on a partial index) ---------
+def stale_deliveries(window: Window) -> Any:
+    """Deliveries to hand off again, oldest first, locked with SKIP LOCKED."""
+    no_live_claim = or_(Delivery.outcome == Outcome.QUEUED.value,
+                        Delivery.claimed_at.is_(None),
+                        Delivery.claimed_at < window.now - CLAIM_STALE_AFTER)
+    return (select(Delivery)
+            # the literal IN matches the partial index ix_deliveries_pending
+            .where(Delivery.outcome.in_([Outcome.QUEUED.value, Outcome.SENDING.value]),
+                   Delivery.channel.in_(list(CHANNEL_QUEUES)), no_live_claim,
+                   or_(Delivery.queued_at.is_(None), Delivery.queued_at < window.cutoff))
+            .order_by(Delivery.created_at).limit(window.limit)
+            .with_for_update(skip_locked=True))
+
+
+def overdue_batches(window: Window) -> Any:
+    """Unfinished batches whose run is overdue, oldest first, locked with SKIP LOCKED."""
+    scheduled_overdue = and_(Batch.status == BatchStatus.SCHEDULED.value,
+                             Batch.created_at < window.cutoff,
+                             or_(Batch.scheduled_at.is_(None),
+                                 Batch.scheduled_at < window.cutoff))
+    running_overdue = and_(Batch.status == BatchStatus.RUNNING.value,
+                           Batch.started_at < window.cutoff)
+    return (select(Batch)
+            .where(Batch.status.in_(list(UNFINISHED_BATCH)),
+                   or_(scheduled_overdue, running_overdue))
+            .order_by(Batch.created_at).limit(window.limit)
+            .with_for_update(skip_locked=True))
+
+
+def stale_receipts(window: Window) -> Any:
+    """Unprocessed callback receipts to queue again, oldest received first, locked."""
+    return (select(CallbackReceipt)
+            .where(CallbackReceipt.processed_at.is_(None),
+                   or_(CallbackReceipt.queued_at.is_(None),
+                       CallbackReceipt.queued_at < window.cutoff))
+            .order_by(CallbackReceipt.received_at).limit(window.limit)
+            .with_for_update(skip_locked=True))
+
+
+# -- one kind's run: claim, stamp, commit, enqueue ------------------------------------------
+#: Add statuses meaning the row's job was gone (or failed) and is back.
+RECREATED = frozenset({"added", "retried"})
+
+
+def _redrive(kind: str, query: Any, enqueue: Callable[[Any], str], *,
+             stamp: Callable[[Session, list[str]], None] | None) -> tuple[int, int]:
+    """Claim the rows ``query`` selects and re-add each one's job; returns (rows, jobs
+    re-created).
+
+    With a ``stamp`` the rows are stamped and the transaction committed before any job
+    is added (a crash after the commit leaves them for the next window, never doubled).
+    Without one (batches, which carry no stamp) the row locks are held while the jobs
+    are added, so an overlapping sweep skips them.
+    """
+    recreated = 0
+    with db_session() as session:
+        rows: Sequence[Any] = session.exec(query).all()
+        if stamp is not None:
+            stamp(session, [row.id for row in rows])
+            session.commit()
+        for row in rows:
+            try:
+                recreated += enqueue(row) in RECREATED
+            except Exception as error:  # logged by id only; the row stays eligible
+                log.warning("handoff re-enqueue failed: %s", type(error).__name__,
+                            extra={f"{kind}_id": row.id})
+    if rows:
+        log.info("handoffs re-driven", extra={"kind": kind, "rows": len(rows),
+                                              "recreated": recreated})
+    return len(rows), recreated
+
+
+def reconcile_handoffs(now: datetime | None = None, *,
+                       age: timedelta | None = None) -> SweepReport:
+    """Run the sweep once: deliveries, then overdue batches, then callback receipts.
+
+    ``age`` overrides HANDOFF_SWEEP_AGE_S (the demo's simulated loss uses a short one).
+    """
+    window = Window.current(now, age)
+    deliveries = _redrive(
+        "delivery", stale_deliveries(window),
+        # the single-add helper at normal urgency: a missing job comes back at priority
+        # 5, a retained failed one is retried in place, a live or completed one stays
+        lambda delivery: enqueue_delivery(delivery, NORMAL_PRIORITY),
+        stamp=lambda session, ids: stamp_handoffs(session, ids, now=window.now))
+    batches = _redrive("batch", overdue_batches(window),
+                       lambda batch: enqueue_batch_run(batch.id, batch.scheduled_at),
+                       stamp=None)
+    receipts = _redrive("receipt", stale_receipts(window), enqueue_normalisation,
+                        stamp=lambda session, ids: stamp_receipts(session, ids, now=window.now))
+    return SweepReport(deliveries=deliveries[0], batches=batches[0], receipts=receipts[0],
+                       recreated=deliveries[1] + batches[1] + receipts[1])
+
+
+# -- the job, its schedule and the CLI entry --------------------------------------------------
+class SweepJob(BaseModel):
+    """The sweep job carries nothing: it reads the database."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@actor(queue="notification-orchestration", payload=SweepJob)
+def reconcile_handoffs_job(job: SweepJob) -> dict[str, int]:
+    """One sweep run as a job on the orchestration lane."""
+    return dataclasses.asdict(reconcile_handoffs())  # the job's return value
+
+
+schedule(Schedule(name="reconcile-handoffs", actor=reconcile_handoffs_job,
+                  every=timedelta(seconds=get_settings().handoff_sweep_interval_s),
+                  run_at_start=True))
+register_sweep("handoffs", lambda: reconcile_handoffs().total)

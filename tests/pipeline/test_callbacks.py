@@ -1,0 +1,360 @@
+"""Provider delivery receipts on PostgreSQL + Redis: ``POST /v1/callbacks/{provider}`` and
+the ``normalise_callback`` job (seed 000 "Batches and Callbacks")."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import update
+from sqlmodel import select
+from twilio.request_validator import RequestValidator
+
+from actors.callbacks import (
+    CallbackJob,
+    ReceiptUnmatched,
+    enqueue_normalisation,
+    normalise,
+    normalise_callback,
+)
+from herald import connections, db, jobs, settings
+from herald.db import session as db_session
+from herald.jobs import queue
+from herald.web import create_app
+from herald.worker import running_worker
+from models.base import utcnow
+from models.callbacks import CallbackReceipt
+from providers.base import hmac_sha256_signature
+from providers.mock import MockProvider, signed_callback
+from tests.support.services import find_free_port
+from tests.support.waiting import wait_for
+
+ORCHESTRATION = "notification-orchestration"
+TWILIO_TOKEN = "twilio-callback-token"
+TAQNYAT_SECRET = "taqnyat-callback-secret"
+ONESIGNAL_SECRET = "onesignal-callback-secret"
+
+#: (path, body, headers) of one provider callback.
+Callback = tuple[str, bytes, dict[str, str]]
+
+
+# -- helpers ------------------------------------------------------------------------------
+def configure(monkeypatch: pytest.MonkeyPatch, **variables: str) -> None:
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    settings.reset_settings()
+
+
+def provider_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    configure(monkeypatch, TWILIO_AUTH_TOKEN=TWILIO_TOKEN,
+              TAQNYAT_CALLBACK_SECRET=TAQNYAT_SECRET, ONESIGNAL_CALLBACK_SECRET=ONESIGNAL_SECRET)
+
+
+def twilio_callback(sid: str = "SM" + "a" * 32, status: str = "delivered",
+                    url: str = "http://testserver/v1/callbacks/twilio",
+                    token: str = TWILIO_TOKEN) -> Callback:
+    params = {"MessageSid": sid, "MessageStatus": status, "AccountSid": "AC" + "0" * 32,
+              "To": "+966500000001", "ApiVersion": "2010-04-01"}
+    # the real SDK's validator computes what Twilio would send
+    signature = RequestValidator(token).compute_signature(url, params)
+    return ("/v1/callbacks/twilio", urlencode(params).encode(),
+            {"X-Twilio-Signature": signature,
+             "Content-Type": "application/x-www-form-urlencoded"})
+
+
+def taqnyat_callback(message_id: str = "1709120", status: str = "delivered",
+                     secret: str = TAQNYAT_SECRET) -> Callback:
+    body = json.dumps({"messageId": message_id, "status": status,
+                       "recipient": "966500000001"}).encode()
+    return ("/v1/callbacks/taqnyat", body,
+            {"X-Taqnyat-Signature": hmac_sha256_signature(secret, body)})
+
+
+def onesignal_callback(message_id: str = "b98881cc-1e94-4366-bbd9-db8f3429292b",
+                       kind: str = "message.sms.delivered",
+                       secret: str = ONESIGNAL_SECRET) -> Callback:
+    body = json.dumps({"event": {"id": "0b5d5c3e-8d7e-4a36-9d3e-5b8c9d6a7e10", "kind": kind},
+                       "message": {"id": message_id}}).encode()
+    return ("/v1/callbacks/onesignal", body,
+            {"X-OneSignal-Signature": hmac_sha256_signature(secret, body)})
+
+
+def mock_callback(message_id: str = "mock-1", status: str = "delivered",
+                  channel: str = "sms", secret: str = "herald-mock-secret") -> Callback:
+    body, headers = signed_callback({"provider_message_id": message_id, "channel": channel},
+                                    status, secret=secret)
+    return "/v1/callbacks/mock", body, headers
+
+
+CALLBACKS: dict[str, Callable[..., Callback]] = {
+    "twilio": twilio_callback, "taqnyat": taqnyat_callback,
+    "onesignal": onesignal_callback, "mock": mock_callback}
+#: Each provider's callback signed with a key that is not the configured one.
+FORGED: dict[str, Callable[[], Callback]] = {
+    "twilio": lambda: twilio_callback(token="not-the-token"),
+    "taqnyat": lambda: taqnyat_callback(secret="not-the-secret"),
+    "onesignal": lambda: onesignal_callback(secret="not-the-secret"),
+    "mock": lambda: mock_callback(secret="not-the-secret"),
+}
+
+
+def post(client: TestClient, callback: Callback) -> Any:
+    path, body, headers = callback
+    return client.post(path, content=body, headers=headers)
+
+
+def without_signature(callback: Callback) -> Callback:
+    path, body, headers = callback
+    return path, body, {k: v for k, v in headers.items() if "Signature" not in k}
+
+
+def receipts() -> list[CallbackReceipt]:
+    with db_session() as session:
+        return list(session.exec(select(CallbackReceipt)
+                                 .order_by(CallbackReceipt.received_at)).all())
+
+
+def receipt(receipt_id: str) -> CallbackReceipt:
+    with db_session() as session:
+        found = session.get(CallbackReceipt, receipt_id)
+    assert found is not None
+    return found
+
+
+def jobs_held() -> int:
+    return sum(queue(ORCHESTRATION).counts().values())
+
+
+def sent_sms(client: TestClient, phone: str = "+966501234567") -> dict[str, Any]:
+    """A welcome SMS sent through the mock by a real worker: its delivery as JSON."""
+    account = client.post("/v1/accounts", json={"phone": phone}).json()
+    created = client.post("/v1/events", json={"type": "account.welcome", "channels": ["sms"],
+                                              "account_id": account["id"],
+                                              "occurrence": "signup"}).json()
+    delivery_id = created["deliveries"][0]["id"]
+    with running_worker(["notification-sms"]):
+        wait_for(lambda: delivery(client, delivery_id)["outcome"] == "sent", what="sent")
+    return delivery(client, delivery_id)
+
+
+def delivery(client: TestClient, delivery_id: str) -> dict[str, Any]:
+    return client.get(f"/v1/deliveries/{delivery_id}").json()
+
+
+def processed(receipt_id: str) -> bool:
+    return receipt(receipt_id).processed_at is not None
+
+
+def use_redis(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
+    configure(monkeypatch, REDIS_URL=url)
+    connections.reset_redis_client()
+    jobs.reset_brokers()
+
+
+# -- signatures ---------------------------------------------------------------------------
+@pytest.mark.parametrize("provider", sorted(CALLBACKS))
+def test_a_signed_callback_is_accepted_and_a_forged_or_unsigned_one_stores_nothing(
+        pipeline: None, monkeypatch: pytest.MonkeyPatch, provider: str) -> None:
+    provider_secrets(monkeypatch)
+    client = TestClient(create_app())
+    # Given a forged and an unsigned callback: 401, and nothing stored or queued
+    for refused in (FORGED[provider](), without_signature(CALLBACKS[provider]())):
+        response = post(client, refused)
+        assert response.status_code == 401, response.text
+        assert response.json()["error"]["code"] == "invalid_signature"
+    assert (receipts(), jobs_held()) == ([], 0)
+    # When the provider signs it: 202, one receipt and one normalise_callback job
+    response = post(client, CALLBACKS[provider]())
+    assert response.status_code == 202, response.text
+    assert response.json()["duplicate"] is False
+    [stored] = receipts()
+    assert (stored.id, stored.provider, stored.status) == (
+        response.json()["receipt_id"], provider, "delivered")
+    assert stored.queued_at is not None
+    assert jobs_held() == 1
+
+
+@pytest.mark.parametrize("provider", ["taqnyat", "onesignal"])
+def test_shared_secret_providers_refuse_every_callback_while_the_secret_is_unset(
+        pipeline: None, provider: str) -> None:
+    client = TestClient(create_app())
+    # signed with the empty key an unset secret would be
+    response = post(client, CALLBACKS[provider](secret=""))
+    assert response.status_code == 401
+    assert receipts() == []
+
+
+def test_twilio_signs_the_public_url_when_herald_sits_behind_a_proxy(
+        pipeline: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    provider_secrets(monkeypatch)
+    configure(monkeypatch, CALLBACK_BASE_URL="https://herald.example.com/")
+    client = TestClient(create_app())
+    public = twilio_callback(url="https://herald.example.com/v1/callbacks/twilio")
+    internal = twilio_callback(url="http://testserver/v1/callbacks/twilio", status="sent")
+    assert post(client, public).status_code == 202
+    assert post(client, internal).status_code == 401
+
+
+@pytest.mark.parametrize(("provider", "callback"), [
+    ("mock", lambda: mock_callback(message_id="")),
+    ("mock", lambda: mock_callback(status="exploded")),
+    ("mock", lambda: mock_callback(channel="fax")),
+    ("mock", lambda: mock_callback(message_id="mock-\x00")),
+    ("twilio", lambda: twilio_callback(sid="")),
+    ("taqnyat", lambda: taqnyat_callback(message_id="x" * 300)),
+    ("onesignal", lambda: onesignal_callback(kind="message.iam.clicked")),
+])
+def test_a_signed_but_malformed_callback_is_422_and_stores_nothing(
+        pipeline: None, monkeypatch: pytest.MonkeyPatch, provider: str,
+        callback: Callable[[], Callback]) -> None:
+    provider_secrets(monkeypatch)
+    response = post(TestClient(create_app()), callback())
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["code"] == "invalid_callback"
+    assert (receipts(), jobs_held()) == ([], 0)
+
+
+def test_an_unknown_provider_is_404(pipeline: None) -> None:
+    response = TestClient(create_app()).post("/v1/callbacks/sendgrid", content=b"{}")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "unknown_provider"
+    assert receipts() == []
+
+
+# -- ingestion: duplicates, Redis and the database down ----------------------------------------
+def test_the_same_event_again_is_a_duplicate_with_one_receipt_and_one_job(
+        pipeline: None) -> None:
+    client = TestClient(create_app())
+    first = post(client, mock_callback())
+    again = post(client, mock_callback())
+    assert (first.status_code, again.status_code) == (202, 200)
+    assert again.json() == {"receipt_id": first.json()["receipt_id"], "duplicate": True}
+    assert len(receipts()) == 1
+    # the job carries the receipt id only, under the event's deterministic id, priority 5
+    job = queue(ORCHESTRATION).get("notification-callback-mock-1-delivered")
+    assert job is not None
+    assert (job.payload, job.priority) == ({"receipt_id": first.json()["receipt_id"]}, 5)
+    assert jobs_held() == 1
+
+
+def test_redis_down_is_503_with_the_receipt_unstamped_and_the_senders_retry_repairs_it(
+        pipeline: None, monkeypatch: pytest.MonkeyPatch, redis_url: str) -> None:
+    client = TestClient(create_app())
+    use_redis(monkeypatch, f"redis://127.0.0.1:{find_free_port()}/0")
+    # Given Redis is down: the receipt persists, unstamped, and the sender is told to retry
+    response = post(client, mock_callback())
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "unavailable"
+    [stored] = receipts()
+    assert (stored.queued_at, stored.processed_at) == (None, None)
+    # When Redis is back and the sender retries the same event
+    use_redis(monkeypatch, redis_url)
+    again = post(client, mock_callback())
+    # Then it is a duplicate, now queued and stamped
+    assert again.json() == {"receipt_id": stored.id, "duplicate": True}
+    assert receipt(stored.id).queued_at is not None
+    assert queue(ORCHESTRATION).get("notification-callback-mock-1-delivered") is not None
+    # and a stamped receipt is not queued again
+    post(client, mock_callback())
+    assert jobs_held() == 1
+
+
+def test_database_down_is_503_and_nothing_is_queued(
+        pipeline: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    configure(monkeypatch, DATABASE_URL=f"postgresql://postgres@127.0.0.1:{find_free_port()}/h")
+    db.reset_engine()
+    response = post(TestClient(create_app()), mock_callback())
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "unavailable"
+    assert jobs_held() == 0
+
+
+# -- normalization ------------------------------------------------------------------------
+def test_a_delivered_receipt_marks_the_delivery_delivered_and_a_later_sent_changes_nothing(
+        pipeline: None) -> None:
+    client = TestClient(create_app())
+    sms = sent_sms(client)
+    [send] = MockProvider.sends()
+    # Given the provider reports the SMS delivered
+    body, headers = signed_callback(send, "delivered")
+    accepted = client.post("/v1/callbacks/mock", content=body, headers=headers)
+    assert accepted.status_code == 202
+    receipt_id = accepted.json()["receipt_id"]
+    job_id = f"notification-callback-{send['provider_message_id']}-delivered"
+    assert queue(ORCHESTRATION).get(job_id) is not None
+    with running_worker([ORCHESTRATION]):
+        wait_for(lambda: processed(receipt_id), what="the receipt processed")
+        # Then the delivery reads delivered, and the finished job left the ledger
+        assert delivery(client, sms["id"])["outcome"] == "delivered"
+        assert (receipt(receipt_id).result, receipt(receipt_id).delivery_id) == (
+            "applied", sms["id"])
+        wait_for(lambda: queue(ORCHESTRATION).get(job_id) is None, what="the job removed")
+        # When a late "sent" receipt arrives, the delivery stays delivered
+        body, headers = signed_callback(send, "sent")
+        late = client.post("/v1/callbacks/mock", content=body, headers=headers)
+        wait_for(lambda: processed(late.json()["receipt_id"]), what="the late receipt")
+    assert receipt(late.json()["receipt_id"]).result == "unchanged"
+    assert delivery(client, sms["id"])["outcome"] == "delivered"
+    assert sum(queue(ORCHESTRATION).counts().values()) == 0
+
+
+def test_a_failed_receipt_ends_the_delivery_failed_and_nothing_revives_it(
+        pipeline: None) -> None:
+    client = TestClient(create_app())
+    sms = sent_sms(client)
+    [send] = MockProvider.sends()
+    with running_worker([ORCHESTRATION]):
+        for status in ("failed", "delivered"):
+            body, headers = signed_callback(send, status)
+            receipt_id = client.post("/v1/callbacks/mock", content=body,
+                                     headers=headers).json()["receipt_id"]
+            wait_for(lambda receipt_id=receipt_id: processed(receipt_id), what=status)
+    after = delivery(client, sms["id"])
+    assert (after["outcome"], after["reason"]) == ("failed_terminal", "provider_undelivered")
+    assert [r.result for r in receipts()] == ["applied", "unchanged"]
+
+
+def test_an_unmatched_receipt_is_retried_until_30_minutes_old_then_marked_unmatched(
+        pipeline: None) -> None:
+    client = TestClient(create_app())
+    sms = sent_sms(client)
+    [send] = MockProvider.sends()
+    # Given a receipt naming the SMS's message id on another channel: no delivery matches
+    body, headers = signed_callback({**send, "channel": "email"}, "delivered")
+    receipt_id = client.post("/v1/callbacks/mock", content=body,
+                             headers=headers).json()["receipt_id"]
+    job_id = f"notification-callback-{send['provider_message_id']}-delivered"
+    with running_worker([ORCHESTRATION]):
+        # Then while it is young the job fails its attempt and waits for the next (10 s)
+        job = wait_for(lambda: (j := queue(ORCHESTRATION).get(job_id)) is not None
+                       and j.state == "delayed" and j, what="the retry")
+    assert "no email delivery" in (job.failed_reason or "")
+    assert job.run_at is not None and job.run_at - utcnow() > timedelta(seconds=5)
+    assert receipt(receipt_id).processed_at is None
+    with pytest.raises(ReceiptUnmatched):
+        normalise(CallbackJob(receipt_id=receipt_id))
+    # When it is 30 minutes old and re-driven (as the handoff sweep does)
+    with db_session() as session:
+        session.execute(update(CallbackReceipt).where(CallbackReceipt.id == receipt_id)
+                        .values(received_at=utcnow() - timedelta(minutes=30)))
+    queue(ORCHESTRATION).remove(job_id)
+    assert enqueue_normalisation(receipt(receipt_id)) == "added"
+    with running_worker([ORCHESTRATION]):
+        wait_for(lambda: processed(receipt_id), what="the receipt processed")
+    # Then it is processed unmatched and the delivery is untouched
+    assert (receipt(receipt_id).result, receipt(receipt_id).delivery_id) == ("unmatched", None)
+    assert delivery(client, sms["id"]) == sms
+
+
+def test_a_job_for_a_receipt_that_does_not_exist_fails_and_leaves_no_record(
+        pipeline: None) -> None:
+    job_id = "notification-callback-gone"
+    jobs.enqueue(normalise_callback, {"receipt_id": "no-such-receipt"}, job_id=job_id)
+    with running_worker([ORCHESTRATION]):
+        wait_for(lambda: queue(ORCHESTRATION).get(job_id) is None, what="the job removed")
+    assert jobs_held() == 0
