@@ -122,11 +122,38 @@ def test_clean_refuses_an_unknown_queue(tmp_path: Path) -> None:
     assert "unknown queue 'no-such-queue'" in result.stderr
 
 
-def test_sweep_without_sweeps_says_so(tmp_path: Path) -> None:
-    result = run_herald("sweep", cwd=tmp_path, env=herald_env())
+def test_sweep_repairs_a_lost_handoff_and_refuses_an_unknown_sweep(
+        tmp_path: Path, database_url: str, redis_url: str) -> None:
+    from sqlmodel import Session, create_engine
 
+    from models.notifications import Account, Delivery, Notification
+
+    env = herald_env(DATABASE_URL=database_url, REDIS_URL=redis_url,
+                     QUEUE_PREFIX=f"cli{uuid.uuid4().hex[:8]}")
+    assert run_herald("migrate", cwd=tmp_path, env=env).returncode == 0
+    # Given a delivery persisted but never handed to the queue (a crash in between)
+    engine = create_engine(database_url)
+    with Session(engine) as session:
+        account = Account(email="lost@example.com")
+        notification = Notification(account_id=account.id, type="account.welcome",
+                                    occurrence=f"lost-{uuid.uuid4()}")
+        delivery = Delivery(notification_id=notification.id, channel="email")
+        for row in (account, notification, delivery):
+            session.add(row)
+            session.flush()
+        delivery_id = delivery.id
+        session.commit()
+    # When an operator runs the sweep by hand
+    result = run_herald("sweep", "handoffs", cwd=tmp_path, env=env)
+    # Then it reports what it re-drove and the delivery carries a fresh handoff stamp
     assert result.returncode == 0, result.stderr
-    assert "no sweeps registered yet" in result.stdout
+    assert re.search(r"^handoffs: [1-9]\d*$", result.stdout, re.MULTILINE), result.stdout
+    with Session(engine) as session:
+        assert session.get(Delivery, delivery_id).queued_at is not None
+    engine.dispose()
+    unknown = run_herald("sweep", "nope", cwd=tmp_path, env=env)
+    assert unknown.returncode == 2
+    assert "unknown sweep 'nope' (registered: handoffs)" in unknown.stderr
 
 
 def test_clock_runs_until_sigterm(tmp_path: Path, demo_env: dict[str, str]) -> None:
