@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from dramatiq.middleware import CurrentMessage
 from pydantic import BaseModel, Field
-from sqlmodel import select
+from sqlalchemy import Connection, bindparam, select
 
 from actors.render import RenderError, render
+from herald.db import autocommit
 from herald.db import session as db_session
 from herald.errors import Defer, Permanent
-from herald.jobs import actor, enqueue
+from herald.jobs import actor, enqueue, enqueue_many
 from herald.registry import NOTIFICATION_RETENTION, SECOND, QueueSpec, declare, get_spec
 from models.notifications import (
     Account,
@@ -58,6 +59,39 @@ class DeliveryJob(BaseModel):
     channel: Literal["email", "sms", "push"]
 
 
+#: What a channel worker reads right after its claim (seed 000: the account's activity,
+#: opt-out, address and locale are read after the claim, never before), in one query.
+_notifications, _accounts = Notification.__table__, Account.__table__
+_RECIPIENT = (select(_notifications.c.type, _notifications.c.data,
+                     _notifications.c.transactional, _accounts.c.active,
+                     _accounts.c.marketing_opt_out, _accounts.c.email, _accounts.c.phone,
+                     _accounts.c.push_subscription_id, _accounts.c.locale)
+              .join_from(_notifications, _accounts,
+                         _accounts.c.id == _notifications.c.account_id)
+              .where(_notifications.c.id == bindparam("notification_id")))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Recipient:
+    """A delivery's notification and account, as read after the claim."""
+
+    type: str
+    data: dict[str, Any]
+    transactional: bool
+    active: bool
+    marketing_opt_out: bool
+    email: str | None
+    phone: str | None
+    push_subscription_id: str | None
+    locale: str
+
+
+def read_recipient(db: Connection, notification_id: str) -> Recipient | None:
+    """The notification and its account as they are now (one query), or None."""
+    row = db.execute(_RECIPIENT, {"notification_id": notification_id}).first()
+    return None if row is None else Recipient(**row._mapping)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Gate:
     """Why a delivery must not be sent (None: it may be)."""
@@ -66,15 +100,15 @@ class Gate:
     address: str | None = None
 
 
-def gate(account: Account, notification: Notification, channel: str) -> Gate:
+def gate(recipient: Recipient, channel: str) -> Gate:
     """The gates, in the seed's order: inactive account, non-transactional opt-out,
     missing address."""
-    if not account.active:
+    if not recipient.active:
         return Gate(reason=SuppressionReason.INACTIVE)
-    if not notification.transactional and account.marketing_opt_out:
+    if not recipient.transactional and recipient.marketing_opt_out:
         return Gate(reason=SuppressionReason.OPTED_OUT)
-    address = {"email": account.email, "sms": account.phone,
-               "push": account.push_subscription_id}.get(channel)
+    address = {"email": recipient.email, "sms": recipient.phone,
+               "push": recipient.push_subscription_id}.get(channel)
     if not address:
         return Gate(reason=SuppressionReason.NO_ADDRESS)
     return Gate(reason=None, address=address)
@@ -86,32 +120,39 @@ def _last_attempt(queue: str) -> bool:
     return made + 1 >= get_spec(queue).attempts
 
 
+def _claim(db: Connection, job: DeliveryJob) -> datetime | None:
+    """This attempt's claim token; None when the delivery is final already. A live claim
+    elsewhere defers the job until it would be stale; a missing delivery fails it."""
+    claim = claim_delivery(db, job.delivery_id)
+    if claim.verdict is ClaimVerdict.MISSING:
+        raise Permanent(f"delivery {job.delivery_id} does not exist")
+    if claim.verdict is ClaimVerdict.BUSY:
+        raise Defer(claim.retry_in or timedelta(seconds=60), reason="claimed elsewhere")
+    return claim.token if claim.verdict is ClaimVerdict.CLAIMED else None
+
+
 def deliver(job: DeliveryJob) -> dict[str, Any]:
-    """Run one attempt of one delivery; returns what it did (the job's return value)."""
+    """Run one attempt of one delivery; returns what it did (the job's return value).
+
+    Claim, then read the notification and account, gate, render, check the claim is still
+    this attempt's, dispatch, and write the outcome fenced by the claim. Runs on one
+    autocommit connection: the claim and each outcome are single conditional UPDATEs, so
+    no statement needs a transaction around it (one round trip each).
+    """
     queue = CHANNEL_QUEUES[job.channel]
-    with db_session() as session:
-        claim = claim_delivery(session, job.delivery_id)
-        if claim.verdict is ClaimVerdict.MISSING:
-            raise Permanent(f"delivery {job.delivery_id} does not exist")
-        if claim.verdict is ClaimVerdict.FINAL:
+    with autocommit() as db:
+        token = _claim(db, job)
+        if token is None:
             return {"delivery_id": job.delivery_id, "skipped": "already final"}
-        if claim.verdict is ClaimVerdict.BUSY:
-            # another attempt holds a live claim: come back when it would be stale
-            raise Defer(claim.retry_in or timedelta(seconds=60), reason="claimed elsewhere")
-        token = claim.token
-        # read after the claim (seed 000): one query for the notification and its account
-        row = session.exec(select(Notification, Account)
-                           .join(Account, Account.id == Notification.account_id)
-                           .where(Notification.id == job.notification_id)).first()
-        if row is None:
+        recipient = read_recipient(db, job.notification_id)
+        if recipient is None:
             raise Permanent(f"delivery {job.delivery_id} lost its notification or account")
-        notification, account = row
 
         def write(outcome: Outcome, **fields: Any) -> bool:
-            return record_delivery_outcome(session, job.delivery_id, token=token,
+            return record_delivery_outcome(db, job.delivery_id, token=token,
                                            outcome=outcome, **fields)
 
-        verdict = gate(account, notification, job.channel)
+        verdict = gate(recipient, job.channel)
         provider = active_provider(Channel(job.channel))
         if verdict.reason is None and provider is None:
             verdict = Gate(reason=SuppressionReason.PROVIDER_UNSUPPORTED)
@@ -120,12 +161,12 @@ def deliver(job: DeliveryJob) -> dict[str, Any]:
             return {"delivery_id": job.delivery_id, "suppressed": verdict.reason.value}
         assert provider is not None and verdict.address is not None
         try:
-            rendered = render(notification.type, job.channel, account.locale,
-                              notification.data, {"locale": account.locale})
+            rendered = render(recipient.type, job.channel, recipient.locale,
+                              recipient.data, {"locale": recipient.locale})
         except RenderError as error:
             write(Outcome.FAILED_TERMINAL, reason="render_failed", error=str(error))
             raise
-        if not still_claimed(session, job.delivery_id, token):
+        if not still_claimed(db, job.delivery_id, token):
             return {"delivery_id": job.delivery_id, "skipped": "claim taken over"}
         message = OutboundMessage(
             channel=Channel(job.channel), to=verdict.address, subject=rendered.subject,
@@ -179,11 +220,31 @@ def send_push(job: DeliveryJob) -> dict[str, Any]:
 CHANNEL_ACTORS = {"email": send_email, "sms": send_sms, "push": send_push}
 
 
+def _job(delivery: Delivery) -> dict[str, str]:
+    """The channel job's payload: ids only, everything else is read after the claim."""
+    return {"delivery_id": delivery.id, "notification_id": delivery.notification_id,
+            "channel": delivery.channel}
+
+
 def enqueue_delivery(delivery: Delivery, priority: int, *, retry_failed: bool = True) -> str:
     """Add the channel job of a delivery (job id = delivery id); a retained failed job is
-    retried in place, a live or completed one is left alone. Returns the add status."""
-    job = {"delivery_id": delivery.id, "notification_id": delivery.notification_id,
-           "channel": delivery.channel}
-    result = enqueue(CHANNEL_ACTORS[delivery.channel], job, job_id=delivery.id,
+    retried in place, a live or completed one is left alone. Returns the add status.
+
+    The single-add helper: what the handoff sweep recovers deliveries with."""
+    result = enqueue(CHANNEL_ACTORS[delivery.channel], _job(delivery), job_id=delivery.id,
                      priority=priority, retry_failed=retry_failed)
     return result.status
+
+
+def enqueue_new_deliveries(deliveries: list[Delivery], priority: int) -> list[str]:
+    """Add the channel jobs of freshly persisted deliveries of ONE channel in one round
+    trip (job id = delivery id, the same priority); returns each job's add status.
+
+    The bulk path is for fresh jobs only: it never retries a retained failed job (seed
+    000), so it must not be used to recover deliveries — that is :func:`enqueue_delivery`.
+    """
+    (channel,) = {delivery.channel for delivery in deliveries}
+    results = enqueue_many(CHANNEL_ACTORS[channel],
+                           [(_job(d), {"job_id": d.id, "priority": priority})
+                            for d in deliveries])
+    return [result.status for result in results]

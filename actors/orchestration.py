@@ -18,16 +18,18 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from actors.render import EVENT_TYPES, event_type, template_channel, validate_event_data
+from herald.db import autocommit, get_engine
 from herald.db import session as db_session
 from herald.registry import NORMAL_PRIORITY, URGENT_PRIORITY
 from herald.settings import get_settings
-from models.base import utcnow
+from models.base import new_id, utcnow
 from models.notifications import (
     Account,
     Channel,
     Delivery,
     Notification,
     Outcome,
+    persist_notification,
     stamp_handoffs,
 )
 
@@ -136,47 +138,53 @@ def trigger_event(*, account_id: str, type: str, occurrence: str,
 
     The same (account, type, occurrence) again returns the existing notification with
     ``created=False`` and enqueues nothing. An enqueue that fails leaves the delivery
-    queued and unstamped for the handoff sweep.
+    queued and unstamped for the handoff sweep. AccountNotFound when the account does not
+    exist (nothing is persisted).
     """
     data = data or {}
     chosen = check_event(type, data, urgency, channels)
     if transactional is None:
         transactional = event_type(type).transactional
-    with db_session() as session:
-        if session.get(Account, account_id) is None:
-            raise AccountNotFound(account_id)
-        # no look-up first: the unique (account, type, occurrence) key decides, below
-        notification = Notification(account_id=account_id, type=type, occurrence=occurrence,
-                                    urgency=urgency, transactional=transactional, data=data,
-                                    batch_id=batch_id)
-        deliveries = [Delivery(notification_id=notification.id, channel=channel,
-                               outcome=(Outcome.DELIVERED if channel == Channel.IN_APP
-                                        else Outcome.QUEUED).value)
-                      for channel in chosen]
-        session.add(notification)
-        try:
-            session.flush()  # the notification row first: the deliveries reference it
-            session.add_all(deliveries)
-            session.commit()
-        except IntegrityError:
-            # this occurrence was persisted before (or by a concurrent request): it stands
-            session.rollback()
-            existing = _existing(session, account_id, type, occurrence)
-            if existing is None:
-                raise
-            return existing
+    # ids and timestamps given, not defaulted: the rows share one clock reading, and
+    # the models' default factories cost more than the values
+    now = utcnow()
+    notification = Notification(id=new_id(), account_id=account_id, type=type,
+                                occurrence=occurrence, urgency=urgency,
+                                transactional=transactional, data=data, batch_id=batch_id,
+                                created_at=now)
+    deliveries = [Delivery(id=new_id(), notification_id=notification.id, channel=channel,
+                           outcome=(Outcome.DELIVERED if channel == Channel.IN_APP
+                                    else Outcome.QUEUED).value, created_at=now, updated_at=now)
+                  for channel in chosen]
+    try:
+        # one transaction, no look-up first: the unique (account, type, occurrence) key
+        # and the account's foreign key decide, and a refusal persists nothing
+        with get_engine().begin() as connection:
+            persist_notification(connection, notification, deliveries)
+    except IntegrityError:
+        # persisted before (or by a concurrent request): it stands — or no such account
+        existing = _existing(account_id, type, occurrence)
+        if existing is None:
+            raise
+        return existing
     hand_off(deliveries, URGENCIES[urgency])
     log.info("notification persisted", extra={"notification_id": notification.id,
                                                "deliveries": len(deliveries)})
     return EventResult(notification=notification, deliveries=deliveries, created=True)
 
 
-def _existing(session: Session, account_id: str, type_name: str,
-              occurrence: str) -> EventResult | None:
-    found = session.exec(select(Notification).where(
-        Notification.account_id == account_id, Notification.type == type_name,
-        Notification.occurrence == occurrence)).first()
-    return None if found is None else _with_deliveries(session, found)
+def _existing(account_id: str, type_name: str, occurrence: str) -> EventResult | None:
+    """The notification of this occurrence with its deliveries; AccountNotFound when the
+    account does not exist; None when neither explains a refused insert."""
+    with db_session() as session:
+        found = session.exec(select(Notification).where(
+            Notification.account_id == account_id, Notification.type == type_name,
+            Notification.occurrence == occurrence)).first()
+        if found is not None:
+            return _with_deliveries(session, found)
+        if session.get(Account, account_id) is None:
+            raise AccountNotFound(account_id)
+        return None
 
 
 def _with_deliveries(session: Session, notification: Notification) -> EventResult:
@@ -186,23 +194,29 @@ def _with_deliveries(session: Session, notification: Notification) -> EventResul
 
 
 def hand_off(deliveries: list[Delivery], priority: int) -> int:
-    """Enqueue the channel job of each queued delivery (job id = delivery id) and stamp
-    the handoff; returns how many were handed off. Failures are logged by id only."""
-    from actors.notifications import enqueue_delivery
+    """Enqueue the channel jobs of the queued deliveries (job id = delivery id; one round
+    trip per channel) and stamp the handoff of those enqueued, in one statement; returns
+    how many were handed off. A failed enqueue is logged by delivery id only and leaves
+    that delivery unstamped for the handoff sweep."""
+    from actors.notifications import enqueue_new_deliveries
 
-    stamped = []
+    by_channel: dict[str, list[Delivery]] = {}
     for delivery in deliveries:
-        if delivery.outcome != Outcome.QUEUED.value:
-            continue
+        if delivery.outcome == Outcome.QUEUED.value:
+            by_channel.setdefault(delivery.channel, []).append(delivery)
+    stamped: list[str] = []
+    for group in by_channel.values():
         try:
-            enqueue_delivery(delivery, priority)
-            stamped.append(delivery.id)
+            enqueue_new_deliveries(group, priority)
+            stamped += [delivery.id for delivery in group]
         except Exception as error:  # Redis away: the handoff sweep repairs it
-            log.warning("enqueue failed: %s", type(error).__name__,
-                        extra={"delivery_id": delivery.id})
+            for delivery in group:
+                log.warning("enqueue failed: %s", type(error).__name__,
+                            extra={"delivery_id": delivery.id})
     if stamped:
-        with db_session() as session:
-            stamp_handoffs(session, stamped)
+        # a single UPDATE is atomic by itself: no transaction round trips around it
+        with autocommit() as connection:
+            stamp_handoffs(connection, stamped)
     return len(stamped)
 
 

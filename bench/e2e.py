@@ -3,8 +3,12 @@
 ``python -m bench.e2e [--events N]``. Uses ``$DATABASE_URL`` / ``$REDIS_URL`` or starts
 private servers. Workers are real ``herald worker`` processes (1, then 2) on the email and
 SMS lanes with the rate limits lifted (``bench.unlimited``); each event of
-``account.welcome`` on email + SMS makes two channel deliveries. Also counts the database
-statements one delivery costs (one worker attempt, in process). Appends to
+``account.welcome`` on email + SMS makes two channel deliveries. Events are accepted by
+``--producers`` threads at once (default 1; more, as an API's request threads would, only
+adds GIL contention on two cores); 50 events are delivered before the clock starts, so
+the workers have booted and connected. Also counts the database statements one delivery
+and one event cost, and the CPU time of one ``trigger_event`` and one delivery attempt
+(in process, one at a time; the machine's load makes these vary). Appends to
 ``bench/results.md``.
 """
 
@@ -16,6 +20,7 @@ import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from sqlalchemy import event, func, text
@@ -24,6 +29,8 @@ from sqlmodel import select
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results.md"
 ACCOUNTS = 200
+#: Events sent and delivered before the clock starts.
+WARM_UP_EVENTS = 50
 
 
 def _services() -> tuple[dict[str, str], list]:
@@ -76,24 +83,36 @@ def _open_deliveries(run: str) -> int:
                              Delivery.outcome.in_(["queued", "sending"]))).one()
 
 
-def run_once(events: int, processes: int, accounts: list[str]) -> float:
-    """Deliveries/s with ``processes`` worker processes already running."""
+def _produce(run: str, events: int, producers: int, accounts: list[str]) -> None:
     from actors.orchestration import trigger_event
 
+    def one(n: int) -> None:
+        trigger_event(account_id=accounts[n % len(accounts)], type="account.welcome",
+                      occurrence=f"{run}-{n}", channels=["email", "sms"])
+
+    with ThreadPoolExecutor(max_workers=producers) as pool:
+        list(pool.map(one, range(events)))  # list(): a failed event fails the run
+
+
+def _settle(run: str, events: int, producers: int, accounts: list[str]) -> None:
+    """Accept ``events`` and wait until every delivery they made is final."""
+    _produce(run, events, producers, accounts)
+    while _open_deliveries(run):
+        time.sleep(0.05)
+
+
+def run_once(events: int, processes: int, accounts: list[str], producers: int) -> float:
+    """Deliveries/s with ``processes`` worker processes, events from ``producers`` threads."""
     workers = [subprocess.Popen(
         [sys.executable, "-m", "herald.cli", "worker", "--import", "bench.unlimited",
          "notification-email", "notification-sms"], cwd=REPO,
         env={**os.environ, "WORKER_PORT": "0", "LOG_LEVEL": "WARNING"},
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(processes)]
     try:
-        time.sleep(2)  # let the workers boot before the clock starts
-        run = uuid.uuid4().hex[:8]
+        # warm up before the clock starts: the workers boot, connect and load templates
+        _settle(uuid.uuid4().hex[:8], WARM_UP_EVENTS, producers, accounts)
         started = time.perf_counter()
-        for n in range(events):
-            trigger_event(account_id=accounts[n % len(accounts)], type="account.welcome",
-                          occurrence=f"{run}-{n}", channels=["email", "sms"])
-        while _open_deliveries(run):
-            time.sleep(0.05)
+        _settle(uuid.uuid4().hex[:8], events, producers, accounts)
         return 2 * events / (time.perf_counter() - started)
     finally:
         for worker in workers:
@@ -102,38 +121,59 @@ def run_once(events: int, processes: int, accounts: list[str]) -> float:
             worker.wait(timeout=60)
 
 
-def statements_per_delivery(accounts: list[str], sample: int = 100) -> float:
-    """Database statements one successful email delivery attempt costs (in process)."""
+class _Counter:
+    """Counts the statements an engine runs and the CPU time, while in the block."""
+
+    def __init__(self) -> None:
+        from herald.db import get_engine
+
+        self.engine = get_engine()
+        self.statements = 0
+        self.cpu_s = 0.0
+
+    def __enter__(self) -> _Counter:
+        event.listen(self.engine, "before_cursor_execute", self._count)
+        self.cpu_s = -time.process_time()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.cpu_s += time.process_time()
+        event.remove(self.engine, "before_cursor_execute", self._count)
+
+    def _count(self, *_: object) -> None:
+        self.statements += 1
+
+
+def per_unit_costs(accounts: list[str], sample: int = 200) -> dict[str, float]:
+    """Statements and CPU ms of one ``trigger_event`` (email + SMS) and of one successful
+    email delivery attempt (claim → sent), in process, one at a time."""
     from actors.notifications import DeliveryJob, deliver
     from actors.orchestration import trigger_event
-    from herald.db import get_engine
 
     run = uuid.uuid4().hex[:8]
     jobs = []
-    for n in range(sample):
-        result = trigger_event(account_id=accounts[n % len(accounts)], type="account.welcome",
-                               occurrence=f"{run}-{n}", channels=["email"])
-        d = result.deliveries[0]
-        jobs.append(DeliveryJob(delivery_id=d.id, notification_id=d.notification_id,
-                                channel="email"))
-    count = {"n": 0}
-
-    def counter(*_: object) -> None:
-        count["n"] += 1
-
-    engine = get_engine()
-    event.listen(engine, "before_cursor_execute", counter)
-    try:
+    with _Counter() as producing:
+        for n in range(sample):
+            result = trigger_event(account_id=accounts[n % len(accounts)],
+                                   type="account.welcome", occurrence=f"{run}-{n}",
+                                   channels=["email", "sms"])
+            d = next(d for d in result.deliveries if d.channel == "email")
+            jobs.append(DeliveryJob(delivery_id=d.id, notification_id=d.notification_id,
+                                    channel="email"))
+    with _Counter() as delivering:
         for job in jobs:
             deliver(job)
-    finally:
-        event.remove(engine, "before_cursor_execute", counter)
-    return count["n"] / sample
+    return {"event_statements": producing.statements / sample,
+            "event_cpu_ms": 1000 * producing.cpu_s / sample,
+            "delivery_statements": delivering.statements / sample,
+            "delivery_cpu_ms": 1000 * delivering.cpu_s / sample}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=2000)
+    parser.add_argument("--producers", type=int, default=1,
+                        help="threads accepting events at once (default 1)")
     args = parser.parse_args()
     env, started = _services()
     try:
@@ -144,17 +184,22 @@ def main() -> None:
         logging.disable(logging.INFO)
         _reset_tables()
         accounts = _accounts()
-        rates = {p: run_once(args.events, p, accounts) for p in (1, 2)}
-        per_delivery = statements_per_delivery(accounts)
+        rates = {p: run_once(args.events, p, accounts, args.producers) for p in (1, 2)}
+        costs = per_unit_costs(accounts)
     finally:
         for service in started:
             service.stop()
     lines = ["", f"End to end ({time.strftime('%Y-%m-%d')}, PostgreSQL + Redis, mock provider, "
-             f"{args.events} events × email + SMS, rate limits lifted):", "",
-             "| measure | value |", "|---|---|"]
+             f"{args.events} events × email + SMS from {args.producers} producer thread(s), "
+             "rate limits lifted):", "", "| measure | value |", "|---|---|"]
     lines += [f"| deliveries/s, {p} worker process(es) | {r:,.0f} |" for p, r in rates.items()]
-    lines.append(f"| database statements per delivered email (claim → sent) | "
-                 f"{per_delivery:.1f} |")
+    lines += [f"| database statements per delivered email (claim → sent) | "
+              f"{costs['delivery_statements']:.1f} |",
+              f"| CPU ms per delivered email attempt (in process) | "
+              f"{costs['delivery_cpu_ms']:.1f} |",
+              f"| database statements per event (email + SMS) | "
+              f"{costs['event_statements']:.1f} |",
+              f"| CPU ms per trigger_event (in process) | {costs['event_cpu_ms']:.1f} |"]
     text_ = "\n".join(lines) + "\n"
     print(text_)
     with RESULTS.open("a") as out:

@@ -42,9 +42,28 @@ FLUSH_WAIT_S = 0.25
 NO_TIME_LIMIT_MS = 24 * 3600 * 1000
 
 
+class QueueTimeLimit(TimeLimit):
+    """Dramatiq's TimeLimit, armed only for jobs whose queue (or message) sets a limit.
+
+    Most queues set none; arming and disarming a 24-hour timer around every job is pure
+    cost on the hot path. Its watchdog thread starts with the first worker (Dramatiq starts
+    it on ``process_boot``, which only Dramatiq's own CLI emits).
+    """
+
+    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        if not getattr(self, "_watching", False):
+            self._watching = True
+            self.after_process_boot(broker)
+
+    def before_process_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
+        if (message.options.get("time_limit")
+                or broker.get_actor(message.actor_name).options.get("time_limit")):
+            super().before_process_message(broker, message)
+
+
 def default_middleware() -> list[dramatiq.Middleware]:
     """The middleware herald's brokers run: ledger outcomes, current message, time limits."""
-    return [CurrentMessage(), TimeLimit(time_limit=NO_TIME_LIMIT_MS), LedgerMiddleware()]
+    return [CurrentMessage(), QueueTimeLimit(time_limit=NO_TIME_LIMIT_MS), LedgerMiddleware()]
 
 
 class Lane:
@@ -209,7 +228,11 @@ class LedgerConsumer(Consumer):
             if self.buffer:
                 return self.buffer.popleft()
             with lane.lock:
-                free = lane.spec.concurrency - len(lane.inflight)
+                # a buffered finish frees its slot in the same script that fetches (it
+                # finishes before it starts), so it counts as free: one round trip both
+                # reports the ends and refills the slots, never two
+                ending = sum(1 for f in lane.pending if lane.inflight.get(f.job_id) == f.token)
+                free = lane.spec.concurrency - len(lane.inflight) + ending
                 has_pending = bool(lane.pending)
             extend_due = (bool(lane.inflight)
                           and time.monotonic() - lane.last_extend >= self.extend_every_s)

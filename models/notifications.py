@@ -16,12 +16,15 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    ColumnElement,
     Connection,
     Index,
+    Insert,
     UniqueConstraint,
     Update,
     bindparam,
     insert,
+    not_,
     or_,
     text,
     update,
@@ -169,12 +172,19 @@ _deliveries = Delivery.__table__
 _CLAIMABLE = (Outcome.QUEUED.value, Outcome.SENDING.value)
 _FINAL = tuple(sorted(outcome.value for outcome in FINAL_OUTCOMES))
 
+
+def _one_of(column: ColumnElement[Any], values: tuple[str, ...]) -> ColumnElement[bool]:
+    """``column IN (values)`` for a fixed list, as plain bound equalities: a literal IN
+    list would be expanded again on every execution (SQLAlchemy's post-compile step)."""
+    return or_(*(column == value for value in values))
+
+
 # The hot-path statements are built once, here: building one per call (and the ORM's
 # bulk-UPDATE session synchronisation) cost more CPU than the database spent running it.
 # They are Core statements on the table, so their compiled form is cached with them.
 _CLAIM = (update(_deliveries)
           .where(_deliveries.c.id == bindparam("delivery_id"),
-                 _deliveries.c.outcome.in_(_CLAIMABLE),
+                 _one_of(_deliveries.c.outcome, _CLAIMABLE),
                  or_(_deliveries.c.claimed_at.is_(None),
                      _deliveries.c.claimed_at < bindparam("stale_before", type_=UtcDateTime)))
           .values(outcome=Outcome.SENDING.value,
@@ -225,19 +235,28 @@ def stamp_handoffs(db: Db, delivery_ids: list[str], *,
         db.execute(_STAMP, {"delivery_ids": list(delivery_ids), "now": now or utcnow()})
 
 
-def _row(record: SQLModel) -> dict[str, Any]:
-    """A table model's column values, as an INSERT takes them."""
-    return {column.key: getattr(record, column.key)
+def _row(record: SQLModel, suffix: str = "") -> dict[str, Any]:
+    """A table model's column values, keyed as an INSERT binds them (``<column><suffix>``)."""
+    return {f"{column.key}{suffix}": getattr(record, column.key)
             for column in record.__table__.columns}  # type: ignore[attr-defined]
 
 
 _INSERT_NOTIFICATION = insert(Notification.__table__)
-_INSERT_DELIVERY = insert(_deliveries)
+
+
+@functools.cache
+def _insert_deliveries(count: int) -> Insert:
+    """One multi-row INSERT of ``count`` deliveries (row i bound as ``<column>_<i>``), built
+    once per count: a driver-level executemany costs more than the statement."""
+    return insert(_deliveries).values([
+        {column.key: bindparam(f"{column.key}_{i}", type_=column.type)
+         for column in _deliveries.columns}
+        for i in range(count)])
 
 
 def persist_notification(connection: Connection, notification: Notification,
                          deliveries: list[Delivery]) -> None:
-    """Insert a notification and its deliveries (two statements, the deliveries in one).
+    """Insert a notification and its deliveries: two statements, all deliveries in one.
 
     The caller's transaction makes them land together or not at all. Raises
     IntegrityError when the (account, type, occurrence) key exists already or the
@@ -245,7 +264,10 @@ def persist_notification(connection: Connection, notification: Notification,
     """
     connection.execute(_INSERT_NOTIFICATION, _row(notification))
     if deliveries:
-        connection.execute(_INSERT_DELIVERY, [_row(delivery) for delivery in deliveries])
+        rows: dict[str, Any] = {}
+        for i, delivery in enumerate(deliveries):
+            rows |= _row(delivery, f"_{i}")
+        connection.execute(_insert_deliveries(len(deliveries)), rows)
 
 
 @functools.cache
@@ -260,7 +282,7 @@ def _outcome_update(columns: tuple[str, ...], *, fenced: bool, count_attempt: bo
     if release_claim:
         values["claimed_at"] = None
     condition = [_deliveries.c.id == bindparam("delivery_id"),
-                 _deliveries.c.outcome.not_in(_FINAL)]
+                 not_(_one_of(_deliveries.c.outcome, _FINAL))]
     if fenced:
         condition.append(_deliveries.c.claimed_at == bindparam("token", type_=UtcDateTime))
     return update(_deliveries).where(*condition).values(values)

@@ -229,15 +229,20 @@ def test_demo_on_the_embedded_default(tmp_path: Path) -> None:
 
 def test_demo_sends_notifications_and_says_which_phases_are_not_there_yet(
         tmp_path: Path, demo_env: dict[str, str]) -> None:
-    result = run_herald("demo", "--jobs", "20", "--events", "40", "--orders", "2",
-                        cwd=tmp_path, env=demo_env, timeout_s=DEMO_S)
+    result = run_herald("demo", "--jobs", "20", "--events", "40", "--batch-size", "5",
+                        "--orders", "2", cwd=tmp_path, env=demo_env, timeout_s=DEMO_S)
 
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
     assert "--orders 2 ignored" in result.stdout
-    # the notification phase ran: every delivery final, the mock's record matches
+    # the notification phase ran: every delivery final (callbacks made the sent ones
+    # delivered), the scheduled batch finished, the lost jobs were repaired by the sweep
     deliveries = table_rows(result.stdout)
-    assert deliveries["in_app"][1:3] == ["0", "0"]  # nothing left queued or sending
-    assert "every delivery is final; the provider's record matches" in result.stdout
+    for channel in ("email", "sms", "in_app"):
+        assert deliveries[channel][1:4] == ["0", "0", "0"], channel  # queued, sending, sent
+    assert re.search(r"batch \w+: finished, 5 notifications", result.stdout), result.stdout
+    repaired = re.search(r"re-created (\d+) lost jobs \((\d+) lost\)", result.stdout)
+    assert repaired and int(repaired[2]) > 0 and int(repaired[1]) >= int(repaired[2])
+    assert "every delivery is final, every lost job was repaired" in result.stdout
 
 
 # -- helpers the commands share -------------------------------------------------------

@@ -32,6 +32,8 @@ declare(QueueSpec(name="t-limited", concurrency=4, attempts=1,
                   rate_limit=(10, timedelta(seconds=2))))
 declare(QueueSpec(name="t-stall", concurrency=2, attempts=3, lock_duration=2 * SECOND,
                   max_started_attempts=3))
+declare(QueueSpec(name="t-timed", concurrency=2, attempts=1,
+                  time_limit=timedelta(milliseconds=500)))
 declare(QueueSpec(name="t-kept", concurrency=4, attempts=1,
                   retention=Retention(completed=Keep(count=5), failed=Keep(count=3))))
 
@@ -73,8 +75,9 @@ def _run(job: Step) -> dict:
     made = message.options["attempts_made"] if message else 0
     started = message.options["attempts_started"] if message else 0
     record("start", job.key)
-    if job.sleep_s:
-        time.sleep(job.sleep_s)
+    deadline = time.monotonic() + job.sleep_s
+    while time.monotonic() < deadline:  # short naps: a time limit can interrupt between them
+        time.sleep(min(0.05, max(deadline - time.monotonic(), 0)))
     if job.permanent:
         raise Permanent(f"{job.key} cannot succeed")
     if made < job.fail_times:
@@ -116,6 +119,12 @@ def _exhausted(job: Step, reason: str) -> None:
 @actor(queue="t-stall", payload=Step, on_exhausted=_exhausted)
 def stall(job: Step) -> dict:
     """Same, with a 2 s lock."""
+    return _run(job)
+
+
+@actor(queue="t-timed", payload=Step)
+def timed(job: Step) -> dict:
+    """Same, with a 500 ms time limit per run."""
     return _run(job)
 
 

@@ -13,7 +13,7 @@ from herald.errors import InvalidPayload
 from herald.jobs import enqueue, enqueue_many, get_ledger, queue
 from herald.worker import running_worker
 from tests.integration.conftest import HeraldOn, wait_for
-from tests.integration.lanes import basic, events, stall
+from tests.integration.lanes import basic, events, stall, timed
 
 
 def finished(name: str, job_id: str) -> bool:
@@ -114,6 +114,20 @@ def test_exhausted_attempts_fail_with_the_last_error(herald_on: HeraldOn) -> Non
     job = queue("t-basic").get("job-e")
     assert (job.state, job.attempts_made) == ("failed", 3)
     assert job.failed_reason == "e failed on attempt 3"
+
+
+def test_a_queue_time_limit_stops_a_run_that_overstays_it(herald_on: HeraldOn) -> None:
+    # Given a queue with a 500 ms time limit, a quick job and one that would take 5 s
+    enqueue(timed, {"key": "quick", "sleep_s": 0.05}, job_id="job-quick")
+    enqueue(timed, {"key": "slow", "sleep_s": 5}, job_id="job-slow")
+    with running_worker(["t-timed"]):
+        wait_for(lambda: finished("t-timed", "job-slow") and finished("t-timed", "job-quick"),
+                 timeout=10)
+    # Then the quick one completed and the slow one was stopped at its limit
+    assert queue("t-timed").get("job-quick").state == "completed"
+    slow = queue("t-timed").get("job-slow")
+    assert slow.state == "failed" and "TimeLimitExceeded" in (slow.stacktrace or "")
+    assert [e["key"] for e in events("done")] == ["quick"]
 
 
 def test_defer_does_not_count_a_failure(herald_on: HeraldOn) -> None:

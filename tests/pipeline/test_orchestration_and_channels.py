@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import pytest
 from fastapi.testclient import TestClient
 
 from actors.notifications import DeliveryJob, deliver, record_exhausted
-from herald import settings
+from herald import connections, jobs, settings
 from herald.connections import redis_client
 from herald.db import session as db_session
 from herald.jobs import queue
 from herald.web import create_app
 from herald.worker import running_worker
-from models.notifications import Outcome, claim_delivery, record_delivery_outcome
+from models.notifications import Delivery, Outcome, claim_delivery, record_delivery_outcome
 from providers.mock import MockProvider
 from tests.integration.conftest import wait_for
+from tests.support.services import find_free_port
 
 LANES = ["notification-email", "notification-sms"]
 
@@ -204,3 +206,43 @@ def test_exhausted_restarts_end_the_delivery_failed_terminal(pipeline: None) -> 
     delivery = client.get(f"/v1/deliveries/{delivery_id}").json()
     assert (delivery["outcome"], delivery["reason"]) == ("failed_terminal",
                                                          "restarts_exhausted")
+
+
+def handoff_stamps(created: dict) -> dict[str, object]:
+    with db_session() as session:
+        return {d["channel"]: session.get(Delivery, d["id"]).queued_at
+                for d in created["deliveries"]}
+
+
+def test_a_handoff_is_stamped_after_its_enqueue_and_redis_down_leaves_it_for_the_sweep(
+        pipeline: None, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    client = TestClient(create_app())
+    account_id = account(client)
+    # Given Redis up: each queued delivery is enqueued and stamped; in-app has no queue
+    up = event(client, account_id, occurrence="up")
+    stamps = handoff_stamps(up)
+    assert stamps["email"] is not None and stamps["sms"] is not None
+    assert stamps["in_app"] is None
+    # When Redis is down, an event is still accepted and persisted
+    monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{find_free_port()}/0")
+    settings.reset_settings()
+    connections.reset_redis_client()
+    jobs.reset_brokers()
+    with caplog.at_level(logging.WARNING, logger="herald.orchestration"):
+        down = event(client, account_id, occurrence="down")
+    assert down["_status"] == 202
+    # Then its deliveries stay queued and unstamped for the handoff sweep, each failed
+    # enqueue logged by its delivery id
+    assert outcomes(client, down["id"]) == {"email": "queued", "sms": "queued",
+                                            "in_app": "delivered"}
+    assert set(handoff_stamps(down).values()) == {None}
+    logged = {getattr(r, "delivery_id", None) for r in caplog.records
+              if r.getMessage().startswith("enqueue failed")}
+    assert logged == {d["id"] for d in down["deliveries"] if d["channel"] != "in_app"}
+    # and an event for an account that does not exist is refused
+    missing = client.post("/v1/events", json={"type": "account.welcome",
+                                               "account_id": "no-such-account",
+                                               "occurrence": "x"})
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "account_not_found"
