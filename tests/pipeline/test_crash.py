@@ -96,7 +96,7 @@ def _trigger_all(run: str) -> None:
         list(pool.map(one, range(EVENTS)))
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(170)  # typically ~75 s; the issue bounds it under 2 minutes
 def test_kills_and_a_flushall_lose_no_delivery(crash_env: None, redis_url: str) -> None:
     started = time.monotonic()
     workers = [_worker(), _worker()]
