@@ -259,6 +259,8 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=False,
+        # templates ship with the code: no stat of each file on every render
+        auto_reload=False,
     )
     env.filters["money"] = format_money
     env.filters["http_url"] = http_url

@@ -188,7 +188,6 @@ def run_notifications(events: int, console: Console, *, batch_size: int | None =
             running_worker(list(LANES)):
         task = progress.add_task("deliveries", total=expected)
         while time.perf_counter() - started < SETTLE_DEADLINE.total_seconds():
-            _sweep(done)
             _post_callbacks(client, done)
             counts = tally()
             total = sum(counts.values())
@@ -196,6 +195,11 @@ def run_notifications(events: int, console: Console, *, batch_size: int | None =
             progress.update(task, total=total, completed=total - open_)
             report = get_batch(batch.id)
             batch_done = report is not None and report.batch.status == "finished"
+            # the lost-job phase: once the traffic that still has its jobs has drained (or
+            # after a while regardless), the sweep repairs what lost them, like the clock
+            # would minutes later
+            if (batch_done and open_ <= lost) or time.perf_counter() - started > 30:
+                _sweep(done)
             accepted = len(MockProvider.sends(accepted_only=True))
             if (open_ == 0 and batch_done and len(done.callbacks_posted) == accepted
                     and unprocessed_receipts() == 0 and counts[("email", "sent")] +
@@ -227,6 +231,7 @@ def run_notifications(events: int, console: Console, *, batch_size: int | None =
     if accepted != reached:
         problems.append(f"the provider accepted {accepted} sends but {reached} deliveries "
                         "are recorded sent or delivered")
+        _print_repeated_sends(console)
     if done.recreated < lost:
         problems.append(f"the sweep re-created {done.recreated} jobs of {lost} lost")
     for problem in problems:
@@ -235,6 +240,27 @@ def run_notifications(events: int, console: Console, *, batch_size: int | None =
         console.print("[green]✓ every delivery is final, every lost job was repaired and "
                       "the provider's record matches[/]")
     return 1 if problems else 0
+
+
+def _print_repeated_sends(console: Console) -> None:
+    """Each delivery the provider accepted more than once, with its sends (diagnosis)."""
+    from herald.db import session as db_session
+    from models.notifications import Delivery
+    from providers.mock import MockProvider
+
+    by_delivery: dict[str, list[dict[str, Any]]] = {}
+    for send in MockProvider.sends(accepted_only=True):
+        by_delivery.setdefault(send["idempotency_key"], []).append(send)
+    with db_session() as session:
+        for delivery_id, sends in by_delivery.items():
+            if len(sends) < 2:
+                continue
+            row = session.get(Delivery, delivery_id)
+            state = "missing" if row is None else (
+                f"{row.channel} {row.outcome} attempts={row.attempts} "
+                f"message={row.provider_message_id} queued_at={row.queued_at}")
+            console.print(f"  repeated: {delivery_id} {state}; sends at "
+                          + ", ".join(f"{s['at']} ({s['provider_message_id']})" for s in sends))
 
 
 def _print_deliveries(console: Console, counts: Counter[tuple[str, str]]) -> None:
