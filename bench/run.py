@@ -1,7 +1,7 @@
 """Side-by-side throughput: plain Dramatiq vs herald on the same Redis, noop jobs.
 
 ``python -m bench.run [--jobs N] [--repeat R]`` (``make bench``). Uses ``$REDIS_URL`` or
-starts a private redis-server. Prints, and writes to ``bench/results.md``: single enqueue/s,
+starts a private redis-server. Prints, and appends to ``bench/results.md``: single enqueue/s,
 bulk enqueue/s, processed/s with 1 process × 8 threads and 2 processes × 8 threads, the
 ratios herald/plain, and the ceiling of Dramatiq's worker with no I/O (StubBroker).
 """
@@ -214,7 +214,8 @@ def main() -> None:
     lines.append(f"| ratio herald enqueue / plain send | {ratio:.2f} |")
     text = "\n".join(lines) + "\n"
     print(text)
-    RESULTS.write_text(text)
+    with RESULTS.open("a") as out:  # every run stays: the machine's speed moves a lot
+        out.write("\n" + text)
 
 
 if __name__ == "__main__":
