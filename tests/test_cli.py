@@ -23,9 +23,11 @@ from herald.connections import embedded_redis_running
 from herald.registry import DAY, Keep, QueueSpec, Retention, builtin_specs
 from herald.settings import Settings
 
-#: Variables that would point a subprocess at some other Redis or broker.
+#: Variables that would point a subprocess at some other Redis, broker or database (a
+#: command run in a test's directory gets that directory's SQLite file unless told; the
+#: suite's shared PostgreSQL holds other tests' rows, which a demo's sweep would repair).
 CONNECTION_VARIABLES = ("REDIS_URL", "REDIS_SENTINELS", "REDIS_SENTINEL_NAME", "BROKER",
-                        "QUEUE_PREFIX")
+                        "QUEUE_PREFIX", "DATABASE_URL", "RABBITMQ_URL")
 #: Seconds a quick command may take (imports included).
 QUICK_S = 60
 #: Seconds a demo run may take (its own drain deadline is 120 s).
