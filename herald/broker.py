@@ -215,10 +215,7 @@ class LedgerConsumer(Consumer):
 
     def _own_connection(self) -> Any:
         if self.connection is None:
-            connection = self.ledger.client.connection_pool.make_connection()
-            # connect() explicitly: a Sentinel-managed connection resolves the master there
-            connection.connect()
-            self.connection = connection
+            self.connection = self.ledger.dedicated_connection()
         return self.connection
 
     # -- fetching (the consumer thread) -------------------------------------------------

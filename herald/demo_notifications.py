@@ -103,17 +103,20 @@ class Progressed:
     last_sweep: float = 0.0
 
 
-def _post_callbacks(client: Any, done: Progressed) -> None:
-    """Post a signed "delivered" receipt for every accepted send not yet reported."""
+def _post_callbacks(client: Any, done: Progressed) -> int:
+    """Post a signed "delivered" receipt for every accepted send not yet reported; returns
+    how many sends the provider has accepted."""
     from providers.mock import MockProvider, signed_callback
 
-    for send in MockProvider.sends(accepted_only=True):
+    sends = MockProvider.sends(accepted_only=True)
+    for send in sends:
         if send["provider_message_id"] in done.callbacks_posted:
             continue
         body, headers = signed_callback(send, "delivered")
         response = client.post("/v1/callbacks/mock", content=body, headers=headers)
         if response.status_code in (200, 202):
             done.callbacks_posted.add(send["provider_message_id"])
+    return len(sends)
 
 
 def _sweep(done: Progressed) -> None:
@@ -188,7 +191,7 @@ def run_notifications(events: int, console: Console, *, batch_size: int | None =
             running_worker(list(LANES)):
         task = progress.add_task("deliveries", total=expected)
         while time.perf_counter() - started < SETTLE_DEADLINE.total_seconds():
-            _post_callbacks(client, done)
+            accepted = _post_callbacks(client, done)
             counts = tally()
             total = sum(counts.values())
             open_ = sum(n for (_, outcome), n in counts.items() if outcome in OPEN_OUTCOMES)
@@ -200,7 +203,6 @@ def run_notifications(events: int, console: Console, *, batch_size: int | None =
             # would minutes later
             if (batch_done and open_ <= lost) or time.perf_counter() - started > 30:
                 _sweep(done)
-            accepted = len(MockProvider.sends(accepted_only=True))
             if (open_ == 0 and batch_done and len(done.callbacks_posted) == accepted
                     and unprocessed_receipts() == 0 and counts[("email", "sent")] +
                     counts[("sms", "sent")] == 0):

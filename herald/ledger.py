@@ -300,15 +300,20 @@ class Ledger:
         try:
             if getattr(own, "pid", None) != os.getpid() or own.connection is None:
                 own.pid, own.connection = os.getpid(), None
-                connection = self.client.connection_pool.make_connection()
-                connection.connect()  # a Sentinel-managed connection resolves the master
-                own.connection = connection
+                own.connection = self.dedicated_connection()
             return self.run_on(own.connection, name, args)
         except (redis.ConnectionError, redis.TimeoutError):
             if own.connection is not None:
                 own.connection.disconnect()
                 own.connection = None
             return self._scripts[name](args=args)
+
+    def dedicated_connection(self) -> Any:
+        """A new connection of this ledger's client, connected, outside its pool: one
+        thread's own, for :meth:`run_on`."""
+        connection = self.client.connection_pool.make_connection()
+        connection.connect()  # explicitly: a Sentinel-managed connection resolves the master
+        return connection
 
     def run_on(self, connection: Any, name: str, args: Sequence[Any]) -> Any:
         """Run a script on a dedicated connection (EVALSHA, loading it when Redis lost it)."""
