@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from dramatiq.middleware import CurrentMessage
 from pydantic import BaseModel, Field
-from sqlalchemy import Connection, bindparam, select
+from sqlalchemy import Connection
 
 from actors.render import RenderError, render
 from herald.db import autocommit
@@ -25,10 +25,8 @@ from herald.errors import Defer, Permanent
 from herald.jobs import actor, enqueue, enqueue_many
 from herald.registry import NOTIFICATION_RETENTION, SECOND, QueueSpec, declare, get_spec
 from models.notifications import (
-    Account,
     ClaimVerdict,
     Delivery,
-    Notification,
     Outcome,
     SuppressionReason,
     claim_delivery,
@@ -59,21 +57,10 @@ class DeliveryJob(BaseModel):
     channel: Literal["email", "sms", "push"]
 
 
-#: What a channel worker reads right after its claim (seed 000: the account's activity,
-#: opt-out, address and locale are read after the claim, never before), in one query.
-_notifications, _accounts = Notification.__table__, Account.__table__
-_RECIPIENT = (select(_notifications.c.type, _notifications.c.data,
-                     _notifications.c.transactional, _accounts.c.active,
-                     _accounts.c.marketing_opt_out, _accounts.c.email, _accounts.c.phone,
-                     _accounts.c.push_subscription_id, _accounts.c.locale)
-              .join_from(_notifications, _accounts,
-                         _accounts.c.id == _notifications.c.account_id)
-              .where(_notifications.c.id == bindparam("notification_id")))
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Recipient:
-    """A delivery's notification and account, as read after the claim."""
+    """A delivery's notification and account, as read with the claim
+    (:data:`models.notifications.RECIPIENT_COLUMNS`)."""
 
     type: str
     data: dict[str, Any]
@@ -84,12 +71,6 @@ class Recipient:
     phone: str | None
     push_subscription_id: str | None
     locale: str
-
-
-def read_recipient(db: Connection, notification_id: str) -> Recipient | None:
-    """The notification and its account as they are now (one query), or None."""
-    row = db.execute(_RECIPIENT, {"notification_id": notification_id}).first()
-    return None if row is None else Recipient(**row._mapping)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -120,33 +101,36 @@ def _last_attempt(queue: str) -> bool:
     return made + 1 >= get_spec(queue).attempts
 
 
-def _claim(db: Connection, job: DeliveryJob) -> datetime | None:
-    """This attempt's claim token; None when the delivery is final already. A live claim
-    elsewhere defers the job until it would be stale; a missing delivery fails it."""
+def _claim(db: Connection, job: DeliveryJob) -> tuple[datetime, Recipient] | None:
+    """This attempt's claim token and the recipient read with it; None when the delivery
+    is final already. A live claim elsewhere defers the job until it would be stale; a
+    missing delivery (or notification, or account) fails it."""
     claim = claim_delivery(db, job.delivery_id)
     if claim.verdict is ClaimVerdict.MISSING:
-        raise Permanent(f"delivery {job.delivery_id} does not exist")
+        raise Permanent(f"delivery {job.delivery_id}, its notification or its account "
+                        "does not exist")
     if claim.verdict is ClaimVerdict.BUSY:
         raise Defer(claim.retry_in or timedelta(seconds=60), reason="claimed elsewhere")
-    return claim.token if claim.verdict is ClaimVerdict.CLAIMED else None
+    if claim.verdict is not ClaimVerdict.CLAIMED:
+        return None
+    assert claim.token is not None and claim.recipient is not None
+    return claim.token, Recipient(**claim.recipient)
 
 
 def deliver(job: DeliveryJob) -> dict[str, Any]:
     """Run one attempt of one delivery; returns what it did (the job's return value).
 
-    Claim, then read the notification and account, gate, render, check the claim is still
+    Claim and read the notification and account, gate, render, check the claim is still
     this attempt's, dispatch, and write the outcome fenced by the claim. Runs on one
     autocommit connection: the claim and each outcome are single conditional UPDATEs, so
     no statement needs a transaction around it (one round trip each).
     """
     queue = CHANNEL_QUEUES[job.channel]
     with autocommit() as db:
-        token = _claim(db, job)
-        if token is None:
+        claimed = _claim(db, job)
+        if claimed is None:
             return {"delivery_id": job.delivery_id, "skipped": "already final"}
-        recipient = read_recipient(db, job.notification_id)
-        if recipient is None:
-            raise Permanent(f"delivery {job.delivery_id} lost its notification or account")
+        token, recipient = claimed
 
         def write(outcome: Outcome, **fields: Any) -> bool:
             return record_delivery_outcome(db, job.delivery_id, token=token,

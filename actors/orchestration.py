@@ -18,11 +18,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from actors.render import EVENT_TYPES, event_type, template_channel, validate_event_data
-from herald.db import autocommit, get_engine
+from herald.db import autocommit, get_engine, is_postgres
 from herald.db import session as db_session
 from herald.registry import NORMAL_PRIORITY, URGENT_PRIORITY
 from herald.settings import get_settings
-from models.base import new_id, utcnow
+from models.base import new_id, snapshot, utcnow
 from models.notifications import (
     Account,
     Channel,
@@ -145,21 +145,21 @@ def trigger_event(*, account_id: str, type: str, occurrence: str,
     chosen = check_event(type, data, urgency, channels)
     if transactional is None:
         transactional = event_type(type).transactional
-    # ids and timestamps given, not defaulted: the rows share one clock reading, and
-    # the models' default factories cost more than the values
+    # ids and timestamps given, not defaulted: the rows share one clock reading
     now = utcnow()
-    notification = Notification(id=new_id(), account_id=account_id, type=type,
-                                occurrence=occurrence, urgency=urgency,
-                                transactional=transactional, data=data, batch_id=batch_id,
-                                created_at=now)
-    deliveries = [Delivery(id=new_id(), notification_id=notification.id, channel=channel,
-                           outcome=(Outcome.DELIVERED if channel == Channel.IN_APP
-                                    else Outcome.QUEUED).value, created_at=now, updated_at=now)
-                  for channel in chosen]
+    notification = snapshot(
+        Notification, id=new_id(), account_id=account_id, type=type, occurrence=occurrence,
+        urgency=urgency, transactional=transactional, data=data, batch_id=batch_id,
+        created_at=now)
+    deliveries = [snapshot(
+        Delivery, id=new_id(), notification_id=notification.id, channel=channel,
+        outcome=(Outcome.DELIVERED if channel == Channel.IN_APP else Outcome.QUEUED).value,
+        created_at=now, updated_at=now) for channel in chosen]
     try:
-        # one transaction, no look-up first: the unique (account, type, occurrence) key
-        # and the account's foreign key decide, and a refusal persists nothing
-        with get_engine().begin() as connection:
+        # no look-up first: the unique (account, type, occurrence) key and the account's
+        # foreign key decide, and a refusal persists nothing. On PostgreSQL the rows are
+        # one statement, atomic by itself: no BEGIN/COMMIT round trips around it
+        with (autocommit() if is_postgres() else get_engine().begin()) as connection:
             persist_notification(connection, notification, deliveries)
     except IntegrityError:
         # persisted before (or by a concurrent request): it stands — or no such account

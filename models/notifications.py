@@ -21,7 +21,7 @@ from sqlalchemy import (
     Index,
     Insert,
     UniqueConstraint,
-    Update,
+    and_,
     bindparam,
     insert,
     not_,
@@ -31,6 +31,7 @@ from sqlalchemy import (
 )
 from sqlmodel import Field, Session, SQLModel, select
 
+from herald.db import Prepared
 from models.base import UtcDateTime, id_field, timestamp_field, utcnow
 
 #: A claim older than this is abandoned and may be taken over (seed 000: 60 seconds).
@@ -158,6 +159,9 @@ class Claim:
 
     verdict: ClaimVerdict
     token: datetime | None = None
+    #: For CLAIMED: the notification and its account as they were at the claim
+    #: (:data:`RECIPIENT_COLUMNS`, by name).
+    recipient: dict[str, Any] | None = None
     #: For BUSY: how long until the other claim goes stale.
     retry_in: timedelta | None = None
 
@@ -169,8 +173,16 @@ class Claim:
 Db = Session | Connection
 
 _deliveries = Delivery.__table__
+_notifications, _accounts = Notification.__table__, Account.__table__
 _CLAIMABLE = (Outcome.QUEUED.value, Outcome.SENDING.value)
 _FINAL = tuple(sorted(outcome.value for outcome in FINAL_OUTCOMES))
+
+#: What a channel worker reads about a delivery once it holds the claim (seed 000: the
+#: account's activity, opt-out, address and locale are read after the claim, never before).
+RECIPIENT_COLUMNS = (_notifications.c.type, _notifications.c.data,
+                     _notifications.c.transactional, _accounts.c.active,
+                     _accounts.c.marketing_opt_out, _accounts.c.email, _accounts.c.phone,
+                     _accounts.c.push_subscription_id, _accounts.c.locale)
 
 
 def _one_of(column: ColumnElement[Any], values: tuple[str, ...]) -> ColumnElement[bool]:
@@ -179,51 +191,89 @@ def _one_of(column: ColumnElement[Any], values: tuple[str, ...]) -> ColumnElemen
     return or_(*(column == value for value in values))
 
 
-# The hot-path statements are built once, here: building one per call (and the ORM's
-# bulk-UPDATE session synchronisation) cost more CPU than the database spent running it.
-# They are Core statements on the table, so their compiled form is cached with them.
-_CLAIM = (update(_deliveries)
-          .where(_deliveries.c.id == bindparam("delivery_id"),
-                 _one_of(_deliveries.c.outcome, _CLAIMABLE),
-                 or_(_deliveries.c.claimed_at.is_(None),
-                     _deliveries.c.claimed_at < bindparam("stale_before", type_=UtcDateTime)))
-          .values(outcome=Outcome.SENDING.value,
-                  claimed_at=bindparam("now", type_=UtcDateTime),
-                  updated_at=bindparam("now", type_=UtcDateTime)))
-_CLAIM_STATE = (select(_deliveries.c.outcome, _deliveries.c.claimed_at)
-                .where(_deliveries.c.id == bindparam("delivery_id")))
-_STAMP = (update(_deliveries)
-          .where(_deliveries.c.id.in_(bindparam("delivery_ids", expanding=True)))
-          .values(queued_at=bindparam("now", type_=UtcDateTime)))
+def _connection(db: Db) -> Connection:
+    return db.connection() if isinstance(db, Session) else db
+
+
+# The hot-path statements are built once, here, and run as Prepared statements: building
+# one per call, or SQLAlchemy's execution layer, cost more CPU than the database spent
+# running it.
+_CLAIMABLE_NOW = and_(_deliveries.c.id == bindparam("delivery_id"),
+                      _one_of(_deliveries.c.outcome, _CLAIMABLE),
+                      or_(_deliveries.c.claimed_at.is_(None),
+                          _deliveries.c.claimed_at < bindparam("stale_before",
+                                                               type_=UtcDateTime)))
+_CLAIM_VALUES = {"outcome": Outcome.SENDING.value,
+                 "claimed_at": bindparam("now", type_=UtcDateTime),
+                 "updated_at": bindparam("now", type_=UtcDateTime)}
+_CLAIM = Prepared(update(_deliveries).where(_CLAIMABLE_NOW).values(_CLAIM_VALUES))
+#: The claim and the read in one statement. PostgreSQL only: SQLite's RETURNING cannot
+#: name the tables of an UPDATE's FROM. The rows read are those the claim's statement
+#: sees, so nothing older than the claim is ever read.
+_CLAIM_AND_READ = Prepared(
+    update(_deliveries)
+    .where(_CLAIMABLE_NOW, _deliveries.c.notification_id == _notifications.c.id,
+           _notifications.c.account_id == _accounts.c.id)
+    .values(_CLAIM_VALUES).returning(*RECIPIENT_COLUMNS))
+_READ_RECIPIENT = Prepared(
+    select(*RECIPIENT_COLUMNS)
+    .join_from(_deliveries, _notifications,
+               _notifications.c.id == _deliveries.c.notification_id)
+    .join(_accounts, _accounts.c.id == _notifications.c.account_id)
+    .where(_deliveries.c.id == bindparam("delivery_id")))
+_CLAIM_STATE = Prepared(select(_deliveries.c.outcome, _deliveries.c.claimed_at)
+                        .where(_deliveries.c.id == bindparam("delivery_id")))
 
 
 def claim_delivery(db: Db, delivery_id: str, *, now: datetime | None = None,
                    stale_after: timedelta = CLAIM_STALE_AFTER) -> Claim:
-    """Claim a queued (or abandoned) delivery for this attempt, in one conditional UPDATE.
+    """Claim a queued (or abandoned) delivery for this attempt, in one conditional UPDATE,
+    and read its notification and account as they are now (``Claim.recipient``). Commits.
 
     Succeeds only when the outcome is queued/sending and no live claim exists (none, or
-    older than ``stale_after``). Commits.
+    older than ``stale_after``). MISSING when the delivery, its notification or its
+    account does not exist.
     """
     now = now or utcnow()
-    result = db.execute(_CLAIM, {"delivery_id": delivery_id, "now": now,
-                                 "stale_before": now - stale_after})
+    connection = _connection(db)
+    params = {"delivery_id": delivery_id, "now": now, "stale_before": now - stale_after}
+    recipient: dict[str, Any] | None
+    if connection.dialect.name == "postgresql":
+        recipient = _CLAIM_AND_READ.run(connection, params).first()
+    else:
+        claimed = _CLAIM.run(connection, params).rowcount == 1
+        recipient = _READ_RECIPIENT.run(connection, params).first() if claimed else None
+        if claimed and recipient is None:
+            db.commit()
+            return Claim(verdict=ClaimVerdict.MISSING)
     db.commit()
-    if result.rowcount == 1:
-        return Claim(verdict=ClaimVerdict.CLAIMED, token=now)
-    row = db.execute(_CLAIM_STATE, {"delivery_id": delivery_id}).first()
+    if recipient is not None:
+        return Claim(verdict=ClaimVerdict.CLAIMED, token=now, recipient=recipient)
+    row = _CLAIM_STATE.run(_connection(db), params).first()
     if row is None:
         return Claim(verdict=ClaimVerdict.MISSING)
-    if row.outcome in FINAL_OUTCOMES:
+    if row["outcome"] in FINAL_OUTCOMES:
         return Claim(verdict=ClaimVerdict.FINAL)
-    held = row.claimed_at or now
+    held = row["claimed_at"]
+    if held is None or held < now - stale_after:
+        # claimable, yet the claim's join found no notification or account
+        return Claim(verdict=ClaimVerdict.MISSING)
     return Claim(verdict=ClaimVerdict.BUSY,
                  retry_in=max(held + stale_after - now, timedelta(seconds=1)))
 
 
 def still_claimed(db: Db, delivery_id: str, token: datetime) -> bool:
     """True while this attempt's claim is the delivery's current one (one read)."""
-    row = db.execute(_CLAIM_STATE, {"delivery_id": delivery_id}).first()
-    return row is not None and row.claimed_at == token
+    row = _CLAIM_STATE.run(_connection(db), {"delivery_id": delivery_id}).first()
+    return row is not None and row["claimed_at"] == token
+
+
+@functools.cache
+def _stamp(count: int) -> Prepared:
+    """The handoff stamp of ``count`` deliveries (bound as ``id_<i>``), built once per count."""
+    return Prepared(update(_deliveries)
+                    .where(_deliveries.c.id.in_([bindparam(f"id_{i}") for i in range(count)]))
+                    .values(queued_at=bindparam("now", type_=UtcDateTime)))
 
 
 def stamp_handoffs(db: Db, delivery_ids: list[str], *,
@@ -232,7 +282,9 @@ def stamp_handoffs(db: Db, delivery_ids: list[str], *,
     and claim are left as they are. The caller commits (nothing to commit on an autocommit
     connection)."""
     if delivery_ids:
-        db.execute(_STAMP, {"delivery_ids": list(delivery_ids), "now": now or utcnow()})
+        params: dict[str, Any] = {f"id_{i}": id_ for i, id_ in enumerate(delivery_ids)}
+        params["now"] = now or utcnow()
+        _stamp(len(delivery_ids)).run(_connection(db), params)
 
 
 def _row(record: SQLModel, suffix: str = "") -> dict[str, Any]:
@@ -241,38 +293,53 @@ def _row(record: SQLModel, suffix: str = "") -> dict[str, Any]:
             for column in record.__table__.columns}  # type: ignore[attr-defined]
 
 
-_INSERT_NOTIFICATION = insert(Notification.__table__)
+def _bound_row(table: Any, suffix: str = "") -> dict[str, Any]:
+    return {column.key: bindparam(f"{column.key}{suffix}", type_=column.type)
+            for column in table.columns}
 
 
 @functools.cache
-def _insert_deliveries(count: int) -> Insert:
-    """One multi-row INSERT of ``count`` deliveries (row i bound as ``<column>_<i>``), built
-    once per count: a driver-level executemany costs more than the statement."""
-    return insert(_deliveries).values([
-        {column.key: bindparam(f"{column.key}_{i}", type_=column.type)
-         for column in _deliveries.columns}
-        for i in range(count)])
+def _insert_notification(deliveries: int, *, together: bool) -> Prepared:
+    """The INSERT of a notification and, when ``together`` (PostgreSQL), of its
+    ``deliveries`` in the same statement (a data-modifying WITH: one round trip, atomic
+    by itself, the foreign key checked at its end). Row i of the deliveries is bound as
+    ``<column>_<i>``. Built once per shape."""
+    notification = insert(_notifications).values(_bound_row(_notifications))
+    if not together:
+        return Prepared(notification)
+    return Prepared(_delivery_rows(deliveries).add_cte(notification.cte("notification")))
+
+
+def _delivery_rows(count: int) -> Insert:
+    return insert(_deliveries).values([_bound_row(_deliveries, f"_{i}") for i in range(count)])
+
+
+@functools.cache
+def _insert_deliveries(count: int) -> Prepared:
+    """One multi-row INSERT of ``count`` deliveries (row i bound as ``<column>_<i>``)."""
+    return Prepared(_delivery_rows(count))
 
 
 def persist_notification(connection: Connection, notification: Notification,
                          deliveries: list[Delivery]) -> None:
-    """Insert a notification and its deliveries: two statements, all deliveries in one.
+    """Insert a notification and its deliveries so that they land together or not at all.
 
-    The caller's transaction makes them land together or not at all. Raises
-    IntegrityError when the (account, type, occurrence) key exists already or the
-    account does not exist (its foreign key).
+    On PostgreSQL one statement, on an autocommit connection or not; elsewhere two, and the
+    caller's transaction holds them together. Raises IntegrityError when the (account,
+    type, occurrence) key exists already or the account does not exist (its foreign key).
     """
-    connection.execute(_INSERT_NOTIFICATION, _row(notification))
-    if deliveries:
-        rows: dict[str, Any] = {}
-        for i, delivery in enumerate(deliveries):
-            rows |= _row(delivery, f"_{i}")
-        connection.execute(_insert_deliveries(len(deliveries)), rows)
+    params = _row(notification)
+    for i, delivery in enumerate(deliveries):
+        params |= _row(delivery, f"_{i}")
+    together = bool(deliveries) and connection.dialect.name == "postgresql"
+    _insert_notification(len(deliveries), together=together).run(connection, params)
+    if deliveries and not together:
+        _insert_deliveries(len(deliveries)).run(connection, params)
 
 
 @functools.cache
 def _outcome_update(columns: tuple[str, ...], *, fenced: bool, count_attempt: bool,
-                    release_claim: bool) -> Update:
+                    release_claim: bool) -> Prepared:
     """The fenced outcome UPDATE that sets ``columns`` (bound as ``new_<column>``), built
     once per shape: never over a final outcome, and only under this claim when fenced."""
     values: dict[str, Any] = {name: bindparam(f"new_{name}", type_=_deliveries.c[name].type)
@@ -285,7 +352,7 @@ def _outcome_update(columns: tuple[str, ...], *, fenced: bool, count_attempt: bo
                  not_(_one_of(_deliveries.c.outcome, _FINAL))]
     if fenced:
         condition.append(_deliveries.c.claimed_at == bindparam("token", type_=UtcDateTime))
-    return update(_deliveries).where(*condition).values(values)
+    return Prepared(update(_deliveries).where(*condition).values(values))
 
 
 def record_delivery_outcome(db: Db, delivery_id: str, *, token: datetime | None,
@@ -311,9 +378,9 @@ def record_delivery_outcome(db: Db, delivery_id: str, *, token: datetime | None,
     params["delivery_id"] = delivery_id
     if token is not None:
         params["token"] = token
-    result = db.execute(statement, params)
+    written = statement.run(_connection(db), params).rowcount == 1
     db.commit()
-    return result.rowcount == 1
+    return written
 
 
 #: The outcomes a provider's receipt may move a delivery to, each from the outcomes

@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import redis
+from redis.commands.core import Script
 
 from herald.connections import redis_client
 from herald.settings import Settings, get_settings
@@ -61,22 +62,34 @@ MOCK_SENDS_KEPT = 10_000
 
 _BEHAVIOUR = re.compile(r"^(ok|terminal|transient:\d+|hang:\d+(\.\d+)?)$")
 
-# Read the address's behaviour and, for ``transient:N`` with N > 0, decrement it in the same
-# step: two workers sending at once must not both spend the last failure.
-_DECIDE_LUA = """
-local behaviour = redis.call('HGET', KEYS[1], ARGV[1])
-if not behaviour then return 'ok' end
-local remaining = string.match(behaviour, '^transient:(%d+)$')
+# One round trip per send: read the address's behaviour, decide, and record the send.
+# ``transient:N`` with N > 0 is decremented in the same step (two workers sending at once
+# must not both spend the last failure). The caller renders the record of each possible
+# decision (ARGV[3..5]: ok, transient, terminal); a hang is returned unrecorded, and
+# recorded by the caller once it has waited.
+_SEND_LUA = """
+local decision = redis.call('HGET', KEYS[1], ARGV[1]) or 'ok'
+local remaining = string.match(decision, '^transient:(%d+)$')
 if remaining then
   remaining = tonumber(remaining)
   if remaining > 0 then
     redis.call('HSET', KEYS[1], ARGV[1], 'transient:' .. (remaining - 1))
-    return 'transient'
+    decision = 'transient'
+  else
+    decision = 'ok'
   end
-  return 'ok'
 end
-return behaviour
+if string.sub(decision, 1, 5) == 'hang:' then return decision end
+local record = ARGV[3]
+if decision == 'transient' then record = ARGV[4] end
+if decision == 'terminal' then record = ARGV[5] end
+redis.call('RPUSH', KEYS[2], record)
+redis.call('LTRIM', KEYS[2], -tonumber(ARGV[2]), -1)
+return decision
 """
+# bytes: a script given as text needs a client to encode it; this one serves every client
+# (each call names its own, and EVALSHA reloads the script after a server restart)
+_SEND_SCRIPT = Script(None, _SEND_LUA.encode())
 
 
 _store_clients: dict[str, redis.Redis] = {}
@@ -105,28 +118,33 @@ class MockProvider:
     channels = frozenset(Channel)
 
     def send(self, message: OutboundMessage) -> SendResult:
-        """Decide (atomically) what the script says for ``message.to``, record, answer."""
+        """Decide (atomically) what the script says for ``message.to``, record, answer:
+        one round trip (a scripted hang takes a second one, to record after waiting)."""
         client = _store()
         sends_key, script_key = _keys()
-        decision = _decide(client, script_key, message.to)
+        results = {"ok": SendResult.ok(f"mock-{uuid.uuid4().hex}"),
+                   "transient": SendResult.transient("mock_transient",
+                                                     "scripted transient failure"),
+                   "terminal": SendResult.terminal("mock_terminal",
+                                                   "scripted terminal failure")}
+        records = {decision: json.dumps(_record(message, result))
+                   for decision, result in results.items()}
+        decision = _SEND_SCRIPT(
+            keys=[script_key, sends_key], client=client,
+            args=[message.to, MOCK_SENDS_KEPT, records["ok"], records["transient"],
+                  records["terminal"]])
+        decision = decision.decode() if isinstance(decision, bytes) else str(decision)
         if decision.startswith("hang:"):
             # a blocking sleep on purpose: the mock stands in for a provider that stalls
             time.sleep(float(decision.removeprefix("hang:")))
             decision = "ok"
-        if decision == "transient":
-            result = SendResult.transient("mock_transient", "scripted transient failure")
-        elif decision == "terminal":
-            result = SendResult.terminal("mock_terminal", "scripted terminal failure")
-        else:
-            result = SendResult.ok(f"mock-{uuid.uuid4().hex}")
-        record = _record(message, result)
-        pipe = client.pipeline(transaction=True)
-        pipe.rpush(sends_key, json.dumps(record))
-        pipe.ltrim(sends_key, -MOCK_SENDS_KEPT, -1)
-        pipe.execute()
+            pipe = client.pipeline(transaction=True)
+            pipe.rpush(sends_key, records["ok"])
+            pipe.ltrim(sends_key, -MOCK_SENDS_KEPT, -1)
+            pipe.execute()
         log.debug("mock send", extra={"delivery_id": message.idempotency_key,
-                                      "outcome": record["outcome"]})
-        return result
+                                      "outcome": decision})
+        return results[decision]
 
     @classmethod
     def script(cls, address: str, behaviour: str) -> None:
@@ -149,12 +167,6 @@ class MockProvider:
     def reset(cls) -> None:
         """Forget every recorded send and every scripted behaviour."""
         _store().delete(*_keys())
-
-
-def _decide(client: redis.Redis, script_key: str, address: str) -> str:
-    # register_script runs EVALSHA and reloads the script after a server restart
-    decision = client.register_script(_DECIDE_LUA)(keys=[script_key], args=[address])
-    return decision.decode() if isinstance(decision, bytes) else str(decision)
 
 
 def _record(message: OutboundMessage, result: SendResult) -> dict[str, Any]:
