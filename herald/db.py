@@ -232,7 +232,7 @@ class Prepared:
     from Core, so both dialects get their own SQL, and column types still convert values
     both ways (UTC timestamps, JSON on SQLite). Driver errors are raised as SQLAlchemy's
     (``IntegrityError`` …), a connection the server dropped is invalidated, and the
-    cursor-execute events fire, as ``Connection.execute`` would. Not for statements with
+    engine's cursor-execute events fire, as ``Connection.execute`` would. Not for statements with
     expanding (``IN``-list) binds.
     """
 
@@ -282,7 +282,9 @@ class Prepared:
         raw = connection.connection.dbapi_connection
         assert raw is not None
         cursor = raw.cursor()
-        dispatch = connection.dispatch
+        # the engine's listeners (and the Engine class's): a Connection's own dispatch
+        # is rebuilt on every attribute read
+        dispatch = connection.engine.dispatch
         try:
             if dispatch.before_cursor_execute:  # tracing and counting listeners still see it
                 dispatch.before_cursor_execute(connection, cursor, form.sql, bound, None, False)

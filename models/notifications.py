@@ -137,7 +137,8 @@ class Delivery(SQLModel, table=True):
     claimed_at: datetime | None = Field(default=None, sa_type=UtcDateTime, nullable=True)
     #: When a channel job was last handed to the queue (the sweep's handoff stamp).
     queued_at: datetime | None = Field(default=None, sa_type=UtcDateTime, nullable=True)
-    created_at: datetime = timestamp_field(index=True)
+    # no index of its own: the sweep reads it through ix_deliveries_pending (migration 0004)
+    created_at: datetime = timestamp_field()
     updated_at: datetime = timestamp_field()
 
 
