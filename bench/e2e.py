@@ -49,6 +49,78 @@ def _services() -> tuple[dict[str, str], list]:
     return env, started
 
 
+# -- where the CPU goes: per process group, from /proc (Linux) -------------------------------
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of one process (all its threads); 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _with_descendants(root: int) -> list[int]:
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int(
+                    (entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+    found, frontier = [root], [root]
+    while frontier:
+        frontier = [pid for pid, parent in parents.items() if parent in frontier]
+        found += frontier
+    return found
+
+
+def _server_pids(started: list) -> dict[str, list[int]]:
+    """The processes of the servers this bench started (PostgreSQL with its backends, the
+    Redis server), by name; servers given by URL are not measured."""
+    groups: dict[str, list[int]] = {}
+    for service in started:
+        postmaster = service.workdir / "data" / "postmaster.pid"
+        if postmaster.exists():
+            groups[service.name] = _with_descendants(int(postmaster.read_text().split()[0]))
+        elif service.url.startswith("redis://"):
+            # a foreground child of the bench: found by the port on its command line
+            port = service.url.rsplit(":", 1)[1].split("/")[0]
+            groups[service.name] = [
+                int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()
+                and "redis-server" in _command(entry).split(" ")[0]
+                and f":{port}" in _command(entry)]
+    return groups
+
+
+def _command(process: Path) -> str:
+    try:
+        return (process / "cmdline").read_text().replace("\0", " ")
+    except OSError:
+        return ""
+
+
+class CpuMeter:
+    """CPU seconds per process group (workers, producer, each server) over a block."""
+
+    def __init__(self, workers: list[int], started: list) -> None:
+        self.workers, self.started = workers, started
+        self.spent: dict[str, float] = {}
+
+    def _read(self) -> dict[str, float]:
+        groups = {"workers": self.workers, "producer (bench process)": [os.getpid()],
+                  **_server_pids(self.started)}
+        return {name: sum(_cpu_s(pid) for pid in pids) for name, pids in groups.items()}
+
+    def __enter__(self) -> CpuMeter:
+        self._before = self._read()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        after = self._read()
+        self.spent = {name: after[name] - self._before.get(name, 0.0) for name in after}
+
+
 def _configure(env: dict[str, str]) -> None:
     os.environ.update(env)
     from herald import connections, db, jobs, settings
@@ -125,8 +197,10 @@ def _settle(run: str, events: int, producers: int, accounts: list[str]) -> None:
         time.sleep(0.1)
 
 
-def run_once(events: int, processes: int, accounts: list[str], producers: int) -> float:
-    """Deliveries/s with ``processes`` worker processes, events from ``producers`` threads."""
+def run_once(events: int, processes: int, accounts: list[str], producers: int,
+             started: list) -> tuple[float, dict[str, float]]:
+    """Deliveries/s with ``processes`` worker processes, events from ``producers`` threads,
+    and the CPU ms per delivery each process group spent."""
     workers = [subprocess.Popen(
         [sys.executable, "-m", "herald.cli", "worker", "--import", "bench.unlimited",
          "notification-email", "notification-sms"], cwd=REPO,
@@ -135,9 +209,12 @@ def run_once(events: int, processes: int, accounts: list[str], producers: int) -
     try:
         # warm up before the clock starts: the workers boot, connect and load templates
         _settle(uuid.uuid4().hex[:8], WARM_UP_EVENTS, producers, accounts)
-        started = time.perf_counter()
-        _settle(uuid.uuid4().hex[:8], events, producers, accounts)
-        return 2 * events / (time.perf_counter() - started)
+        with CpuMeter([worker.pid for worker in workers], started) as meter:
+            clock = time.perf_counter()
+            _settle(uuid.uuid4().hex[:8], events, producers, accounts)
+            elapsed = time.perf_counter() - clock
+        return 2 * events / elapsed, {name: 1000 * cpu_s / (2 * events)
+                                      for name, cpu_s in meter.spent.items()}
     finally:
         for worker in workers:
             worker.terminate()
@@ -207,7 +284,8 @@ def main() -> None:
         logging.disable(logging.INFO)
         _reset_tables()
         accounts = _accounts()
-        rates = {p: run_once(args.events, p, accounts, args.producers) for p in (1, 2)}
+        runs = {p: run_once(args.events, p, accounts, args.producers, started)
+                for p in (1, 2)}
         costs = per_unit_costs(accounts)
     finally:
         for service in started:
@@ -215,7 +293,10 @@ def main() -> None:
     lines = ["", f"End to end ({time.strftime('%Y-%m-%d')}, PostgreSQL + Redis, mock provider, "
              f"{args.events} events × email + SMS from {args.producers} producer thread(s), "
              "rate limits lifted):", "", "| measure | value |", "|---|---|"]
-    lines += [f"| deliveries/s, {p} worker process(es) | {r:,.0f} |" for p, r in rates.items()]
+    lines += [f"| deliveries/s, {p} worker process(es) | {rate:,.0f} |"
+              for p, (rate, _) in runs.items()]
+    lines += [f"| CPU ms per delivery, {p} worker process(es): {name} | {ms:.2f} |"
+              for p, (_, cpu) in runs.items() for name, ms in cpu.items()]
     lines += [f"| database statements per delivered email (claim → sent) | "
               f"{costs['delivery_statements']:.1f} |",
               f"| CPU ms per delivered email attempt (in process) | "

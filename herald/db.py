@@ -275,12 +275,12 @@ class Prepared:
             values[name] = writer(values[name])
         bound: Any = (values if form.positional is None
                       else tuple(values[name] for name in form.positional))
-        if not connection.in_transaction():
-            # as Connection.execute would: the driver opens a transaction (unless in
-            # autocommit), and connection.commit() must know to end it
-            connection.begin()
         raw = connection.connection.dbapi_connection
         assert raw is not None
+        if not connection.in_transaction() and not _autocommitting(raw):
+            # as Connection.execute would: the driver opens a transaction, and
+            # connection.commit() must know to end it
+            connection.begin()
         cursor = raw.cursor()
         # the engine's listeners (and the Engine class's): a Connection's own dispatch
         # is rebuilt on every attribute read
@@ -291,7 +291,7 @@ class Prepared:
             cursor.execute(form.sql, bound)
             if dispatch.after_cursor_execute:
                 dispatch.after_cursor_execute(connection, cursor, form.sql, bound, None, False)
-            fetched = cursor.fetchall() if cursor.description is not None else []
+            fetched = cursor.fetchall() if form.keys else []
             rowcount = cursor.rowcount
         except dialect.loaded_dbapi.Error as error:
             if dialect.is_disconnect(error, raw, cursor):
@@ -305,6 +305,16 @@ class Prepared:
                  for key, read, value in zip(form.keys, readers, row, strict=True)}
                 for row in fetched]
         return Ran(rowcount=rowcount, rows=rows)
+
+
+def _autocommitting(dbapi_connection: Any) -> bool:
+    """True when the driver's connection commits every statement by itself (psycopg's
+    ``autocommit``; sqlite3's ``isolation_level`` None)."""
+    switch = getattr(dbapi_connection, "autocommit", None)
+    if switch is True:
+        return True
+    # sqlite3 before 3.12 has no switch, and from 3.12 on it says "legacy" (-1) by default
+    return switch in (None, -1) and getattr(dbapi_connection, "isolation_level", "") is None
 
 
 def _within(timeout_s: float, work: Callable[[], T]) -> T:
