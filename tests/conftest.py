@@ -18,9 +18,12 @@ tables, or clean up after yourself.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, make_url
 
 from tests.support.services import ServiceSet
 
@@ -54,3 +57,31 @@ def database_url(service_set: ServiceSet) -> str:
 def rabbitmq_url(service_set: ServiceSet) -> str:
     """``amqp://`` URL of a RabbitMQ broker (``$RABBITMQ_URL``, else a node of our own)."""
     return service_set.url("RABBITMQ_URL")
+
+
+@pytest.fixture
+def fresh_postgres(database_url: str) -> Iterator[str]:
+    """A new, empty database on the test PostgreSQL server, dropped afterwards."""
+    server = make_url(database_url)
+    name = f"herald_db_test_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(server.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    try:
+        yield server.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+@pytest.fixture
+def fresh_sqlite(tmp_path: Path) -> str:
+    """A SQLite file that does not exist yet."""
+    return f"sqlite:///{tmp_path}/herald.db"
+
+
+@pytest.fixture(params=["fresh_postgres", "fresh_sqlite"])
+def empty_database(request: pytest.FixtureRequest) -> str:
+    """An empty database of each supported kind."""
+    return str(request.getfixturevalue(request.param))

@@ -9,13 +9,12 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC
-from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, inspect, make_url, text
+from sqlalchemy import inspect, text
 from sqlmodel import SQLModel
 
 import models
@@ -36,34 +35,6 @@ def _fresh_engine() -> Iterator[None]:
     yield
     db.reset_engine()
     reset_settings()
-
-
-@pytest.fixture
-def fresh_postgres(database_url: str) -> Iterator[str]:
-    """A new, empty database on the test PostgreSQL server, dropped afterwards."""
-    server = make_url(database_url)
-    name = f"herald_db_test_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(server.set(database="postgres"), isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    try:
-        yield server.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as connection:
-            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
-
-
-@pytest.fixture
-def fresh_sqlite(tmp_path: Path) -> str:
-    """A SQLite file that does not exist yet."""
-    return f"sqlite:///{tmp_path}/herald.db"
-
-
-@pytest.fixture(params=["fresh_postgres", "fresh_sqlite"])
-def empty_database(request: pytest.FixtureRequest) -> str:
-    """An empty database of each supported kind."""
-    return str(request.getfixturevalue(request.param))
 
 
 def head_revision() -> str:

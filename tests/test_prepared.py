@@ -1,0 +1,161 @@
+"""The delivery's hot-path statements (``herald.db.Prepared``) on real PostgreSQL and SQLite:
+the same transitions, types converted both ways, errors and transactions as
+``Connection.execute`` has them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, timedelta
+
+import pytest
+from sqlalchemy import Engine, event, func, select
+from sqlalchemy.exc import IntegrityError
+
+from herald import db
+from herald.settings import reset_settings
+from models.base import new_id, snapshot, utcnow
+from models.notifications import (
+    Account,
+    ClaimVerdict,
+    Delivery,
+    Notification,
+    Outcome,
+    claim_delivery,
+    persist_notification,
+    record_delivery_outcome,
+    stamp_handoffs,
+    still_claimed,
+)
+
+
+@pytest.fixture
+def database(monkeypatch: pytest.MonkeyPatch, empty_database: str) -> Iterator[str]:
+    """A migrated, empty database of each kind, as herald's engines."""
+    monkeypatch.setenv("DATABASE_URL", empty_database)
+    reset_settings()
+    db.reset_engine()
+    db.migrate()
+    yield empty_database
+    db.reset_engine()
+    reset_settings()
+
+
+def _notification(account_id: str, occurrence: str = "signup",
+                  channels: tuple[str, ...] = ("email", "sms"),
+                  ) -> tuple[Notification, list[Delivery]]:
+    now = utcnow()
+    notification = snapshot(Notification, id=new_id(), account_id=account_id,
+                            type="account.welcome", occurrence=occurrence, urgency="normal",
+                            transactional=False, data={"plan": "gold", "n": [1, 2]},
+                            batch_id=None, created_at=now)
+    deliveries = [snapshot(Delivery, id=new_id(), notification_id=notification.id,
+                           channel=channel, outcome=Outcome.QUEUED.value, created_at=now,
+                           updated_at=now) for channel in channels]
+    return notification, deliveries
+
+
+def _account() -> str:
+    with db.session() as session:
+        account = Account(email="a@example.com", phone="+966501234567", locale="ar")
+        session.add(account)
+        session.flush()
+        return account.id
+
+
+def _persist(notification: Notification, deliveries: list[Delivery]) -> None:
+    # on PostgreSQL one statement on an autocommit connection; elsewhere a transaction
+    with (db.autocommit() if db.is_postgres() else db.get_engine().begin()) as connection:
+        persist_notification(connection, notification, deliveries)
+
+
+def _stored(delivery_id: str) -> Delivery:
+    with db.session() as session:
+        found = session.get(Delivery, delivery_id)
+        assert found is not None
+        return found
+
+
+def test_a_delivery_goes_from_claim_to_sent_the_same_way_on_both(database: str) -> None:
+    notification, (email, sms) = _notification(_account())
+    _persist(notification, [email, sms])
+    with db.autocommit() as connection:
+        stamp_handoffs(connection, [email.id, sms.id])
+        claim = claim_delivery(connection, email.id)
+        # the recipient comes back with the claim, every value in its Python type
+        assert claim.verdict is ClaimVerdict.CLAIMED and claim.recipient is not None
+        assert claim.recipient == {
+            "type": "account.welcome", "data": {"plan": "gold", "n": [1, 2]},
+            "transactional": False, "active": True, "marketing_opt_out": False,
+            "email": "a@example.com", "phone": "+966501234567",
+            "push_subscription_id": None, "locale": "ar"}
+        assert claim.token is not None and still_claimed(connection, email.id, claim.token)
+        # a live claim turns a second attempt away until it would be stale
+        busy = claim_delivery(connection, email.id)
+        assert busy.verdict is ClaimVerdict.BUSY and busy.retry_in is not None
+        assert timedelta(seconds=59) < busy.retry_in <= timedelta(seconds=60)
+        # an older attempt's token writes nothing; this attempt's does
+        stale = claim.token - timedelta(seconds=1)
+        assert not record_delivery_outcome(connection, email.id, token=stale,
+                                           outcome=Outcome.FAILED_TERMINAL, reason="x")
+        assert record_delivery_outcome(connection, email.id, token=claim.token,
+                                       outcome=Outcome.SENT, provider="mock",
+                                       provider_message_id="m-1", count_attempt=True)
+        assert claim_delivery(connection, email.id).verdict is ClaimVerdict.FINAL
+        assert claim_delivery(connection, new_id()).verdict is ClaimVerdict.MISSING
+    sent = _stored(email.id)
+    assert (sent.outcome, sent.provider_message_id, sent.attempts) == ("sent", "m-1", 1)
+    # timestamps come back aware and in UTC, equal to what was written
+    assert sent.claimed_at == claim.token and sent.claimed_at.tzinfo is UTC
+    assert sent.queued_at is not None and _stored(sms.id).queued_at == sent.queued_at
+    assert _stored(sms.id).outcome == "queued"
+
+
+def test_a_refused_notification_persists_nothing(database: str) -> None:
+    account_id = _account()
+    _persist(*_notification(account_id))
+    # the same (account, type, occurrence) again, and an account that does not exist
+    for refused in (_notification(account_id), _notification(new_id(), occurrence="x")):
+        with pytest.raises(IntegrityError):
+            _persist(*refused)
+    with db.session() as session:
+        counts = [session.execute(select(func.count()).select_from(model)).scalar_one()
+                  for model in (Notification, Delivery)]
+    assert counts == [1, 2]
+
+
+def test_a_write_in_a_transaction_lands_only_when_it_commits(database: str) -> None:
+    notification, deliveries = _notification(_account())
+    _persist(notification, deliveries)
+    delivery_id = deliveries[0].id
+    with db.get_engine().connect() as connection:
+        stamp_handoffs(connection, [delivery_id])  # the caller commits, or not
+        connection.rollback()
+    assert _stored(delivery_id).queued_at is None
+    with db.get_engine().connect() as connection:
+        stamp_handoffs(connection, [delivery_id])
+        connection.commit()
+    assert _stored(delivery_id).queued_at is not None
+    # a session's helpers run in its transaction, and commit it
+    with db.session() as session:
+        assert claim_delivery(session, delivery_id).verdict is ClaimVerdict.CLAIMED
+    assert _stored(delivery_id).outcome == "sending"
+
+
+def test_statement_listeners_see_the_hot_path(database: str) -> None:
+    seen: list[str] = []
+
+    def count(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        seen.append(statement.split()[0])
+
+    event.listen(Engine, "before_cursor_execute", count)
+    try:
+        notification, deliveries = _notification(_account())
+        _persist(notification, deliveries)
+        with db.autocommit() as connection:
+            claim_delivery(connection, deliveries[0].id)
+    finally:
+        event.remove(Engine, "before_cursor_execute", count)
+    # PostgreSQL: the notification's INSERT rides in a WITH of its deliveries' INSERT
+    persisted = ["WITH"] if db.is_postgres() else ["INSERT", "INSERT"]
+    claimed = ["UPDATE"] if db.is_postgres() else ["UPDATE", "SELECT"]
+    assert seen[-len(persisted + claimed):] == persisted + claimed
