@@ -59,6 +59,14 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _peak_rss_mb(pid: int) -> float:
+    """The most resident memory the process has had (VmHWM), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def _with_descendants(root: int) -> list[int]:
     parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
@@ -200,7 +208,7 @@ def _settle(run: str, events: int, producers: int, accounts: list[str]) -> None:
 def run_once(events: int, processes: int, accounts: list[str], producers: int,
              started: list) -> tuple[float, dict[str, float]]:
     """Deliveries/s with ``processes`` worker processes, events from ``producers`` threads,
-    and the CPU ms per delivery each process group spent."""
+    the CPU ms per delivery each process group spent, and the workers' peak RSS."""
     workers = [subprocess.Popen(
         [sys.executable, "-m", "herald.cli", "worker", "--import", "bench.unlimited",
          "notification-email", "notification-sms"], cwd=REPO,
@@ -213,8 +221,9 @@ def run_once(events: int, processes: int, accounts: list[str], producers: int,
             clock = time.perf_counter()
             _settle(uuid.uuid4().hex[:8], events, producers, accounts)
             elapsed = time.perf_counter() - clock
-        return 2 * events / elapsed, {name: 1000 * cpu_s / (2 * events)
-                                      for name, cpu_s in meter.spent.items()}
+        costs = {name: 1000 * cpu_s / (2 * events) for name, cpu_s in meter.spent.items()}
+        costs["peak RSS per worker process, MB"] = max(_peak_rss_mb(w.pid) for w in workers)
+        return 2 * events / elapsed, costs
     finally:
         for worker in workers:
             worker.terminate()
@@ -295,8 +304,9 @@ def main() -> None:
              "rate limits lifted):", "", "| measure | value |", "|---|---|"]
     lines += [f"| deliveries/s, {p} worker process(es) | {rate:,.0f} |"
               for p, (rate, _) in runs.items()]
-    lines += [f"| CPU ms per delivery, {p} worker process(es): {name} | {ms:.2f} |"
-              for p, (_, cpu) in runs.items() for name, ms in cpu.items()]
+    lines += [f"| {p} worker process(es): "
+              f"{name if name.startswith('peak') else f'CPU ms per delivery, {name}'} | "
+              f"{value:.2f} |" for p, (_, costs) in runs.items() for name, value in costs.items()]
     lines += [f"| database statements per delivered email (claim → sent) | "
               f"{costs['delivery_statements']:.1f} |",
               f"| CPU ms per delivered email attempt (in process) | "
