@@ -22,7 +22,7 @@ import dramatiq
 import redis
 from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.errors import ConnectionClosed, QueueJoinTimeout
-from dramatiq.middleware import CurrentMessage, TimeLimit
+from dramatiq.middleware import CurrentMessage, MiddlewareError, TimeLimit
 
 from herald.ledger import Finish, Ledger, NewJob, new_token, now_ms
 from herald.outcomes import LedgerMiddleware, info_enabled, report, run_exhausted_hook
@@ -50,6 +50,11 @@ class QueueTimeLimit(TimeLimit):
     it on ``process_boot``, which only Dramatiq's own CLI emits).
     """
 
+    def __init__(self, *, time_limit: float = 600000, interval: int = 1000) -> None:
+        super().__init__(time_limit=time_limit, interval=interval)
+        #: worker threads whose current run has a timer armed
+        self._armed: set[int] = set()
+
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         if not getattr(self, "_watching", False):
             self._watching = True
@@ -59,11 +64,38 @@ class QueueTimeLimit(TimeLimit):
         if (message.options.get("time_limit")
                 or broker.get_actor(message.actor_name).options.get("time_limit")):
             super().before_process_message(broker, message)
+            self._armed.add(threading.get_ident())
+
+    def after_process_message(self, broker: dramatiq.Broker, message: MessageProxy, *,
+                              result: Any = None, exception: BaseException | None = None,
+                              ) -> None:
+        # disarm only what was armed: the manager's lock is not free either
+        thread = threading.get_ident()
+        if thread in self._armed:
+            self._armed.discard(thread)
+            self.manager.remove_timeout(thread)
+
+    after_skip_message = after_process_message
 
 
 def default_middleware() -> list[dramatiq.Middleware]:
     """The middleware herald's brokers run: ledger outcomes, current message, time limits."""
     return [CurrentMessage(), QueueTimeLimit(time_limit=NO_TIME_LIMIT_MS), LedgerMiddleware()]
+
+
+class LedgerMessage(MessageProxy):
+    """A consumed job. The message's fields are plain attributes: MessageProxy looks each
+    one up through ``__getattr__``, and a run reads them about fifteen times."""
+
+    def __init__(self, message: dramatiq.Message) -> None:
+        super().__init__(message)
+        self.queue_name = message.queue_name
+        self.actor_name = message.actor_name
+        self.args = message.args
+        self.kwargs = message.kwargs
+        self.options = message.options
+        self.message_id = message.message_id
+        self.message_timestamp = message.message_timestamp
 
 
 class Lane:
@@ -107,9 +139,63 @@ class LedgerBroker(dramatiq.Broker):
 
     def __init__(self, ledger: Ledger, middleware: list[dramatiq.Middleware] | None = None,
                  ) -> None:
+        self._hooks: dict[str, list[Any]] = {}
         super().__init__(middleware=default_middleware() if middleware is None else middleware)
         self.ledger = ledger
         self.queues: dict[str, Lane] = {}
+
+    # -- middleware dispatch ----------------------------------------------------------
+    # Dramatiq calls every middleware's method for every signal, the base class's no-ops
+    # included (a getattr and a call each, four signals per run). The hooks a middleware
+    # actually defines are looked up once per signal instead; any change to the list
+    # (add_middleware, assigning it, or a different length) looks them up again.
+    @property
+    def middleware(self) -> list[dramatiq.Middleware]:  # type: ignore[override]
+        """The broker's middleware, in order."""
+        return self._middleware
+
+    @middleware.setter
+    def middleware(self, value: list[dramatiq.Middleware]) -> None:
+        self._middleware = value
+        self._hooks = {}
+
+    def add_middleware(self, middleware: dramatiq.Middleware, *,
+                       before: type[dramatiq.Middleware] | None = None,
+                       after: type[dramatiq.Middleware] | None = None) -> None:
+        """Dramatiq's ``add_middleware``; the hook lookup is redone afterwards."""
+        super().add_middleware(middleware, before=before, after=after)
+        self._hooks = {}
+
+    def _hooks_for(self, name: str, reverse: bool) -> list[Any]:
+        middleware = self._middleware
+        entry = self._hooks.get(name)
+        if entry is None or entry[0] != len(middleware):
+            noop = getattr(dramatiq.Middleware, name, None)
+            ordered = reversed(middleware) if reverse else middleware
+            hooks = [getattr(m, name) for m in ordered
+                     if getattr(type(m), name, None) is not noop or name in vars(m)]
+            entry = self._hooks[name] = [len(middleware), hooks]
+        return entry[1]
+
+    def emit_before(self, signal: str, *args: Any, **kwargs: Any) -> None:
+        name = "before_" + signal
+        for hook in self._hooks_for(name, False):
+            try:
+                hook(self, *args, **kwargs)
+            except MiddlewareError:
+                raise
+            except Exception:
+                self.logger.critical("Unexpected failure in %s of %r.", name, hook.__self__,
+                                     exc_info=True)
+
+    def emit_after(self, signal: str, *args: Any, **kwargs: Any) -> None:
+        name = "after_" + signal
+        for hook in self._hooks_for(name, True):
+            try:
+                hook(self, *args, **kwargs)
+            except Exception:
+                self.logger.critical("Unexpected failure in %s of %r.", name, hook.__self__,
+                                     exc_info=True)
 
     # -- queues ---------------------------------------------------------------------------
     def lane(self, queue_name: str) -> Lane:
@@ -356,7 +442,7 @@ class LedgerConsumer(Consumer):
                 continue
             options = {"job_id": job_id, "attempts_made": made, "attempts_started": starts,
                        "priority": priority}
-            buffer.append(MessageProxy(dramatiq.Message(
+            buffer.append(LedgerMessage(dramatiq.Message(
                 queue_name=queue, actor_name=actor, args=(payload,), kwargs={},
                 options=options, message_id=token, message_timestamp=created_at_ms)))
 

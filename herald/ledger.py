@@ -128,7 +128,9 @@ class StartedJob:
     created_at_ms: int
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+# Not frozen: a frozen dataclass sets each field through object.__setattr__, and one of
+# these is built for every run that does not simply complete.
+@dataclasses.dataclass(kw_only=True, slots=True)
 class Finish:
     """How one run ended, as the consumer reports it to the ledger."""
 

@@ -37,14 +37,18 @@ ACTOR_OPTIONS = frozenset({"payload_model", "attempts", "backoff", "backoff_base
 STACK_LIMIT = 8000
 
 
+#: Return values as JSON, compact; unknown types as their ``str`` (one encoder for all runs:
+#: ``json.dumps`` with options builds a new encoder per call).
+_encode_result = json.JSONEncoder(default=str, separators=(",", ":")).encode
+
+
 def finish_for(message: MessageProxy, *, result: Any = None,
                exception: BaseException | None = None) -> Finish:
     """The :class:`Finish` that reports this run's end to the ledger."""
     job_id, token, actor = message.options["job_id"], message.message_id, message.actor_name
     if exception is None:
         return Finish(job_id=job_id, token=token, outcome=Finish.COMPLETED,
-                      value=json.dumps(result, default=str, separators=(",", ":")),
-                      actor=actor)
+                      value="null" if result is None else _encode_result(result), actor=actor)
     if isinstance(exception, Defer):
         return Finish(job_id=job_id, token=token, outcome=Finish.DEFERRED,
                       value=str(int(exception.delay.total_seconds() * 1000)),
