@@ -173,7 +173,8 @@ class LedgerBroker(dramatiq.Broker):
             noop = getattr(dramatiq.Middleware, name, None)
             ordered = reversed(middleware) if reverse else middleware
             hooks = [getattr(m, name) for m in ordered
-                     if getattr(type(m), name, None) is not noop or name in vars(m)]
+                     if getattr(type(m), name, None) is not noop
+                     or name in getattr(m, "__dict__", ())]
             entry = self._hooks[name] = [len(middleware), hooks]
         return entry[1]
 
