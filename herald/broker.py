@@ -22,10 +22,10 @@ import dramatiq
 import redis
 from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.errors import ConnectionClosed, QueueJoinTimeout
-from dramatiq.middleware import CurrentMessage, TimeLimit
+from dramatiq.middleware import CurrentMessage, MiddlewareError, TimeLimit
 
-from herald.ledger import Finish, Finished, Ledger, NewJob, StartedJob, new_token, now_ms
-from herald.outcomes import LedgerMiddleware, report, run_exhausted_hook
+from herald.ledger import Finish, Ledger, NewJob, new_token, now_ms
+from herald.outcomes import LedgerMiddleware, info_enabled, report, run_exhausted_hook
 from herald.registry import QueueSpec, get_spec
 
 log = logging.getLogger("herald.broker")
@@ -50,6 +50,11 @@ class QueueTimeLimit(TimeLimit):
     it on ``process_boot``, which only Dramatiq's own CLI emits).
     """
 
+    def __init__(self, *, time_limit: float = 600000, interval: int = 1000) -> None:
+        super().__init__(time_limit=time_limit, interval=interval)
+        #: worker threads whose current run has a timer armed
+        self._armed: set[int] = set()
+
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         if not getattr(self, "_watching", False):
             self._watching = True
@@ -59,6 +64,18 @@ class QueueTimeLimit(TimeLimit):
         if (message.options.get("time_limit")
                 or broker.get_actor(message.actor_name).options.get("time_limit")):
             super().before_process_message(broker, message)
+            self._armed.add(threading.get_ident())
+
+    def after_process_message(self, broker: dramatiq.Broker, message: MessageProxy, *,
+                              result: Any = None, exception: BaseException | None = None,
+                              ) -> None:
+        # disarm only what was armed: the manager's lock is not free either
+        thread = threading.get_ident()
+        if thread in self._armed:
+            self._armed.discard(thread)
+            self.manager.remove_timeout(thread)
+
+    after_skip_message = after_process_message
 
 
 def default_middleware() -> list[dramatiq.Middleware]:
@@ -66,27 +83,52 @@ def default_middleware() -> list[dramatiq.Middleware]:
     return [CurrentMessage(), QueueTimeLimit(time_limit=NO_TIME_LIMIT_MS), LedgerMiddleware()]
 
 
+class LedgerMessage(MessageProxy):
+    """A consumed job. The message's fields are plain attributes: MessageProxy looks each
+    one up through ``__getattr__``, and a run reads them about fifteen times."""
+
+    def __init__(self, message: dramatiq.Message) -> None:
+        super().__init__(message)
+        self.queue_name = message.queue_name
+        self.actor_name = message.actor_name
+        self.args = message.args
+        self.kwargs = message.kwargs
+        self.options = message.options
+        self.message_id = message.message_id
+        self.message_timestamp = message.message_timestamp
+
+
 class Lane:
     """One queue's consumer bookkeeping in this process, shared by successive consumers."""
 
     def __init__(self, spec: QueueSpec) -> None:
         self.spec = spec
+        #: the cycle script's fixed arguments for this queue
+        self.config = Ledger.cycle_config(spec)
         self.lock = threading.Lock()
+        #: notified (when the consumer thread waits on it) as a run ends
+        self.slot_freed = threading.Condition(self.lock)
+        self.waiting = False
         #: job id -> token of every job fetched and not yet reported finished
         self.inflight: dict[str, str] = {}
+        #: (job id, token, actor) of runs that completed with no return value
+        self.done: list[tuple[str, str, str]] = []
+        #: every other end of a run
         self.pending: list[Finish] = []
-        self.actors: dict[str, str] = {}
-        self.slot_freed = threading.Event()
         self.blocking = False
         self.last_extend = time.monotonic()
 
-    def take_pending(self) -> list[Finish]:
+    def take_pending(self) -> tuple[list[tuple[str, str, str]], list[Finish]]:
+        """Take every buffered end of a run (plain completions, others)."""
         with self.lock:
-            pending, self.pending = self.pending, []
-        return pending
+            done, pending = self.done, self.pending
+            self.done, self.pending = [], []
+        return done, pending
 
-    def put_back(self, finishes: list[Finish]) -> None:
+    def put_back(self, done: list[tuple[str, str, str]], finishes: list[Finish]) -> None:
+        """Return ends that could not be written, ahead of any buffered since."""
         with self.lock:
+            self.done = done + self.done
             self.pending = finishes + self.pending
 
 
@@ -97,10 +139,66 @@ class LedgerBroker(dramatiq.Broker):
 
     def __init__(self, ledger: Ledger, middleware: list[dramatiq.Middleware] | None = None,
                  ) -> None:
+        self._hooks: dict[str, list[Any]] = {}
         super().__init__(middleware=default_middleware() if middleware is None else middleware)
         self.ledger = ledger
         self.queues: dict[str, Lane] = {}
 
+    # -- middleware dispatch ----------------------------------------------------------
+    # Dramatiq calls every middleware's method for every signal, the base class's no-ops
+    # included (a getattr and a call each, four signals per run). The hooks a middleware
+    # actually defines are looked up once per signal instead; any change to the list
+    # (add_middleware, assigning it, or a different length) looks them up again.
+    @property
+    def middleware(self) -> list[dramatiq.Middleware]:  # type: ignore[override]
+        """The broker's middleware, in order."""
+        return self._middleware
+
+    @middleware.setter
+    def middleware(self, value: list[dramatiq.Middleware]) -> None:
+        self._middleware = value
+        self._hooks = {}
+
+    def add_middleware(self, middleware: dramatiq.Middleware, *,
+                       before: type[dramatiq.Middleware] | None = None,
+                       after: type[dramatiq.Middleware] | None = None) -> None:
+        """Dramatiq's ``add_middleware``; the hook lookup is redone afterwards."""
+        super().add_middleware(middleware, before=before, after=after)
+        self._hooks = {}
+
+    def _hooks_for(self, name: str, reverse: bool) -> list[Any]:
+        middleware = self._middleware
+        entry = self._hooks.get(name)
+        if entry is None or entry[0] != len(middleware):
+            noop = getattr(dramatiq.Middleware, name, None)
+            ordered = reversed(middleware) if reverse else middleware
+            hooks = [getattr(m, name) for m in ordered
+                     if getattr(type(m), name, None) is not noop
+                     or name in getattr(m, "__dict__", ())]
+            entry = self._hooks[name] = [len(middleware), hooks]
+        return entry[1]
+
+    def emit_before(self, signal: str, *args: Any, **kwargs: Any) -> None:
+        name = "before_" + signal
+        for hook in self._hooks_for(name, False):
+            try:
+                hook(self, *args, **kwargs)
+            except MiddlewareError:
+                raise
+            except Exception:
+                self.logger.critical("Unexpected failure in %s of %r.", name, hook.__self__,
+                                     exc_info=True)
+
+    def emit_after(self, signal: str, *args: Any, **kwargs: Any) -> None:
+        name = "after_" + signal
+        for hook in self._hooks_for(name, True):
+            try:
+                hook(self, *args, **kwargs)
+            except Exception:
+                self.logger.critical("Unexpected failure in %s of %r.", name, hook.__self__,
+                                     exc_info=True)
+
+    # -- queues ---------------------------------------------------------------------------
     def lane(self, queue_name: str) -> Lane:
         """The bookkeeping of one lane (declares the queue on first use)."""
         if queue_name not in self.queues:
@@ -152,6 +250,11 @@ class LedgerBroker(dramatiq.Broker):
             time.sleep(0.05)
 
 
+def _str(value: Any) -> str:
+    # replies of the consumer's own connection are decoded; the shared client's are bytes
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 class LedgerConsumer(Consumer):
     """Iterates a lane's jobs; finishing and fetching share one round trip."""
 
@@ -167,10 +270,20 @@ class LedgerConsumer(Consumer):
 
     # -- acknowledging (called from worker threads) ---------------------------------------
     def ack(self, message: MessageProxy) -> None:
-        finish = message.options.get("herald_finish") or Finish(
-            job_id=message.options["job_id"], token=message.message_id,
-            outcome=Finish.COMPLETED, value="null")
-        self._report(finish, message.actor_name)
+        finish = message.options.get("herald_finish")
+        lane = self.lane
+        with lane.lock:
+            if finish is None:  # completed, no return value (LedgerMiddleware left it so)
+                lane.done.append((message.options["job_id"], message.message_id,
+                                  message.actor_name))
+            else:
+                lane.pending.append(finish)
+            flush_here = lane.blocking
+            if lane.waiting:
+                lane.slot_freed.notify()
+        if flush_here:
+            # the consumer thread is blocked on an empty queue: write the outcome now
+            self._flush(fetch=0)
 
     def nack(self, message: MessageProxy) -> None:
         finish = message.options.get("herald_finish")
@@ -178,19 +291,19 @@ class LedgerConsumer(Consumer):
             error = message._exception
             finish = Finish(job_id=message.options["job_id"], token=message.message_id,
                             outcome=Finish.PERMANENT,
-                            value=str(error) if error else "rejected before it ran")
-        self._report(finish, message.actor_name)
+                            value=str(error) if error else "rejected before it ran",
+                            actor=message.actor_name)
+        self._report(finish)
 
-    def _report(self, finish: Finish, actor: str) -> None:
+    def _report(self, finish: Finish) -> None:
         lane = self.lane
         with lane.lock:
             lane.pending.append(finish)
-            lane.actors[finish.job_id] = actor
             flush_here = lane.blocking
+            if lane.waiting:
+                lane.slot_freed.notify()
         if flush_here:
-            # the consumer thread is blocked on an empty queue: write the outcome now
             self._flush(fetch=0)
-        lane.slot_freed.set()
 
     def requeue(self, messages: Iterable[MessageProxy]) -> None:
         """Hand fetched-but-unstarted jobs back to the queue (worker shutdown)."""
@@ -215,7 +328,7 @@ class LedgerConsumer(Consumer):
 
     def _own_connection(self) -> Any:
         if self.connection is None:
-            self.connection = self.ledger.dedicated_connection()
+            self.connection = self.ledger.dedicated_connection(decode=True)
         return self.connection
 
     # -- fetching (the consumer thread) -------------------------------------------------
@@ -225,81 +338,114 @@ class LedgerConsumer(Consumer):
             if self.buffer:
                 return self.buffer.popleft()
             with lane.lock:
-                # a buffered finish frees its slot in the same script that fetches (it
+                # a buffered end frees its slot in the same script that fetches (it
                 # finishes before it starts), so it counts as free: one round trip both
                 # reports the ends and refills the slots, never two
-                ending = sum(1 for f in lane.pending if lane.inflight.get(f.job_id) == f.token)
-                free = lane.spec.concurrency - len(lane.inflight) + ending
-                has_pending = bool(lane.pending)
-            extend_due = (bool(lane.inflight)
-                          and time.monotonic() - lane.last_extend >= self.extend_every_s)
-            if free <= 0 and not has_pending and not extend_due:
-                # every slot busy: wait for a run to end, then write it and fetch in one trip
-                lane.slot_freed.wait(min(self.timeout_s, FLUSH_WAIT_S, self.extend_every_s))
-                lane.slot_freed.clear()
-                return None
+                inflight = lane.inflight
+                ending = (sum(1 for d in lane.done if inflight.get(d[0]) == d[1])
+                          + sum(1 for f in lane.pending if inflight.get(f.job_id) == f.token))
+                free = lane.spec.concurrency - len(inflight) + ending
+                has_pending = bool(lane.done or lane.pending)
+                extend_due = (bool(inflight)
+                              and time.monotonic() - lane.last_extend >= self.extend_every_s)
+                if free <= 0 and not has_pending and not extend_due:
+                    # every slot busy: wait for a run to end, then write it and fetch in
+                    # one trip
+                    lane.waiting = True
+                    try:
+                        lane.slot_freed.wait(min(self.timeout_s, FLUSH_WAIT_S,
+                                                 self.extend_every_s))
+                    finally:
+                        lane.waiting = False
+                    return None
             result = self._flush(fetch=max(free, 0), extend=extend_due, own=True)
             if result is None:
                 return None
-            if result.started:
-                self._buffer(result.started)
+            started, next_due, limited = result
+            if started:
+                self._buffer(started)
                 continue
             if free <= 0:
                 return None
-            self._block(result.next_delayed_ms, result.rate_limited_ms)
+            self._block(int(float(next_due)) if next_due else None, int(limited))
             return None
 
     def _flush(self, *, fetch: int, extend: bool = False, own: bool = False) -> Any:
+        """One cycle: write the buffered ends, extend locks, fetch up to ``fetch`` jobs.
+        Returns the started rows, the next delayed job's time and the rate-limit wait."""
         lane = self.lane
-        finishes = lane.take_pending()
+        done, finishes = lane.take_pending()
         extend_entries: list[tuple[str, str]] = []
         if extend:
             with lane.lock:
                 extend_entries = list(lane.inflight.items())
             lane.last_extend = time.monotonic()
         try:
-            result = self.ledger.cycle(lane.spec, finishes=finishes, extend=extend_entries,
-                                       fetch=fetch,
-                                       connection=self._own_connection() if own else None)
+            raw = self.ledger.cycle_raw(lane.spec, lane.config, done=done, finishes=finishes,
+                                        extend=extend_entries, fetch=fetch,
+                                        connection=self._own_connection() if own else None)
         except redis.RedisError as error:
-            lane.put_back(finishes)
+            lane.put_back(done, finishes)
             if own and self.connection is not None:
                 self.connection.disconnect()
                 self.connection = None
             raise ConnectionClosed(error) from error
-        by_id = {f.job_id: f for f in finishes}
+        finished, started, next_due, limited = raw
         with lane.lock:
+            inflight = lane.inflight
+            for job_id, token, _ in done:
+                if inflight.get(job_id) == token:
+                    del inflight[job_id]
             for finish in finishes:
-                if lane.inflight.get(finish.job_id) == finish.token:
-                    del lane.inflight[finish.job_id]
-            actors = {f.job_id: lane.actors.pop(f.job_id, "") for f in finishes}
-            for started in result.started:
-                lane.inflight[started.id] = started.token
-        for finished in result.finished:
-            if finished.result == "exhausted":
-                report(lane.spec.name, Finished(job_id=finished.job_id, result="failed",
-                                                run_at_ms=0), None, finished.actor)
-                run_exhausted_hook(finished.actor, finished.data, finished.reason)
-            elif finished.result != "released":
-                report(lane.spec.name, finished, by_id.get(finished.job_id),
-                       actors.get(finished.job_id, ""))
-        return result
+                if inflight.get(finish.job_id) == finish.token:
+                    del inflight[finish.job_id]
+            for row in started:
+                inflight[row[0]] = row[3]
+        if finished or (done and info_enabled()):
+            self._report_finished(finished, done, finishes)
+        return started, next_due, limited
 
-    def _buffer(self, started: list[StartedJob]) -> None:
+    def _report_finished(self, finished: list[Any], done: list[tuple[str, str, str]],
+                         finishes: list[Finish]) -> None:
+        """Log (and count) what the cycle made of the ends it wrote; run the exhausted
+        hooks of jobs it failed for too many starts."""
         queue = self.lane.spec.name
-        for job in started:
-            options = {"job_id": job.id, "attempts_made": job.attempts_made,
-                       "attempts_started": job.attempts_started, "priority": job.priority}
+        by_id = {f.job_id: f for f in finishes}
+        done_actors = {job_id: actor for job_id, _, actor in done}
+        stale: set[str] = set()
+        for row in finished:
+            job_id, result = _str(row[0]), _str(row[1])
+            if result == "exhausted":
+                actor = _str(row[3])
+                report(queue, job_id, "failed", actor)
+                run_exhausted_hook(actor, _str(row[4]), _str(row[5]))
+            elif result != "released":
+                finish = by_id.get(job_id)
+                if finish is None:  # a plain completion that arrived too late
+                    stale.add(job_id)
+                    report(queue, job_id, result, done_actors.get(job_id, ""))
+                else:
+                    report(queue, job_id, result, finish.actor, finish.value)
+        if done and info_enabled():
+            for job_id, _, actor in done:
+                if job_id not in stale:
+                    report(queue, job_id, "completed", actor)
+
+    def _buffer(self, started: list[Any]) -> None:
+        queue = self.lane.spec.name
+        buffer = self.buffer
+        for job_id, actor, data, token, made, starts, priority, created_at_ms in started:
             try:
-                payload = json.loads(job.data)
+                payload = json.loads(data)
             except ValueError as error:
-                self._report(Finish(job_id=job.id, token=job.token, outcome=Finish.PERMANENT,
-                                    value=f"undecodable payload: {error}"), job.actor)
+                self._report(Finish(job_id=job_id, token=token, outcome=Finish.PERMANENT,
+                                    value=f"undecodable payload: {error}", actor=actor))
                 continue
-            message = dramatiq.Message(queue_name=queue, actor_name=job.actor, args=(payload,),
-                                       kwargs={}, options=options, message_id=job.token,
-                                       message_timestamp=job.created_at_ms)
-            self.buffer.append(MessageProxy(message))
+            options = {"job_id": job_id, "attempts_made": made, "attempts_started": starts,
+                       "priority": priority}
+            buffer.append(LedgerMessage(dramatiq.Message(
+                queue_name=queue, actor_name=actor, args=(payload,), kwargs={},
+                options=options, message_id=token, message_timestamp=created_at_ms)))
 
     def _block(self, next_delayed_ms: int | None, rate_limited_ms: int) -> None:
         timeout_s = self.timeout_s
@@ -310,7 +456,7 @@ class LedgerConsumer(Consumer):
         lane = self.lane
         with lane.lock:
             lane.blocking = True
-            pending = bool(lane.pending)
+            pending = bool(lane.done or lane.pending)
         try:
             if not pending:
                 self.ledger.client.blpop([self.ledger.marker_key(lane.spec.name)],

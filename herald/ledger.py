@@ -128,7 +128,9 @@ class StartedJob:
     created_at_ms: int
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+# Not frozen: a frozen dataclass sets each field through object.__setattr__, and one of
+# these is built for every run that does not simply complete.
+@dataclasses.dataclass(kw_only=True, slots=True)
 class Finish:
     """How one run ended, as the consumer reports it to the ledger."""
 
@@ -146,6 +148,8 @@ class Finish:
     value: str = ""
     stack: str = ""
     next_token: str = ""
+    #: The actor that ran (for logs only; not sent to Redis).
+    actor: str = ""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -248,6 +252,41 @@ class Ledger:
                 for status, job_id in raw]
 
     # -- consuming ------------------------------------------------------------------------
+    @staticmethod
+    def cycle_config(spec: QueueSpec) -> list[Any]:
+        """The queue's fixed arguments of the cycle script (a consumer computes them once)."""
+        rate_max, window_ms = (0, 0)
+        if spec.rate_limit is not None:
+            rate_max, window_ms = spec.rate_limit[0], _ms(spec.rate_limit[1])
+        return [_ms(spec.lock_duration), rate_max, window_ms, STALL_CHECK_MS,
+                *_keep_args(spec.retention.completed), *_keep_args(spec.retention.failed)]
+
+    def cycle_raw(self, spec: QueueSpec, config: Sequence[Any], *,
+                  done: Iterable[tuple[str, ...]] = (), finishes: Sequence[Finish] = (),
+                  extend: Sequence[tuple[str, str]] = (), fetch: int = 0,
+                  external: bool = False, connection: Any = None) -> Any:
+        """One cycle script call, its reply left as Redis returned it (the consumer's hot
+        path: see cycle.lua for the reply's layout).
+
+        ``done`` holds runs that completed with no return value, as ``(job id, token, …)``
+        (items past the token are ignored): the script reports only the stale ones back,
+        so the common case costs two arguments per run and nothing in the reply.
+        ``config`` is :meth:`cycle_config` of ``spec``.
+        """
+        if not isinstance(done, Sequence):
+            done = list(done)
+        args: list[Any] = [self.base(spec.name), now_ms(), fetch, "1" if external else "0",
+                           len(done), len(finishes), len(extend), *config]
+        for job_id, token, *_ in done:
+            args += (job_id, token)
+        for f in finishes:
+            args += (f.job_id, f.token, f.outcome, f.value, f.stack, f.next_token)
+        for job_id, token in extend:
+            args += (job_id, token)
+        if connection is None:
+            return self._scripts["cycle"](args=args)
+        return self.run_on(connection, "cycle", args)
+
     def cycle(self, spec: QueueSpec, *, finishes: Sequence[Finish] = (),
               extend: Iterable[tuple[str, str]] = (), fetch: int = 0,
               external: bool = False, connection: Any = None) -> CycleResult:
@@ -256,23 +295,9 @@ class Ledger:
         ``connection`` is a consumer's own connection (:meth:`run_on`): the hot path skips
         the client's pool, retry and response-callback layers.
         """
-        extend = list(extend)
-        rate_max, window_ms = (0, 0)
-        if spec.rate_limit is not None:
-            rate_max, window_ms = spec.rate_limit[0], _ms(spec.rate_limit[1])
-        args: list[Any] = [self.base(spec.name), now_ms(), _ms(spec.lock_duration), fetch,
-                           rate_max, window_ms, STALL_CHECK_MS,
-                           *_keep_args(spec.retention.completed),
-                           *_keep_args(spec.retention.failed),
-                           "1" if external else "0", len(finishes), len(extend)]
-        for f in finishes:
-            args += [f.job_id, f.token, f.outcome, f.value, f.stack, f.next_token]
-        for job_id, token in extend:
-            args += [job_id, token]
-        if connection is None:
-            raw = self._scripts["cycle"](args=args)
-        else:
-            raw = self.run_on(connection, "cycle", args)
+        raw = self.cycle_raw(spec, self.cycle_config(spec), finishes=finishes,
+                             extend=list(extend), fetch=fetch, external=external,
+                             connection=connection)
         finished_raw, started_raw, next_due, limited = raw
         finished = [Finished(job_id=_text(f[0]) or "", result=_text(f[1]) or "",
                              run_at_ms=int(f[2]), actor=_text(f[3]) if len(f) > 3 else "",
@@ -308,10 +333,16 @@ class Ledger:
                 own.connection = None
             return self._scripts[name](args=args)
 
-    def dedicated_connection(self) -> Any:
+    def dedicated_connection(self, *, decode: bool = False) -> Any:
         """A new connection of this ledger's client, connected, outside its pool: one
-        thread's own, for :meth:`run_on`."""
-        connection = self.client.connection_pool.make_connection()
+        thread's own, for :meth:`run_on`. ``decode`` makes its replies ``str`` (decoded by
+        the reply parser, which is cheaper than decoding each field in Python)."""
+        pool = self.client.connection_pool
+        if decode:
+            connection = pool.connection_class(**{**pool.connection_kwargs,
+                                                  "decode_responses": True})
+        else:
+            connection = pool.make_connection()
         connection.connect()  # explicitly: a Sentinel-managed connection resolves the master
         return connection
 

@@ -20,7 +20,7 @@ from dramatiq.middleware import Middleware, SkipMessage
 
 from herald import metrics
 from herald.errors import Defer, Permanent
-from herald.ledger import Finish, Finished, new_token, now_ms
+from herald.ledger import Finish, new_token, now_ms
 from herald.registry import get_spec
 
 if TYPE_CHECKING:
@@ -37,41 +37,52 @@ ACTOR_OPTIONS = frozenset({"payload_model", "attempts", "backoff", "backoff_base
 STACK_LIMIT = 8000
 
 
+#: Return values as JSON, compact; unknown types as their ``str`` (one encoder for all runs:
+#: ``json.dumps`` with options builds a new encoder per call).
+_encode_result = json.JSONEncoder(default=str, separators=(",", ":")).encode
+
+
 def finish_for(message: MessageProxy, *, result: Any = None,
                exception: BaseException | None = None) -> Finish:
     """The :class:`Finish` that reports this run's end to the ledger."""
-    job_id, token = message.options["job_id"], message.message_id
+    job_id, token, actor = message.options["job_id"], message.message_id, message.actor_name
     if exception is None:
         return Finish(job_id=job_id, token=token, outcome=Finish.COMPLETED,
-                      value=json.dumps(result, default=str, separators=(",", ":")))
+                      value="null" if result is None else _encode_result(result), actor=actor)
     if isinstance(exception, Defer):
         return Finish(job_id=job_id, token=token, outcome=Finish.DEFERRED,
                       value=str(int(exception.delay.total_seconds() * 1000)),
-                      next_token=new_token())
+                      next_token=new_token(), actor=actor)
     stack = "".join(traceback.format_exception(exception))[-STACK_LIMIT:]
     reason = str(exception) or type(exception).__name__
     outcome = Finish.PERMANENT if isinstance(exception, Permanent) else Finish.FAILED
     return Finish(job_id=job_id, token=token, outcome=outcome, value=reason, stack=stack,
-                  next_token=new_token())
+                  next_token=new_token(), actor=actor)
 
 
-def report(queue: str, finished: Finished, finish: Finish | None, actor: str = "") -> None:
-    """Log one finished run (ids only) and count it."""
-    if finished.result == "stale":
+def report(queue: str, job_id: str, result: str, actor: str = "", reason: str = "") -> None:
+    """Log one finished run (ids only; ``reason``, the run's error message, is logged when
+    the result is a failure)."""
+    if result == "stale":
         log.info("run ignored: job no longer holds this token",
-                 extra={"queue": queue, "job_id": finished.job_id, "outcome": "stale"})
+                 extra={"queue": queue, "job_id": job_id, "outcome": "stale"})
         return
-    failure = finished.result in ("failed", "retry")
+    failure = result in ("failed", "retry")
     if not log.isEnabledFor(logging.WARNING if failure else logging.INFO):
         return
-    extra = {"queue": queue, "job_id": finished.job_id, "outcome": finished.result}
+    extra = {"queue": queue, "job_id": job_id, "outcome": result}
     if actor:
         extra["actor"] = actor
-    if failure and finish is not None:
-        extra["reason"] = finish.value[:200]
-        log.warning("job %s", finished.result, extra=extra)
+    if failure and reason:
+        extra["reason"] = reason[:200]
+        log.warning("job %s", result, extra=extra)
     else:
-        log.info("job %s", finished.result, extra=extra)
+        log.info("job %s", result, extra=extra)
+
+
+def info_enabled() -> bool:
+    """True when :func:`report` would log a completed run (callers skip the work if not)."""
+    return log.isEnabledFor(logging.INFO)
 
 
 def run_exhausted_hook(actor: str, data: str | Any, reason: str) -> None:
@@ -112,10 +123,14 @@ class LedgerMiddleware(Middleware):
         started = self._started.pop(message.message_id, None)
         if started is not None:
             metrics.observe_duration(message.queue_name, time.perf_counter() - started)
-        finish = finish_for(message, result=message.options.pop("herald_result", result),
-                            exception=exception)
+        result = message.options.pop("herald_result", result)
+        external = getattr(broker, "external_ledger", False)
+        if exception is None and result is None and not external:
+            # the common case: the Redis consumer's ack reports a plain completion itself
+            return
+        finish = finish_for(message, result=result, exception=exception)
         message.options["herald_finish"] = finish
-        if getattr(broker, "external_ledger", False):
+        if external:
             self._settle(broker, message, finish)  # type: ignore[arg-type]
 
     # -- RabbitMQ -------------------------------------------------------------------------
@@ -149,7 +164,8 @@ class LedgerMiddleware(Middleware):
             self._running.pop((spec.name, finish.job_id), None)
         result = broker.ledger.cycle(spec, finishes=[finish], external=True)
         for finished in result.finished:
-            report(spec.name, finished, finish, message.actor_name)
+            report(spec.name, finished.job_id, finished.result, message.actor_name,
+                   finish.value)
             if finished.result in ("retry", "deferred"):
                 broker.publish_copy(message, delay_ms=max(finished.run_at_ms - now_ms(), 0),
                                     token=finish.next_token)

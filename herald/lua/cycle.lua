@@ -1,9 +1,11 @@
 -- One consumer round trip: finish jobs, extend locks, then (Redis broker) promote due
 -- delayed jobs, restart stalled ones and start up to `count` new ones.
--- ARGV: base, now, lock_ms, count, rate_max (0 = none), rate_window_ms, stall_check_ms,
---   completed keep count, completed keep age ms, failed keep count, failed keep age ms
---   (-1 = no limit), external ("1": the messages live in another broker; only finish),
---   n_finish, n_extend,
+-- ARGV: base, now, count, external ("1": the messages live in another broker; only
+--   finish), n_done, n_finish, n_extend, lock_ms, rate_max (0 = none), rate_window_ms,
+--   stall_check_ms, completed keep count, completed keep age ms, failed keep count,
+--   failed keep age ms (-1 = no limit),
+--   then per done job 2 fields: id, token (completed with no return value: the common
+--     case, reported back only when stale)
 --   then per finished job 6 fields: id, token, outcome, value, stack, next token
 --     c = completed (value = return value JSON), f = failed attempt (value = message),
 --     p = permanent failure (value = message), d = deferred (value = delay ms),
@@ -11,17 +13,18 @@
 --   then per extended lock 2 fields: id, token
 -- Returns {finished, started, next_delayed_at, rate_limited_ms}:
 --   finished: per finished job {id, result, run_at} with result
---     completed|failed|retry|deferred|released|stale, and per job that exceeded
---     max_started_attempts when fetched {id, "exhausted", 0, actor, data, reason}
+--     completed|failed|retry|deferred|released|stale (done jobs only when stale), and per
+--     job that exceeded max_started_attempts when fetched
+--     {id, "exhausted", 0, actor, data, reason}
 --   started: per started job {id, actor, data, token, attempts made, attempts started,
---     priority, created at}
-local base, now, lock_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local count, rate_max, rate_window = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local stall_check_ms = tonumber(ARGV[7])
-local keep = {completed = {tonumber(ARGV[8]), tonumber(ARGV[9])},
-              failed = {tonumber(ARGV[10]), tonumber(ARGV[11])}}
-local external = ARGV[12] == "1"
-local n_finish, n_extend = tonumber(ARGV[13]), tonumber(ARGV[14])
+--     priority, created at} (the last four as integers)
+local base, now, count = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local external = ARGV[4] == "1"
+local n_done, n_finish, n_extend = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local lock_ms, rate_max, rate_window = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local stall_check_ms = tonumber(ARGV[11])
+local keep = {completed = {tonumber(ARGV[12]), tonumber(ARGV[13])},
+              failed = {tonumber(ARGV[14]), tonumber(ARGV[15])}}
 local tally = {}
 
 local function bump(metric) tally[metric] = (tally[metric] or 0) + 1 end
@@ -46,7 +49,38 @@ local function reschedule(jk, id, delay, next_token, prio)
 end
 
 local finished, unlock, completed = {}, {}, {}
-local o = 14
+
+-- the common case, batched: one HSET per job, one ZREM and one ZADD per call
+local function complete(jk, id, cfg, dd, value)
+  release_dedup(base, dd, id)
+  unlock[#unlock + 1] = id
+  if has_option(select(4, parse_cfg(cfg)), "c") then
+    redis.call("DEL", jk)
+  else
+    if value ~= "null" then
+      redis.call("HSET", jk, "state", "completed", "ft", now, "rv", value)
+    else
+      redis.call("HSET", jk, "state", "completed", "ft", now)
+    end
+    completed[#completed + 1] = now
+    completed[#completed + 1] = id
+  end
+  bump("completed")
+end
+
+local o = 15
+for _ = 1, n_done do
+  local id, token = ARGV[o + 1], ARGV[o + 2]
+  o = o + 2
+  local jk = base .. "job:" .. id
+  local job = redis.call("HMGET", jk, "state", "tok", "cfg", "dd")
+  if job[1] == "active" and job[2] == token then
+    complete(jk, id, job[3], job[4], "null")
+  else
+    finished[#finished + 1] = {id, "stale", 0}
+  end
+end
+
 for _ = 1, n_finish do
   local id, token, outcome = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3]
   local value, stack, next_token = ARGV[o + 4], ARGV[o + 5], ARGV[o + 6]
@@ -57,21 +91,7 @@ for _ = 1, n_finish do
   if job[1] == "active" and job[2] == token then
     local attempts, kind, base_ms, options = parse_cfg(job[3])
     if outcome == "c" then
-      -- the common case, batched: one HSET per job, one ZREM and one ZADD per call
-      release_dedup(base, job[4], id)
-      unlock[#unlock + 1] = id
-      if has_option(options, "c") then
-        redis.call("DEL", jk)
-      else
-        if value ~= "null" then
-          redis.call("HSET", jk, "state", "completed", "ft", now, "rv", value)
-        else
-          redis.call("HSET", jk, "state", "completed", "ft", now)
-        end
-        completed[#completed + 1] = now
-        completed[#completed + 1] = id
-      end
-      bump("completed")
+      complete(jk, id, job[3], job[4], value)
       result = "completed"
     elseif outcome == "r" then
       -- handed back unstarted (worker shutdown): not a start, not a failure
@@ -175,8 +195,8 @@ if not external then
           redis.call("HSET", jk, "as", starts, "state", "active", "pt", now, "tok", token)
           locks[#locks + 1] = now + lock_ms
           locks[#locks + 1] = id
-          started[#started + 1] = {id, job[1], job[2], token, job[3] or "0", starts, job[5],
-            job[6]}
+          started[#started + 1] = {id, job[1], job[2], token, tonumber(job[3] or "0"), starts,
+            tonumber(job[5] or "5"), tonumber(job[6] or "0")}
         end
       end
     end
