@@ -104,11 +104,10 @@ def _last_attempt(queue: str) -> bool:
 def _claim(db: Connection, job: DeliveryJob) -> tuple[datetime, Recipient] | None:
     """This attempt's claim token and the recipient read with it; None when the delivery
     is final already. A live claim elsewhere defers the job until it would be stale; a
-    missing delivery (or notification, or account) fails it."""
+    missing delivery fails it."""
     claim = claim_delivery(db, job.delivery_id)
     if claim.verdict is ClaimVerdict.MISSING:
-        raise Permanent(f"delivery {job.delivery_id}, its notification or its account "
-                        "does not exist")
+        raise Permanent(f"delivery {job.delivery_id} does not exist")
     if claim.verdict is ClaimVerdict.BUSY:
         raise Defer(claim.retry_in or timedelta(seconds=60), reason="claimed elsewhere")
     if claim.verdict is not ClaimVerdict.CLAIMED:

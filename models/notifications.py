@@ -232,8 +232,8 @@ def claim_delivery(db: Db, delivery_id: str, *, now: datetime | None = None,
     and read its notification and account as they are now (``Claim.recipient``). Commits.
 
     Succeeds only when the outcome is queued/sending and no live claim exists (none, or
-    older than ``stale_after``). MISSING when the delivery, its notification or its
-    account does not exist.
+    older than ``stale_after``). MISSING when the delivery does not exist (the foreign
+    keys keep its notification and account).
     """
     now = now or utcnow()
     connection = _connection(db)
@@ -255,10 +255,9 @@ def claim_delivery(db: Db, delivery_id: str, *, now: datetime | None = None,
         return Claim(verdict=ClaimVerdict.MISSING)
     if row["outcome"] in FINAL_OUTCOMES:
         return Claim(verdict=ClaimVerdict.FINAL)
-    held = row["claimed_at"]
-    if held is None or held < now - stale_after:
-        # claimable, yet the claim's join found no notification or account
-        return Claim(verdict=ClaimVerdict.MISSING)
+    # a live claim, or one released or gone stale since this claim was refused (a race
+    # with another attempt): either way, try again once it would be claimable
+    held = row["claimed_at"] or now
     return Claim(verdict=ClaimVerdict.BUSY,
                  retry_in=max(held + stale_after - now, timedelta(seconds=1)))
 
