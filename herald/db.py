@@ -41,8 +41,13 @@ SQLITE_BUSY_TIMEOUT_MS = 5_000
 #: Seconds psycopg waits for a PostgreSQL connect (libpq's smallest useful value is 2).
 POSTGRES_CONNECT_TIMEOUT_S = 2
 #: Connections kept open per process, and how many more a burst may open.
-POOL_SIZE = 10
+POOL_SIZE = 5
 POOL_MAX_OVERFLOW = 10
+#: The same for :func:`autocommit` connections, the channel workers' hot path: one per
+#: worker thread stays open (a worker of the email and SMS lanes runs 7), since every
+#: connection opened past the kept ones is a new PostgreSQL backend, closed again on return.
+AUTOCOMMIT_POOL_SIZE = 10
+AUTOCOMMIT_POOL_MAX_OVERFLOW = 5
 #: Seconds a session waits for a free pooled connection before failing.
 POOL_TIMEOUT_S = 10
 #: Seconds after which a pooled connection is replaced (outlives no proxy idle timeout).
@@ -83,19 +88,19 @@ def create_database_engine(database_url: str | None = None, *,
     it. ``autocommit``: its connections commit every statement as it runs."""
     url = normalise_database_url(database_url)
     if _is_postgres_url(url):
-        autocommitting: dict[str, Any] = {}
+        pool: dict[str, Any] = {"pool_size": POOL_SIZE, "max_overflow": POOL_MAX_OVERFLOW}
         if autocommit:
             # set once per connection, not per checkout; and nothing to roll back on return
-            autocommitting = {"isolation_level": "AUTOCOMMIT", "pool_reset_on_return": None}
+            pool = {"isolation_level": "AUTOCOMMIT", "pool_reset_on_return": None,
+                    "pool_size": AUTOCOMMIT_POOL_SIZE,
+                    "max_overflow": AUTOCOMMIT_POOL_MAX_OVERFLOW}
         return create_engine(
             url,
-            **autocommitting,
+            **pool,
             # no pre-ping: it costs a round trip on every checkout (a worker checks out
             # several times per delivery); a dead connection is invalidated by the
             # error it raises, and pool_recycle retires idle ones
             pool_pre_ping=False,
-            pool_size=POOL_SIZE,
-            max_overflow=POOL_MAX_OVERFLOW,
             pool_timeout=POOL_TIMEOUT_S,
             pool_recycle=POOL_RECYCLE_S,
             connect_args={"connect_timeout": POSTGRES_CONNECT_TIMEOUT_S,
