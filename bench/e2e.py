@@ -26,8 +26,9 @@ from pathlib import Path
 from sqlalchemy import Engine, event, func, text
 from sqlmodel import select
 
+from bench import publish
+
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = Path(__file__).parent / "results.md"
 ACCOUNTS = 200
 #: Earlier notifications per account, each with a sent email and SMS delivery.
 HISTORY = 50
@@ -314,10 +315,7 @@ def main() -> None:
               f"| database statements per event (email + SMS) | "
               f"{costs['event_statements']:.1f} |",
               f"| CPU ms per trigger_event (in process) | {costs['event_cpu_ms']:.1f} |"]
-    text_ = "\n".join(lines) + "\n"
-    print(text_)
-    with RESULTS.open("a") as out:
-        out.write(text_)
+    publish(lines)
 
 
 if __name__ == "__main__":

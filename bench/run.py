@@ -14,10 +14,10 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
+
+from bench import publish
 
 THREADS = 8
-RESULTS = Path(__file__).parent / "results.md"
 
 
 def _redis_url() -> tuple[str, Callable[[], None]]:
@@ -212,10 +212,7 @@ def main() -> None:
         lines.append(f"| ratio herald/plain processed ({processes}×{THREADS}) | {ratio:.2f} |")
     ratio = median["herald enqueue/s (single)"] / median["plain send/s (single)"]
     lines.append(f"| ratio herald enqueue / plain send | {ratio:.2f} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    with RESULTS.open("a") as out:  # every run stays: the machine's speed moves a lot
-        out.write("\n" + text)
+    publish(["", *lines])
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ import uuid
 
 from sqlalchemy import text
 
-from bench.e2e import RESULTS, _configure, _services
+from bench import publish
+from bench.e2e import _configure, _services
 
 ELIGIBLE = 200
 
@@ -138,10 +139,7 @@ def main() -> None:
              "|---|---|---|---|"]
     lines += [f"| {rows:,} | {sweep * 1000:.1f} | {select_ * 1000:.2f} | "
               f"{sweep / smallest:.2f} |" for rows, (sweep, select_) in results.items()]
-    text_ = "\n".join(lines) + "\n"
-    print(text_)
-    with RESULTS.open("a") as out:
-        out.write(text_)
+    publish(lines)
 
 
 if __name__ == "__main__":

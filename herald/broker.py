@@ -271,19 +271,11 @@ class LedgerConsumer(Consumer):
     # -- acknowledging (called from worker threads) ---------------------------------------
     def ack(self, message: MessageProxy) -> None:
         finish = message.options.get("herald_finish")
-        lane = self.lane
-        with lane.lock:
-            if finish is None:  # completed, no return value (LedgerMiddleware left it so)
-                lane.done.append((message.options["job_id"], message.message_id,
-                                  message.actor_name))
-            else:
-                lane.pending.append(finish)
-            flush_here = lane.blocking
-            if lane.waiting:
-                lane.slot_freed.notify()
-        if flush_here:
-            # the consumer thread is blocked on an empty queue: write the outcome now
-            self._flush(fetch=0)
+        if finish is None:  # completed, no return value (LedgerMiddleware left it so)
+            self._buffer_end(done=(message.options["job_id"], message.message_id,
+                                   message.actor_name))
+        else:
+            self._report(finish)
 
     def nack(self, message: MessageProxy) -> None:
         finish = message.options.get("herald_finish")
@@ -296,13 +288,24 @@ class LedgerConsumer(Consumer):
         self._report(finish)
 
     def _report(self, finish: Finish) -> None:
+        self._buffer_end(finish=finish)
+
+    def _buffer_end(self, *, done: tuple[str, str, str] | None = None,
+                    finish: Finish | None = None) -> None:
+        """Buffer a run's end (a plain completion as ``done``, any other as ``finish``)
+        for the consumer's next round trip, and free its slot."""
         lane = self.lane
         with lane.lock:
-            lane.pending.append(finish)
+            if finish is None:
+                assert done is not None
+                lane.done.append(done)
+            else:
+                lane.pending.append(finish)
             flush_here = lane.blocking
             if lane.waiting:
                 lane.slot_freed.notify()
         if flush_here:
+            # the consumer thread is blocked on an empty queue: write the outcome now
             self._flush(fetch=0)
 
     def requeue(self, messages: Iterable[MessageProxy]) -> None:
