@@ -18,7 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from actors.render import EVENT_TYPES, event_type, template_channel, validate_event_data
-from herald.db import autocommit, get_engine, is_postgres
+from herald.db import autocommit
 from herald.db import session as db_session
 from herald.registry import NORMAL_PRIORITY, URGENT_PRIORITY
 from herald.settings import get_settings
@@ -157,10 +157,8 @@ def trigger_event(*, account_id: str, type: str, occurrence: str,
         created_at=now, updated_at=now) for channel in chosen]
     try:
         # no look-up first: the unique (account, type, occurrence) key and the account's
-        # foreign key decide, and a refusal persists nothing. On PostgreSQL the rows are
-        # one statement, atomic by itself: no BEGIN/COMMIT round trips around it
-        with (autocommit() if is_postgres() else get_engine().begin()) as connection:
-            persist_notification(connection, notification, deliveries)
+        # foreign key decide, and a refusal persists nothing
+        persist_notification(notification, deliveries)
     except IntegrityError:
         # persisted before (or by a concurrent request): it stands — or no such account
         existing = _existing(account_id, type, occurrence)

@@ -95,10 +95,11 @@ def _server_pids(started: list) -> dict[str, list[int]]:
         elif service.url.startswith("redis://"):
             # a foreground child of the bench: found by the port on its command line
             port = service.url.rsplit(":", 1)[1].split("/")[0]
-            groups[service.name] = [
-                int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()
-                and "redis-server" in _command(entry).split(" ")[0]
-                and f":{port}" in _command(entry)]
+            commands = {int(entry.name): _command(entry) for entry in Path("/proc").iterdir()
+                        if entry.name.isdigit()}
+            groups[service.name] = [pid for pid, command in commands.items()
+                                    if "redis-server" in command.split(" ")[0]
+                                    and f":{port}" in command]
     return groups
 
 

@@ -179,21 +179,20 @@ class LedgerBroker(dramatiq.Broker):
         return entry[1]
 
     def emit_before(self, signal: str, *args: Any, **kwargs: Any) -> None:
-        name = "before_" + signal
-        for hook in self._hooks_for(name, False):
-            try:
-                hook(self, *args, **kwargs)
-            except MiddlewareError:
-                raise
-            except Exception:
-                self.logger.critical("Unexpected failure in %s of %r.", name, hook.__self__,
-                                     exc_info=True)
+        self._emit("before_" + signal, False, MiddlewareError, args, kwargs)
 
     def emit_after(self, signal: str, *args: Any, **kwargs: Any) -> None:
-        name = "after_" + signal
-        for hook in self._hooks_for(name, True):
+        self._emit("after_" + signal, True, (), args, kwargs)
+
+    def _emit(self, name: str, reverse: bool, passed_on: type[Exception] | tuple[()],
+              args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Call the hooks of ``name``, as Dramatiq does: a failing hook is logged, except
+        that ``passed_on`` errors are raised (a before-hook's MiddlewareError)."""
+        for hook in self._hooks_for(name, reverse):
             try:
                 hook(self, *args, **kwargs)
+            except passed_on:
+                raise
             except Exception:
                 self.logger.critical("Unexpected failure in %s of %r.", name, hook.__self__,
                                      exc_info=True)
@@ -271,11 +270,9 @@ class LedgerConsumer(Consumer):
     # -- acknowledging (called from worker threads) ---------------------------------------
     def ack(self, message: MessageProxy) -> None:
         finish = message.options.get("herald_finish")
-        if finish is None:  # completed, no return value (LedgerMiddleware left it so)
-            self._buffer_end(done=(message.options["job_id"], message.message_id,
-                                   message.actor_name))
-        else:
-            self._report(finish)
+        # none: it completed with no return value (LedgerMiddleware left it so)
+        self._report(finish if finish is not None else
+                     (message.options["job_id"], message.message_id, message.actor_name))
 
     def nack(self, message: MessageProxy) -> None:
         finish = message.options.get("herald_finish")
@@ -287,20 +284,15 @@ class LedgerConsumer(Consumer):
                             actor=message.actor_name)
         self._report(finish)
 
-    def _report(self, finish: Finish) -> None:
-        self._buffer_end(finish=finish)
-
-    def _buffer_end(self, *, done: tuple[str, str, str] | None = None,
-                    finish: Finish | None = None) -> None:
-        """Buffer a run's end (a plain completion as ``done``, any other as ``finish``)
-        for the consumer's next round trip, and free its slot."""
+    def _report(self, end: Finish | tuple[str, str, str]) -> None:
+        """Buffer a run's end for the consumer's next round trip and free its slot: a
+        plain completion as (job id, token, actor), any other as its Finish."""
         lane = self.lane
         with lane.lock:
-            if finish is None:
-                assert done is not None
-                lane.done.append(done)
+            if isinstance(end, Finish):
+                lane.pending.append(end)
             else:
-                lane.pending.append(finish)
+                lane.done.append(end)
             flush_here = lane.blocking
             if lane.waiting:
                 lane.slot_freed.notify()

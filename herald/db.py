@@ -141,13 +141,16 @@ def get_engine() -> Engine:
 def _autocommit_engine() -> Engine:
     """The process-wide engine of :func:`autocommit` connections, created on first use."""
     global _autocommit
-    engine = get_engine()
+    engine = _autocommit
+    if engine is not None:  # every delivery comes here: no lock once it exists
+        return engine
+    url = get_settings().database_url
+    # every connection to an in-memory SQLite is a database of its own: share one
+    shared = get_engine() if _is_memory_sqlite(url) else None
     with _lock:
         if _autocommit is None:
-            url = get_settings().database_url
-            # every connection to an in-memory SQLite is a database of its own: share one
-            _autocommit = (engine.execution_options(isolation_level="AUTOCOMMIT")
-                           if _is_memory_sqlite(url)
+            _autocommit = (shared.execution_options(isolation_level="AUTOCOMMIT")
+                           if shared is not None
                            else create_database_engine(url, autocommit=True))
         return _autocommit
 
@@ -231,7 +234,7 @@ class Ran:
 class Prepared:
     """A Core statement compiled once per dialect and run on the driver's cursor.
 
-    For the hot paths (a channel worker runs four statements per delivery): SQLAlchemy's
+    For the hot paths (a channel worker runs three statements per delivery): SQLAlchemy's
     execution layer costs about 110 µs of CPU per statement on top of psycopg's ~80 µs,
     more than PostgreSQL spends running a primary-key UPDATE. The statement still comes
     from Core, so both dialects get their own SQL, and column types still convert values

@@ -31,7 +31,7 @@ from sqlalchemy import (
 )
 from sqlmodel import Field, Session, SQLModel, select
 
-from herald.db import Prepared
+from herald.db import Prepared, autocommit, get_engine, is_postgres
 from models.base import UtcDateTime, id_field, timestamp_field, utcnow
 
 #: A claim older than this is abandoned and may be taken over (seed 000: 60 seconds).
@@ -244,9 +244,6 @@ def claim_delivery(db: Db, delivery_id: str, *, now: datetime | None = None,
     else:
         claimed = _CLAIM.run(connection, params).rowcount == 1
         recipient = _READ_RECIPIENT.run(connection, params).first() if claimed else None
-        if claimed and recipient is None:
-            db.commit()
-            return Claim(verdict=ClaimVerdict.MISSING)
     db.commit()
     if recipient is not None:
         return Claim(verdict=ClaimVerdict.CLAIMED, token=now, recipient=recipient)
@@ -320,21 +317,26 @@ def _insert_deliveries(count: int) -> Prepared:
     return Prepared(_delivery_rows(count))
 
 
-def persist_notification(connection: Connection, notification: Notification,
-                         deliveries: list[Delivery]) -> None:
-    """Insert a notification and its deliveries so that they land together or not at all.
+def persist_notification(notification: Notification, deliveries: list[Delivery]) -> None:
+    """Insert a notification and its deliveries so that they land together or not at all,
+    and commit them.
 
-    On PostgreSQL one statement, on an autocommit connection or not; elsewhere two, and the
-    caller's transaction holds them together. Raises IntegrityError when the (account,
-    type, occurrence) key exists already or the account does not exist (its foreign key).
+    On PostgreSQL one statement on an autocommit connection (no BEGIN/COMMIT round trips);
+    elsewhere two in a transaction. Raises IntegrityError, persisting nothing, when the
+    (account, type, occurrence) key exists already or the account does not exist (its
+    foreign key).
     """
     params = _row(notification)
     for i, delivery in enumerate(deliveries):
         params |= _row(delivery, f"_{i}")
-    together = bool(deliveries) and connection.dialect.name == "postgresql"
-    _insert_notification(len(deliveries), together=together).run(connection, params)
-    if deliveries and not together:
-        _insert_deliveries(len(deliveries)).run(connection, params)
+    if deliveries and is_postgres():
+        with autocommit() as connection:
+            _insert_notification(len(deliveries), together=True).run(connection, params)
+        return
+    with get_engine().begin() as connection:
+        _insert_notification(len(deliveries), together=False).run(connection, params)
+        if deliveries:
+            _insert_deliveries(len(deliveries)).run(connection, params)
 
 
 @functools.cache

@@ -64,9 +64,9 @@ _BEHAVIOUR = re.compile(r"^(ok|terminal|transient:\d+|hang:\d+(\.\d+)?)$")
 
 # One round trip per send: read the address's behaviour, decide, and record the send.
 # ``transient:N`` with N > 0 is decremented in the same step (two workers sending at once
-# must not both spend the last failure). The caller renders the record of each possible
-# decision (ARGV[3..5]: ok, transient, terminal); a hang is returned unrecorded, and
-# recorded by the caller once it has waited.
+# must not both spend the last failure). The record is the caller's body (ARGV[3], the
+# send's JSON object left open) closed by the decision's tail (ARGV[4..6]: ok, transient,
+# terminal); a hang is returned unrecorded, and recorded by the caller once it has waited.
 _SEND_LUA = """
 local decision = redis.call('HGET', KEYS[1], ARGV[1]) or 'ok'
 local remaining = string.match(decision, '^transient:(%d+)$')
@@ -80,10 +80,10 @@ if remaining then
   end
 end
 if string.sub(decision, 1, 5) == 'hang:' then return decision end
-local record = ARGV[3]
-if decision == 'transient' then record = ARGV[4] end
-if decision == 'terminal' then record = ARGV[5] end
-redis.call('RPUSH', KEYS[2], record)
+local tail = ARGV[4]
+if decision == 'transient' then tail = ARGV[5] end
+if decision == 'terminal' then tail = ARGV[6] end
+redis.call('RPUSH', KEYS[2], ARGV[3] .. tail)
 redis.call('LTRIM', KEYS[2], -tonumber(ARGV[2]), -1)
 return decision
 """
@@ -122,29 +122,23 @@ class MockProvider:
         one round trip (a scripted hang takes a second one, to record after waiting)."""
         client = _store()
         sends_key, script_key = _keys()
-        results = {"ok": SendResult.ok(f"mock-{uuid.uuid4().hex}"),
-                   "transient": SendResult.transient("mock_transient",
-                                                     "scripted transient failure"),
-                   "terminal": SendResult.terminal("mock_terminal",
-                                                   "scripted terminal failure")}
-        records = {decision: json.dumps(_record(message, result))
-                   for decision, result in results.items()}
+        accepted = SendResult.ok(f"mock-{uuid.uuid4().hex}")
+        body, ok_tail = _record_body(message), _record_tail(accepted)
         decision = _SEND_SCRIPT(
             keys=[script_key, sends_key], client=client,
-            args=[message.to, MOCK_SENDS_KEPT, records["ok"], records["transient"],
-                  records["terminal"]])
+            args=[message.to, MOCK_SENDS_KEPT, body, ok_tail, *_FAILURE_TAILS])
         decision = decision.decode() if isinstance(decision, bytes) else str(decision)
         if decision.startswith("hang:"):
             # a blocking sleep on purpose: the mock stands in for a provider that stalls
             time.sleep(float(decision.removeprefix("hang:")))
             decision = "ok"
             pipe = client.pipeline(transaction=True)
-            pipe.rpush(sends_key, records["ok"])
+            pipe.rpush(sends_key, body + ok_tail)
             pipe.ltrim(sends_key, -MOCK_SENDS_KEPT, -1)
             pipe.execute()
         log.debug("mock send", extra={"delivery_id": message.idempotency_key,
                                       "outcome": decision})
-        return results[decision]
+        return _FAILURES.get(decision, accepted)
 
     @classmethod
     def script(cls, address: str, behaviour: str) -> None:
@@ -169,8 +163,10 @@ class MockProvider:
         _store().delete(*_keys())
 
 
-def _record(message: OutboundMessage, result: SendResult) -> dict[str, Any]:
-    return {
+def _record_body(message: OutboundMessage) -> str:
+    """A send's record as JSON, left open for :func:`_record_tail` to close: the body
+    is encoded once, whatever the decision."""
+    return json.dumps({
         "channel": str(message.channel),
         "to": message.to,
         "subject": message.subject,
@@ -178,10 +174,21 @@ def _record(message: OutboundMessage, result: SendResult) -> dict[str, Any]:
         "html": message.html is not None,
         "attachments": [attachment.filename for attachment in message.attachments],
         "idempotency_key": message.idempotency_key,
-        "provider_message_id": result.provider_message_id,
-        "outcome": "ok" if result.accepted else str(result.failure_kind),
         "at": datetime.now(UTC).isoformat(),
-    }
+    })[:-1]
+
+
+def _record_tail(result: SendResult) -> str:
+    """The fields of a record that depend on the decision, closing its JSON object."""
+    return ", " + json.dumps({
+        "provider_message_id": result.provider_message_id,
+        "outcome": "ok" if result.accepted else str(result.failure_kind)})[1:]
+
+
+#: What the scripted failures answer, by decision, and their records' tails.
+_FAILURES = {"transient": SendResult.transient("mock_transient", "scripted transient failure"),
+             "terminal": SendResult.terminal("mock_terminal", "scripted terminal failure")}
+_FAILURE_TAILS = (_record_tail(_FAILURES["transient"]), _record_tail(_FAILURES["terminal"]))
 
 
 # -- delivery-receipt callbacks ---------------------------------------------------------------

@@ -62,12 +62,6 @@ def _account() -> str:
         return account.id
 
 
-def _persist(notification: Notification, deliveries: list[Delivery]) -> None:
-    # on PostgreSQL one statement on an autocommit connection; elsewhere a transaction
-    with (db.autocommit() if db.is_postgres() else db.get_engine().begin()) as connection:
-        persist_notification(connection, notification, deliveries)
-
-
 def _stored(delivery_id: str) -> Delivery:
     with db.session() as session:
         found = session.get(Delivery, delivery_id)
@@ -77,7 +71,7 @@ def _stored(delivery_id: str) -> Delivery:
 
 def test_a_delivery_goes_from_claim_to_sent_the_same_way_on_both(database: str) -> None:
     notification, (email, sms) = _notification(_account())
-    _persist(notification, [email, sms])
+    persist_notification(notification, [email, sms])
     with db.autocommit() as connection:
         stamp_handoffs(connection, [email.id, sms.id])
         claim = claim_delivery(connection, email.id)
@@ -112,11 +106,11 @@ def test_a_delivery_goes_from_claim_to_sent_the_same_way_on_both(database: str) 
 
 def test_a_refused_notification_persists_nothing(database: str) -> None:
     account_id = _account()
-    _persist(*_notification(account_id))
+    persist_notification(*_notification(account_id))
     # the same (account, type, occurrence) again, and an account that does not exist
     for refused in (_notification(account_id), _notification(new_id(), occurrence="x")):
         with pytest.raises(IntegrityError):
-            _persist(*refused)
+            persist_notification(*refused)
     with db.session() as session:
         counts = [session.execute(select(func.count()).select_from(model)).scalar_one()
                   for model in (Notification, Delivery)]
@@ -125,7 +119,7 @@ def test_a_refused_notification_persists_nothing(database: str) -> None:
 
 def test_a_write_in_a_transaction_lands_only_when_it_commits(database: str) -> None:
     notification, deliveries = _notification(_account())
-    _persist(notification, deliveries)
+    persist_notification(notification, deliveries)
     delivery_id = deliveries[0].id
     with db.get_engine().connect() as connection:
         stamp_handoffs(connection, [delivery_id])  # the caller commits, or not
@@ -150,7 +144,7 @@ def test_statement_listeners_see_the_hot_path(database: str) -> None:
     event.listen(Engine, "before_cursor_execute", count)
     try:
         notification, deliveries = _notification(_account())
-        _persist(notification, deliveries)
+        persist_notification(notification, deliveries)
         with db.autocommit() as connection:
             claim_delivery(connection, deliveries[0].id)
     finally:
