@@ -22,7 +22,7 @@ from actors.render import RenderError, render
 from herald.db import autocommit
 from herald.db import session as db_session
 from herald.errors import Defer, Permanent
-from herald.jobs import actor, enqueue, enqueue_many
+from herald.jobs import actor, enqueue, enqueue_groups
 from herald.registry import NOTIFICATION_RETENTION, SECOND, QueueSpec, declare, get_spec
 from models.notifications import (
     ClaimVerdict,
@@ -220,14 +220,21 @@ def enqueue_delivery(delivery: Delivery, priority: int, *, retry_failed: bool = 
 
 
 def enqueue_new_deliveries(deliveries: list[Delivery], priority: int) -> list[str]:
-    """Add the channel jobs of freshly persisted deliveries of ONE channel in one round
-    trip (job id = delivery id, the same priority); returns each job's add status.
+    """Add the channel jobs of freshly persisted deliveries, grouped by channel, in one
+    round trip for all channels (job id = delivery id, the same priority); returns each
+    job's add status, in the order given.
 
     The bulk path is for fresh jobs only: it never retries a retained failed job (seed
     000), so it must not be used to recover deliveries — that is :func:`enqueue_delivery`.
     """
-    (channel,) = {delivery.channel for delivery in deliveries}
-    results = enqueue_many(CHANNEL_ACTORS[channel],
-                           [(_job(d), {"job_id": d.id, "priority": priority})
-                            for d in deliveries])
-    return [result.status for result in results]
+    by_channel: dict[str, list[Delivery]] = {}
+    for delivery in deliveries:
+        by_channel.setdefault(delivery.channel, []).append(delivery)
+    results = enqueue_groups([
+        (CHANNEL_ACTORS[channel], [(_job(d), {"job_id": d.id, "priority": priority})
+                                   for d in group])
+        for channel, group in by_channel.items()])
+    status = {delivery.id: result.status
+              for group, added in zip(by_channel.values(), results, strict=True)
+              for delivery, result in zip(group, added, strict=True)}
+    return [status[delivery.id] for delivery in deliveries]

@@ -193,29 +193,25 @@ def _with_deliveries(session: Session, notification: Notification) -> EventResul
 
 def hand_off(deliveries: list[Delivery], priority: int) -> int:
     """Enqueue the channel jobs of the queued deliveries (job id = delivery id; one round
-    trip per channel) and stamp the handoff of those enqueued, in one statement; returns
-    how many were handed off. A failed enqueue is logged by delivery id only and leaves
-    that delivery unstamped for the handoff sweep."""
+    trip for all channels) and stamp their handoff, in one statement; returns how many
+    were handed off. A failed enqueue is logged by delivery id only and leaves the
+    deliveries unstamped for the handoff sweep."""
     from actors.notifications import enqueue_new_deliveries
 
-    by_channel: dict[str, list[Delivery]] = {}
-    for delivery in deliveries:
-        if delivery.outcome == Outcome.QUEUED.value:
-            by_channel.setdefault(delivery.channel, []).append(delivery)
-    stamped: list[str] = []
-    for group in by_channel.values():
-        try:
-            enqueue_new_deliveries(group, priority)
-            stamped += [delivery.id for delivery in group]
-        except Exception as error:  # Redis away: the handoff sweep repairs it
-            for delivery in group:
-                log.warning("enqueue failed: %s", type(error).__name__,
-                            extra={"delivery_id": delivery.id})
-    if stamped:
-        # a single UPDATE is atomic by itself: no transaction round trips around it
-        with autocommit() as connection:
-            stamp_handoffs(connection, stamped)
-    return len(stamped)
+    queued = [delivery for delivery in deliveries if delivery.outcome == Outcome.QUEUED.value]
+    if not queued:
+        return 0
+    try:
+        enqueue_new_deliveries(queued, priority)
+    except Exception as error:  # Redis away: the handoff sweep repairs it
+        for delivery in queued:
+            log.warning("enqueue failed: %s", type(error).__name__,
+                        extra={"delivery_id": delivery.id})
+        return 0
+    # a single UPDATE is atomic by itself: no transaction round trips around it
+    with autocommit() as connection:
+        stamp_handoffs(connection, [delivery.id for delivery in queued])
+    return len(queued)
 
 
 # -- reading ----------------------------------------------------------------------------

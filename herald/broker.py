@@ -266,6 +266,10 @@ class LedgerConsumer(Consumer):
         self.extend_every_s = lane.spec.lock_duration.total_seconds() / 3
         # the consumer thread's own connection: its round trips skip the pool's layers
         self.connection: Any = None
+        #: set when a fetch drained the wait set: once its jobs are handed out, block on
+        #: the marker (next delayed time, rate-limit wait) instead of fetching again for
+        #: nothing — a job added meanwhile left a marker, so the block returns at once
+        self.drained: tuple[int | None, int] | None = None
 
     # -- acknowledging (called from worker threads) ---------------------------------------
     def ack(self, message: MessageProxy) -> None:
@@ -343,7 +347,9 @@ class LedgerConsumer(Consumer):
                 has_pending = bool(lane.done or lane.pending)
                 extend_due = (bool(inflight)
                               and time.monotonic() - lane.last_extend >= self.extend_every_s)
-                if free <= 0 and not has_pending and not extend_due:
+                quiet = not has_pending and not extend_due
+                drained, self.drained = self.drained, None
+                if free <= 0 and quiet:
                     # every slot busy: wait for a run to end, then write it and fetch in
                     # one trip
                     lane.waiting = True
@@ -353,21 +359,26 @@ class LedgerConsumer(Consumer):
                     finally:
                         lane.waiting = False
                     return None
-            result = self._flush(fetch=max(free, 0), extend=extend_due, own=True)
-            if result is None:
+            if drained is not None and quiet:
+                self._block(*drained)
                 return None
-            started, next_due, limited = result
+            started, next_due, limited, drained_now = self._flush(
+                fetch=max(free, 0), extend=extend_due, own=True)
+            due = int(float(next_due)) if next_due else None
             if started:
                 self._buffer(started)
+                if drained_now:
+                    self.drained = (due, int(limited))
                 continue
             if free <= 0:
                 return None
-            self._block(int(float(next_due)) if next_due else None, int(limited))
+            self._block(due, int(limited))
             return None
 
     def _flush(self, *, fetch: int, extend: bool = False, own: bool = False) -> Any:
         """One cycle: write the buffered ends, extend locks, fetch up to ``fetch`` jobs.
-        Returns the started rows, the next delayed job's time and the rate-limit wait."""
+        Returns the started rows, the next delayed job's time, the rate-limit wait and
+        whether the fetch drained the wait set."""
         lane = self.lane
         done, finishes = lane.take_pending()
         extend_entries: list[tuple[str, str]] = []
@@ -385,7 +396,7 @@ class LedgerConsumer(Consumer):
                 self.connection.disconnect()
                 self.connection = None
             raise ConnectionClosed(error) from error
-        finished, started, next_due, limited = raw
+        finished, started, next_due, limited, drained = raw
         with lane.lock:
             inflight = lane.inflight
             for job_id, token, _ in done:
@@ -398,7 +409,7 @@ class LedgerConsumer(Consumer):
                 inflight[row[0]] = row[3]
         if finished or (done and info_enabled()):
             self._report_finished(finished, done, finishes)
-        return started, next_due, limited
+        return started, next_due, limited, drained
 
     def _report_finished(self, finished: list[Any], done: list[tuple[str, str, str]],
                          finishes: list[Finish]) -> None:

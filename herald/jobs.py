@@ -275,24 +275,26 @@ def _check_target(target: object) -> None:
         raise TypeError(f"enqueue takes an @actor function, not {type(target).__name__}")
 
 
-def _submit(target: JobActor[Any], jobs: Sequence[NewJob]) -> list[AddResult]:
+def _submit(groups: Sequence[tuple[JobActor[Any], Sequence[NewJob]]]) -> list[list[AddResult]]:
+    """Add groups of validated jobs (one actor each) in one round trip; on RabbitMQ, then
+    publish the messages of those added."""
     broker = get_broker()
-    results = get_ledger().add(target.queue, jobs)
-    if getattr(broker, "external_ledger", False):
+    results = get_ledger().add_groups([(target.queue, jobs) for target, jobs in groups])
+    external = getattr(broker, "external_ledger", False)
+    if external:
         from herald.broker import message_for
-
-        now = now_ms()
-        for job, result in zip(jobs, results, strict=True):
-            if result.status in (AddStatus.ADDED, AddStatus.RETRIED):
-                message = message_for(target.queue, job.actor, json.loads(job.data), job_id=job.id,
-                                      token=job.token, priority=job.priority)
+    now = now_ms()
+    for (target, jobs), group_results in zip(groups, results, strict=True):
+        for job, result in zip(jobs, group_results, strict=True):
+            if external and result.status in (AddStatus.ADDED, AddStatus.RETRIED):
+                message = message_for(target.queue, job.actor, json.loads(job.data),
+                                      job_id=job.id, token=job.token, priority=job.priority)
                 broker.publish(message, priority=job.priority,  # type: ignore[attr-defined]
                                delay_ms=max(job.run_at_ms - now, 0))
-    for job, result in zip(jobs, results, strict=True):
-        if result.status is AddStatus.DEDUPLICATED:
-            log.warning(
-                "add deduplicated", extra={"queue": target.queue, "job_id": result.job_id,
-                                           "dedup_id": job.dedup_id})
+            elif result.status is AddStatus.DEDUPLICATED:
+                log.warning(
+                    "add deduplicated", extra={"queue": target.queue, "job_id": result.job_id,
+                                               "dedup_id": job.dedup_id})
     return results
 
 
@@ -314,7 +316,7 @@ def enqueue(target: JobActor[Any], payload: dict[str, Any] | BaseModel, *,
     token = new_token() if _external() else ""
     job = _new_job(target, payload, job_id=job_id, priority=priority, delay=delay, at=at,
                    dedup_id=dedup_id, retry_failed=retry_failed, token=token)
-    result = _submit(target, [job])[0]
+    result = _submit([(target, [job])])[0][0]
     return EnqueueResult(status=result.status.value, job_id=result.job_id)
 
 
@@ -326,19 +328,51 @@ def enqueue_many(target: JobActor[Any],
     Each item is a payload or ``(payload, options)`` with the options of :func:`enqueue`.
     Every payload is validated before the first chunk is written.
     """
-    _check_target(target)
+    return enqueue_groups([(target, items)], chunk_size=chunk_size)[0]
+
+
+def enqueue_groups(groups: Sequence[tuple[JobActor[Any], Iterable[Any]]], *,
+                   chunk_size: int = ADD_CHUNK) -> list[list[EnqueueResult]]:
+    """Add the jobs of several actors (queues) together: one round trip for up to
+    ``chunk_size`` jobs, however many queues they go to; results per group, in order.
+
+    Each group is ``(actor, items)`` with items as :func:`enqueue_many` takes them. Every
+    payload is validated before anything is written.
+    """
     external = _external()
-    shared = job_options(target.options, get_spec(target.queue))
-    jobs = []
-    for item in items:
-        payload, options = item if isinstance(item, tuple) else (item, {})
-        jobs.append(_new_job(target, payload, token=new_token() if external else "",
-                             options=shared, **options))
-    results: list[EnqueueResult] = []
-    for start in range(0, len(jobs), chunk_size):
-        chunk = jobs[start:start + chunk_size]
-        results += [EnqueueResult(status=r.status.value, job_id=r.job_id)
-                    for r in _submit(target, chunk)]
+    validated: list[tuple[JobActor[Any], list[NewJob]]] = []
+    for target, items in groups:
+        _check_target(target)
+        shared = job_options(target.options, get_spec(target.queue))
+        jobs = []
+        for item in items:
+            payload, options = item if isinstance(item, tuple) else (item, {})
+            jobs.append(_new_job(target, payload, token=new_token() if external else "",
+                                 options=shared, **options))
+        validated.append((target, jobs))
+    results: list[list[EnqueueResult]] = [[] for _ in validated]
+    chunk: list[tuple[int, JobActor[Any], list[NewJob]]] = []
+    room = chunk_size
+
+    def submit() -> None:
+        for (index, _, _), added in zip(chunk, _submit([(t, j) for _, t, j in chunk]),
+                                        strict=True):
+            results[index] += [EnqueueResult(status=r.status.value, job_id=r.job_id)
+                               for r in added]
+        chunk.clear()
+
+    for index, (target, jobs) in enumerate(validated):
+        start = 0
+        while start < len(jobs):
+            part = jobs[start:start + room]
+            chunk.append((index, target, part))
+            start += len(part)
+            room -= len(part)
+            if room == 0:
+                submit()
+                room = chunk_size
+    if chunk:
+        submit()
     return results
 
 

@@ -9,6 +9,7 @@ the attempt token. Scripts live in ``herald/lua/`` and run with EVALSHA (Redis 6
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import threading
@@ -236,20 +237,32 @@ class Ledger:
     def add(self, queue: str, jobs: Sequence[NewJob], *, client: Any = None) -> list[AddResult]:
         """Add jobs of one actor in one round trip; each gets added|duplicated|deduplicated|
         retried. The actor and its retry/retention config come from the first job."""
-        if not jobs:
-            return []
-        first = jobs[0]
-        options = ("c" if first.remove_on_complete else "") + ("f" if first.remove_on_fail else "")
-        config = f"{first.attempts}:{first.backoff.value[0]}:{first.backoff_base_ms}:{options}"
-        args: list[Any] = [self.base(queue), now_ms(), len(jobs), first.actor, config,
-                           first.max_started_attempts or 0]
-        for job in jobs:
-            args += [job.id, job.data, job.priority, job.run_at_ms, job.dedup_id or "",
-                     "1" if job.retry_failed else "0", job.token]
-        raw = (self._scripts["add"](args=args, client=client) if client is not None
-               else self._run_own("add", args))
-        return [AddResult(status=AddStatus(_text(status)), job_id=_text(job_id) or "")
-                for status, job_id in raw]
+        return self.add_groups([(queue, jobs)], client=client)[0]
+
+    def add_groups(self, groups: Sequence[tuple[str, Sequence[NewJob]]], *,
+                   client: Any = None) -> list[list[AddResult]]:
+        """Add several groups of jobs, each of one actor in one queue, in one round trip
+        (one script call); the results come back per group, as :meth:`add` gives them."""
+        filled = [(queue, jobs) for queue, jobs in groups if jobs]
+        if not filled:
+            return [[] for _ in groups]
+        args: list[Any] = [now_ms(), len(filled)]
+        for queue, jobs in filled:
+            first = jobs[0]
+            options = (("c" if first.remove_on_complete else "")
+                       + ("f" if first.remove_on_fail else ""))
+            config = (f"{first.attempts}:{first.backoff.value[0]}:{first.backoff_base_ms}:"
+                      f"{options}")
+            args += [self.base(queue), len(jobs), first.actor, config,
+                     first.max_started_attempts or 0]
+            for job in jobs:
+                args += [job.id, job.data, job.priority, job.run_at_ms, job.dedup_id or "",
+                         "1" if job.retry_failed else "0", job.token]
+        raw = iter(self._scripts["add"](args=args, client=client) if client is not None
+                   else self._run_own("add", args))
+        return [[AddResult(status=AddStatus(_text(status)), job_id=_text(job_id) or "")
+                 for status, job_id in itertools.islice(raw, len(jobs))]
+                for _, jobs in groups]
 
     # -- consuming ------------------------------------------------------------------------
     @staticmethod
@@ -298,7 +311,7 @@ class Ledger:
         raw = self.cycle_raw(spec, self.cycle_config(spec), finishes=finishes,
                              extend=list(extend), fetch=fetch, external=external,
                              connection=connection)
-        finished_raw, started_raw, next_due, limited = raw
+        finished_raw, started_raw, next_due, limited, _ = raw
         finished = [Finished(job_id=_text(f[0]) or "", result=_text(f[1]) or "",
                              run_at_ms=int(f[2]), actor=_text(f[3]) if len(f) > 3 else "",
                              data=_text(f[4]) if len(f) > 4 else "",

@@ -1,72 +1,83 @@
--- Add jobs of one actor. ARGV: base, now_ms, n, actor, cfg (see parse_cfg), max started
--- (0 = unbounded), then per job 7 fields:
+-- Add jobs, in groups: each group is jobs of one actor in one queue, and one call can add
+-- the groups of several queues (an event's channel jobs: one round trip for all of them).
+-- ARGV: now_ms, number of groups, then per group: base, n, actor, cfg (see parse_cfg),
+--   max started (0 = unbounded), then per job 7 fields:
 --   id, data, priority, run_at_ms, dedup_id ("" = none), retry_failed ("1"/"0"),
 --   token ("" = none)
--- Returns per job: {status, job id} with status added|duplicated|deduplicated|retried.
-local base, now, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local actor, cfg, max_started = ARGV[4], ARGV[5], ARGV[6]
-local o = 6
-local results, waiting = {}, {}
-local counts = {added = 0, duplicated = 0, deduplicated = 0, retried = 0}
--- reserve n sequence numbers at once: FIFO order within a priority
-local seq = redis.call("HINCRBY", base .. "meta", "seq", n) - n
-for _ = 1, n do
-  local id, data, prio, run_at = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], tonumber(ARGV[o + 4])
-  local dd, retry_failed, token = ARGV[o + 5], ARGV[o + 6], ARGV[o + 7]
-  o = o + 7
-  local jk = base .. "job:" .. id
-  local state = redis.call("HGET", jk, "state")
-  local status
-  if state then
-    status = "duplicated"
-    if state == "failed" and retry_failed == "1" then
-      redis.call("ZREM", base .. "failed", id)
-      redis.call("HSET", jk, "am", 0, "as", 0, "tok", token)
-      redis.call("HDEL", jk, "ft", "fr", "st", "rv")
-      if dd ~= "" and redis.call("SET", base .. "dedup:" .. dd, id, "NX") then
-        redis.call("HSET", jk, "dd", dd)
-      end
-      enqueue_job(base, jk, id, now, run_at)
-      status = "retried"
-    end
-    results[#results + 1] = {status, id}
-  else
-    local holder = false
-    if dd ~= "" then
-      holder = redis.call("GET", base .. "dedup:" .. dd)
-      if not holder then redis.call("SET", base .. "dedup:" .. dd, id) end
-    end
-    if holder then
-      status = "deduplicated"
-      results[#results + 1] = {status, holder}
-    else
-      status = "added"
-      local delayed = run_at > now
-      local fields = {"actor", actor, "data", data, "prio", prio, "ts", now, "cfg", cfg,
-        "state", delayed and "delayed" or "waiting"}
-      -- optional fields only when set: fewer arguments on the common path
-      if max_started ~= "0" then fields[13] = "msa"; fields[14] = max_started end
-      if dd ~= "" then fields[#fields + 1] = "dd"; fields[#fields + 1] = dd end
-      if token ~= "" then fields[#fields + 1] = "tok"; fields[#fields + 1] = token end
-      if delayed then fields[#fields + 1] = "run_at"; fields[#fields + 1] = run_at end
-      redis.call("HSET", jk, unpack(fields))
-      if delayed then
-        redis.call("ZADD", base .. "delayed", run_at, id)
-      else
-        seq = seq + 1
-        waiting[#waiting + 1] = tonumber(prio) * PRIORITY_SHIFT + seq
-        waiting[#waiting + 1] = id
+-- Returns per job, groups in order: {status, job id} with status
+--   added|duplicated|deduplicated|retried.
+local now, groups = tonumber(ARGV[1]), tonumber(ARGV[2])
+local o = 2
+local results = {}
+
+local function add_group()
+  local base, n, actor, cfg, max_started = ARGV[o + 1], tonumber(ARGV[o + 2]), ARGV[o + 3],
+    ARGV[o + 4], ARGV[o + 5]
+  o = o + 5
+  local waiting = {}
+  local counts = {added = 0, duplicated = 0, deduplicated = 0, retried = 0}
+  -- reserve n sequence numbers at once: FIFO order within a priority
+  local seq = redis.call("HINCRBY", base .. "meta", "seq", n) - n
+  for _ = 1, n do
+    local id, data, prio, run_at = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], tonumber(ARGV[o + 4])
+    local dd, retry_failed, token = ARGV[o + 5], ARGV[o + 6], ARGV[o + 7]
+    o = o + 7
+    local jk = base .. "job:" .. id
+    local state = redis.call("HGET", jk, "state")
+    local status
+    if state then
+      status = "duplicated"
+      if state == "failed" and retry_failed == "1" then
+        redis.call("ZREM", base .. "failed", id)
+        redis.call("HSET", jk, "am", 0, "as", 0, "tok", token)
+        redis.call("HDEL", jk, "ft", "fr", "st", "rv")
+        if dd ~= "" and redis.call("SET", base .. "dedup:" .. dd, id, "NX") then
+          redis.call("HSET", jk, "dd", dd)
+        end
+        enqueue_job(base, jk, id, now, run_at)
+        status = "retried"
       end
       results[#results + 1] = {status, id}
+    else
+      local holder = false
+      if dd ~= "" then
+        holder = redis.call("GET", base .. "dedup:" .. dd)
+        if not holder then redis.call("SET", base .. "dedup:" .. dd, id) end
+      end
+      if holder then
+        status = "deduplicated"
+        results[#results + 1] = {status, holder}
+      else
+        status = "added"
+        local delayed = run_at > now
+        local fields = {"actor", actor, "data", data, "prio", prio, "ts", now, "cfg", cfg,
+          "state", delayed and "delayed" or "waiting"}
+        -- optional fields only when set: fewer arguments on the common path
+        if max_started ~= "0" then fields[13] = "msa"; fields[14] = max_started end
+        if dd ~= "" then fields[#fields + 1] = "dd"; fields[#fields + 1] = dd end
+        if token ~= "" then fields[#fields + 1] = "tok"; fields[#fields + 1] = token end
+        if delayed then fields[#fields + 1] = "run_at"; fields[#fields + 1] = run_at end
+        redis.call("HSET", jk, unpack(fields))
+        if delayed then
+          redis.call("ZADD", base .. "delayed", run_at, id)
+        else
+          seq = seq + 1
+          waiting[#waiting + 1] = tonumber(prio) * PRIORITY_SHIFT + seq
+          waiting[#waiting + 1] = id
+        end
+        results[#results + 1] = {status, id}
+      end
     end
+    counts[status] = counts[status] + 1
   end
-  counts[status] = counts[status] + 1
+  for i = 1, #waiting, 1000 do
+    redis.call("ZADD", base .. "wait", unpack(waiting, i, math.min(i + 999, #waiting)))
+  end
+  for _, metric in ipairs({"duplicated", "deduplicated"}) do
+    if counts[metric] > 0 then redis.call("HINCRBY", base .. "metrics", metric, counts[metric]) end
+  end
+  if counts.added + counts.retried > 0 then wake(base, counts.added + counts.retried) end
 end
-for i = 1, #waiting, 1000 do
-  redis.call("ZADD", base .. "wait", unpack(waiting, i, math.min(i + 999, #waiting)))
-end
-for _, metric in ipairs({"duplicated", "deduplicated"}) do
-  if counts[metric] > 0 then redis.call("HINCRBY", base .. "metrics", metric, counts[metric]) end
-end
-if counts.added + counts.retried > 0 then wake(base, counts.added + counts.retried) end
+
+for _ = 1, groups do add_group() end
 return results

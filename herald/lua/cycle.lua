@@ -11,13 +11,15 @@
 --     p = permanent failure (value = message), d = deferred (value = delay ms),
 --     r = released unstarted (worker shutdown), x = exceeded max_started_attempts
 --   then per extended lock 2 fields: id, token
--- Returns {finished, started, next_delayed_at, rate_limited_ms}:
+-- Returns {finished, started, next_delayed_at, rate_limited_ms, drained}:
 --   finished: per finished job {id, result, run_at} with result
 --     completed|failed|retry|deferred|released|stale (done jobs only when stale), and per
 --     job that exceeded max_started_attempts when fetched
 --     {id, "exhausted", 0, actor, data, reason}
 --   started: per started job {id, actor, data, token, attempts made, attempts started,
 --     priority, created at} (the last four as integers)
+--   drained: 1 when the fetch took fewer jobs than asked, so the wait set is empty now
+--     (a job added later wakes the consumer with a marker), else 0
 local base, now, count = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local external = ARGV[4] == "1"
 local n_done, n_finish, n_extend = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -137,7 +139,7 @@ for _ = 1, n_extend do
   end
 end
 
-local started, limited, next_due = {}, 0, false
+local started, limited, next_due, drained = {}, 0, false, 0
 if not external then
   -- promote delayed jobs that fell due (priority order is kept by the wait score)
   local head = redis.call("ZRANGE", base .. "delayed", 0, 0, "WITHSCORES")
@@ -175,6 +177,7 @@ if not external then
   end
   if count > 0 then
     local popped, locks = redis.call("ZPOPMIN", base .. "wait", count), {}
+    if #popped < 2 * count then drained = 1 end
     for i = 1, #popped, 2 do
       local id = popped[i]
       local jk = base .. "job:" .. id
@@ -215,4 +218,4 @@ if tally.completed then
 end
 if tally.failed then prune(base, "failed", now, keep.failed[1], keep.failed[2], 1000) end
 
-return {finished, started, next_due, limited}
+return {finished, started, next_due, limited, drained}

@@ -18,18 +18,18 @@ def test_plain_completion_is_fenced_by_its_token(redis_only: HeraldOn) -> None:
     spec = get_spec("t-basic")
     config = ledger.cycle_config(spec)
     enqueue(basic, {"key": "fenced"}, job_id="job-fenced")
-    _, started, _, _ = ledger.cycle_raw(spec, config, fetch=1)
+    started = ledger.cycle_raw(spec, config, fetch=1)[1]
     assert [row[0].decode() for row in started] == ["job-fenced"]
     token = started[0][3].decode()
 
     # When a plain completion arrives under another token, it is reported stale and ignored
-    finished, _, _, _ = ledger.cycle_raw(spec, config, done=[("job-fenced", token + "x")])
+    finished = ledger.cycle_raw(spec, config, done=[("job-fenced", token + "x")])[0]
     assert [[field.decode() if isinstance(field, bytes) else field for field in row]
             for row in finished] == [["job-fenced", "stale", 0]]
     assert queue("t-basic").get("job-fenced").state == "active"
 
     # When it arrives under the job's token, the job completes and nothing is reported back
-    finished, _, _, _ = ledger.cycle_raw(spec, config, done=[("job-fenced", token, "basic")])
+    finished = ledger.cycle_raw(spec, config, done=[("job-fenced", token, "basic")])[0]
     assert finished == []
     job = queue("t-basic").get("job-fenced")
     assert job.state == "completed" and job.return_value is None
