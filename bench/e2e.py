@@ -1,21 +1,23 @@
 """End-to-end deliveries/s: event accepted → mock provider accepted, on PostgreSQL + Redis.
 
-``python -m bench.e2e [--events N]``. Uses ``$DATABASE_URL`` / ``$REDIS_URL`` or starts
-private servers. Workers are real ``herald worker`` processes (1, then 2) on the email and
+``python -m bench.e2e [--events N] [--repeat R]``. Uses ``$DATABASE_URL`` / ``$REDIS_URL``
+or starts private servers. Workers are real ``herald worker`` processes on the email and
 SMS lanes with the rate limits lifted (``bench.unlimited``); each event of
 ``account.welcome`` on email + SMS makes two channel deliveries. Events are accepted by
 ``--producers`` threads at once (default 1; more, as an API's request threads would, only
 adds GIL contention on two cores); 50 events are delivered before the clock starts, so
-the workers have booted and connected. Also counts the database statements one delivery
-and one event cost, and the CPU time of one ``trigger_event`` and one delivery attempt
-(in process, one at a time; the machine's load makes these vary). Appends to
-``bench/results.md``.
+the workers have booted and connected. Each of ``--repeat`` rounds measures the machine's
+speeds (``bench.machine``), then runs 1 and 2 worker processes; the medians are reported
+with every run. Also counts the database statements one delivery and one event cost, and
+the CPU time of one ``trigger_event`` and one delivery attempt (in process, one at a
+time; the machine's load makes these vary). Appends to ``bench/results.md``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -26,7 +28,7 @@ from pathlib import Path
 from sqlalchemy import Engine, event, func, text
 from sqlmodel import select
 
-from bench import publish
+from bench import machine, publish
 
 REPO = Path(__file__).resolve().parents[1]
 ACCOUNTS = 200
@@ -285,8 +287,14 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=2000)
     parser.add_argument("--producers", type=int, default=1,
                         help="threads accepting events at once (default 1)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="rounds of (machine speeds, 1 process, 2 processes); the "
+                             "medians are reported (default 3)")
     args = parser.parse_args()
     env, started = _services()
+    rates: dict[int, list[float]] = {1: [], 2: []}
+    spent: dict[str, list[float]] = {}
+    speeds: list[dict[str, float | None]] = []
     try:
         _configure({**env, "QUEUE_PREFIX": f"e2e{uuid.uuid4().hex[:6]}", "BROKER": "redis",
                     "EMAIL_PROVIDER": "mock", "SMS_PROVIDER": "mock", "LOG_LEVEL": "WARNING"})
@@ -295,20 +303,28 @@ def main() -> None:
         logging.disable(logging.INFO)
         _reset_tables()
         accounts = _accounts()
-        runs = {p: run_once(args.events, p, accounts, args.producers, started)
-                for p in (1, 2)}
+        for _ in range(args.repeat):
+            # the machine's speed moves between runs: measure it beside each round
+            speeds.append(machine.measure(os.environ["DATABASE_URL"], os.environ["REDIS_URL"]))
+            for processes in rates:
+                rate, costs = run_once(args.events, processes, accounts, args.producers,
+                                       started)
+                rates[processes].append(rate)
+                for name, value in costs.items():
+                    label = name if name.startswith("peak") else f"CPU ms per delivery, {name}"
+                    spent.setdefault(f"{processes} worker process(es): {label}", []).append(value)
         costs = per_unit_costs(accounts)
     finally:
         for service in started:
             service.stop()
-    lines = ["", f"End to end ({time.strftime('%Y-%m-%d')}, PostgreSQL + Redis, mock provider, "
-             f"{args.events} events × email + SMS from {args.producers} producer thread(s), "
-             "rate limits lifted):", "", "| measure | value |", "|---|---|"]
-    lines += [f"| deliveries/s, {p} worker process(es) | {rate:,.0f} |"
-              for p, (rate, _) in runs.items()]
-    lines += [f"| {p} worker process(es): "
-              f"{name if name.startswith('peak') else f'CPU ms per delivery, {name}'} | "
-              f"{value:.2f} |" for p, (_, costs) in runs.items() for name, value in costs.items()]
+    median = statistics.median
+    lines = ["", f"End to end ({time.strftime('%Y-%m-%d %H:%M')}, PostgreSQL + Redis, mock "
+             f"provider, {args.events} events × email + SMS from {args.producers} producer "
+             f"thread(s), rate limits lifted; median of {args.repeat} rounds, each run in "
+             "brackets):", "", "| measure | value |", "|---|---|"]
+    lines += [f"| deliveries/s, {p} worker process(es) | {median(values):,.0f} "
+              f"({', '.join(f'{v:,.0f}' for v in values)}) |" for p, values in rates.items()]
+    lines += [f"| {name} | {median(values):.2f} |" for name, values in spent.items()]
     lines += [f"| database statements per delivered email (claim → sent) | "
               f"{costs['delivery_statements']:.1f} |",
               f"| CPU ms per delivered email attempt (in process) | "
@@ -316,6 +332,7 @@ def main() -> None:
               f"| database statements per event (email + SMS) | "
               f"{costs['event_statements']:.1f} |",
               f"| CPU ms per trigger_event (in process) | {costs['event_cpu_ms']:.1f} |"]
+    lines += machine.table(speeds)
     publish(lines)
 
 

@@ -208,6 +208,10 @@ class _Form:
     """A statement as one dialect runs it: SQL text, bound values and column readers."""
 
     sql: str
+    #: The SQL as the driver takes it: ASCII SQL as bytes for psycopg, which would otherwise
+    #: encode the text on every execute (looking the connection's encoding up each time);
+    #: ASCII reads the same in every client encoding
+    driver_sql: str | bytes
     #: Bind names in placeholder order for positional paramstyles (SQLite's ``?``).
     positional: tuple[str, ...] | None
     #: Values of the statement's own literal binds (``outcome = 'queued'`` …).
@@ -267,6 +271,9 @@ class Prepared:
                 writers[name] = writer
         columns = list(getattr(self.statement, "exported_columns", ()))
         return _Form(sql=compiled.string,
+                     driver_sql=(compiled.string.encode("ascii")
+                                 if dialect.driver == "psycopg" and compiled.string.isascii()
+                                 else compiled.string),
                      positional=tuple(compiled.positiontup) if compiled.positional else None,
                      defaults=defaults, writers=writers,
                      keys=tuple(column.key for column in columns),
@@ -296,7 +303,7 @@ class Prepared:
         try:
             if dispatch.before_cursor_execute:  # tracing and counting listeners still see it
                 dispatch.before_cursor_execute(connection, cursor, form.sql, bound, None, False)
-            cursor.execute(form.sql, bound)
+            cursor.execute(form.driver_sql, bound)
             if dispatch.after_cursor_execute:
                 dispatch.after_cursor_execute(connection, cursor, form.sql, bound, None, False)
             fetched = cursor.fetchall() if form.keys else []
