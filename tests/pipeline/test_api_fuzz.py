@@ -1,17 +1,34 @@
-"""No request, however malformed, yields a 5xx (SPEC section 9), fuzzed from the OpenAPI
-schema: schemathesis generates requests for every operation, both valid and invalid
-against the schema (wrong types, missing fields, unknown methods), and sends them to the
-app on PostgreSQL + Redis."""
+"""No request, however malformed, yields a 5xx (SPEC section 9).
+
+Fuzzed from the OpenAPI schema: schemathesis generates requests for every operation, both
+valid and invalid against the schema (wrong types, missing fields, unknown methods), and
+sends them to the app on PostgreSQL + Redis. And behind the signatures: each provider's
+callback parser gets correctly signed bodies that are anything but what it expects."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
+from urllib.parse import parse_qsl, urlencode
 
+import pytest
 import schemathesis
-from hypothesis import HealthCheck, settings
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from schemathesis import GenerationMode
+from twilio.request_validator import RequestValidator
 
 from herald.web import create_app
+from providers.base import hmac_sha256_signature
+from tests.pipeline.test_callbacks import (
+    CALLBACKS,
+    ONESIGNAL_SECRET,
+    TAQNYAT_SECRET,
+    TWILIO_TOKEN,
+    provider_secrets,
+    twilio_callback,
+)
 
 schema = schemathesis.openapi.from_asgi("/openapi.json", create_app())
 schema.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
@@ -22,10 +39,79 @@ schema.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.N
 # no deadline: a shared CI machine's pauses are not the app's; no example database on disk
 @settings(deadline=None, database=None, suppress_health_check=list(HealthCheck))
 def test_no_request_gets_a_server_error(case: Any, pipeline: None) -> None:
-    response = case.call()
-    assert response.status_code < 500, (
-        f"{case.method} {case.formatted_path} → {response.status_code}: "
-        f"{response.text[:300]}")
     # every error leaves in the app's one shape
+    assert_client_error_at_most(case.call())
+
+
+# -- signed callbacks: the parsers behind the signature ------------------------------------
+# An unsigned request stops at the signature (401), so the schema fuzz above never reaches
+# a provider's body parser. These bodies are signed with the configured secrets: each
+# provider's real receipt with its fields kept, dropped or replaced by any JSON value (at
+# every depth), or any JSON at all, or any bytes.
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8)
+
+
+def mutated(value: Any) -> st.SearchStrategy[Any]:
+    """``value`` with any of its fields (at any depth) kept, dropped or replaced."""
+    if isinstance(value, dict):
+        return st.fixed_dictionaries({}, optional={key: mutated(inner)
+                                                   for key, inner in value.items()})
+    return st.just(value) | JSON
+
+
+def signed(provider: str, body: bytes) -> dict[str, str]:
+    header = {"mock": "X-Herald-Signature", "taqnyat": "X-Taqnyat-Signature",
+              "onesignal": "X-OneSignal-Signature"}[provider]
+    secret = {"mock": "herald-mock-secret", "taqnyat": TAQNYAT_SECRET,
+              "onesignal": ONESIGNAL_SECRET}[provider]
+    return {header: hmac_sha256_signature(secret, body), "Content-Type": "application/json"}
+
+
+def assert_client_error_at_most(response: Any) -> None:
+    assert response.status_code < 500, f"{response.status_code}: {response.text[:300]}"
     if response.status_code >= 400:
         assert set(response.json()["error"]) >= {"code", "message"}
+
+
+@pytest.mark.parametrize("provider", ["mock", "taqnyat", "onesignal"])
+def test_no_signed_json_callback_gets_a_server_error(
+        provider: str, pipeline: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    provider_secrets(monkeypatch)
+    client = TestClient(create_app())
+    receipt = json.loads(CALLBACKS[provider]()[1])
+
+    @given(body=mutated(receipt).map(lambda v: json.dumps(v).encode())
+           | JSON.map(lambda v: json.dumps(v).encode()) | st.binary(max_size=200))
+    @settings(max_examples=80, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    def check(body: bytes) -> None:
+        assert_client_error_at_most(client.post(f"/v1/callbacks/{provider}", content=body,
+                                                headers=signed(provider, body)))
+
+    check()
+
+
+def test_no_signed_twilio_callback_gets_a_server_error(
+        pipeline: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    provider_secrets(monkeypatch)
+    client = TestClient(create_app())
+    url = "http://testserver/v1/callbacks/twilio"
+    receipt = dict(parse_qsl(twilio_callback()[1].decode()))
+    text = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=40)
+
+    @given(params=st.fixed_dictionaries({}, optional={key: st.just(value) | text
+                                                      for key, value in receipt.items()})
+           | st.dictionaries(text, text, max_size=4))
+    @settings(max_examples=80, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    def check(params: dict[str, str]) -> None:
+        signature = RequestValidator(TWILIO_TOKEN).compute_signature(url, params)
+        assert_client_error_at_most(client.post(
+            "/v1/callbacks/twilio", content=urlencode(params).encode(),
+            headers={"X-Twilio-Signature": signature,
+                     "Content-Type": "application/x-www-form-urlencoded"}))
+
+    check()
