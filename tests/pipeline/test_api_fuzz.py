@@ -21,7 +21,7 @@ from twilio.request_validator import RequestValidator
 
 from herald.web import create_app
 from providers.base import hmac_sha256_signature
-from tests.pipeline.test_callbacks import (
+from tests.support.callbacks import (
     CALLBACKS,
     ONESIGNAL_SECRET,
     TAQNYAT_SECRET,

@@ -3,17 +3,14 @@ the ``normalise_callback`` job (seed 000 "Batches and Callbacks")."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlencode
 
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 from sqlmodel import select
-from twilio.request_validator import RequestValidator
 
 from actors.callbacks import (
     CallbackJob,
@@ -22,78 +19,29 @@ from actors.callbacks import (
     normalise,
     normalise_callback,
 )
-from herald import connections, db, jobs, settings
+from herald import connections, db, jobs
 from herald.db import session as db_session
 from herald.jobs import queue
 from herald.web import create_app
 from herald.worker import running_worker
 from models.base import utcnow
 from models.callbacks import CallbackReceipt
-from providers.base import hmac_sha256_signature
 from providers.mock import MockProvider, signed_callback
+from tests.support.callbacks import (
+    CALLBACKS,
+    Callback,
+    configure,
+    mock_callback,
+    onesignal_callback,
+    provider_secrets,
+    taqnyat_callback,
+    twilio_callback,
+)
 from tests.support.services import find_free_port
 from tests.support.waiting import wait_for
 
 ORCHESTRATION = "notification-orchestration"
-TWILIO_TOKEN = "twilio-callback-token"
-TAQNYAT_SECRET = "taqnyat-callback-secret"
-ONESIGNAL_SECRET = "onesignal-callback-secret"
 
-#: (path, body, headers) of one provider callback.
-Callback = tuple[str, bytes, dict[str, str]]
-
-
-# -- helpers ------------------------------------------------------------------------------
-def configure(monkeypatch: pytest.MonkeyPatch, **variables: str) -> None:
-    for name, value in variables.items():
-        monkeypatch.setenv(name, value)
-    settings.reset_settings()
-
-
-def provider_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
-    configure(monkeypatch, TWILIO_AUTH_TOKEN=TWILIO_TOKEN,
-              TAQNYAT_CALLBACK_SECRET=TAQNYAT_SECRET, ONESIGNAL_CALLBACK_SECRET=ONESIGNAL_SECRET)
-
-
-def twilio_callback(sid: str = "SM" + "a" * 32, status: str = "delivered",
-                    url: str = "http://testserver/v1/callbacks/twilio",
-                    token: str = TWILIO_TOKEN) -> Callback:
-    params = {"MessageSid": sid, "MessageStatus": status, "AccountSid": "AC" + "0" * 32,
-              "To": "+966500000001", "ApiVersion": "2010-04-01"}
-    # the real SDK's validator computes what Twilio would send
-    signature = RequestValidator(token).compute_signature(url, params)
-    return ("/v1/callbacks/twilio", urlencode(params).encode(),
-            {"X-Twilio-Signature": signature,
-             "Content-Type": "application/x-www-form-urlencoded"})
-
-
-def taqnyat_callback(message_id: str = "1709120", status: str = "delivered",
-                     secret: str = TAQNYAT_SECRET) -> Callback:
-    body = json.dumps({"messageId": message_id, "status": status,
-                       "recipient": "966500000001"}).encode()
-    return ("/v1/callbacks/taqnyat", body,
-            {"X-Taqnyat-Signature": hmac_sha256_signature(secret, body)})
-
-
-def onesignal_callback(message_id: str = "b98881cc-1e94-4366-bbd9-db8f3429292b",
-                       kind: str = "message.sms.delivered",
-                       secret: str = ONESIGNAL_SECRET) -> Callback:
-    body = json.dumps({"event": {"id": "0b5d5c3e-8d7e-4a36-9d3e-5b8c9d6a7e10", "kind": kind},
-                       "message": {"id": message_id}}).encode()
-    return ("/v1/callbacks/onesignal", body,
-            {"X-OneSignal-Signature": hmac_sha256_signature(secret, body)})
-
-
-def mock_callback(message_id: str = "mock-1", status: str = "delivered",
-                  channel: str = "sms", secret: str = "herald-mock-secret") -> Callback:
-    body, headers = signed_callback({"provider_message_id": message_id, "channel": channel},
-                                    status, secret=secret)
-    return "/v1/callbacks/mock", body, headers
-
-
-CALLBACKS: dict[str, Callable[..., Callback]] = {
-    "twilio": twilio_callback, "taqnyat": taqnyat_callback,
-    "onesignal": onesignal_callback, "mock": mock_callback}
 #: Each provider's callback signed with a key that is not the configured one.
 FORGED: dict[str, Callable[[], Callback]] = {
     "twilio": lambda: twilio_callback(token="not-the-token"),
