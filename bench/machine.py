@@ -14,6 +14,7 @@ import shutil
 import statistics
 import subprocess
 import time
+import uuid
 from urllib.parse import urlsplit
 
 #: SPEC section 8's figures for this project's machines.
@@ -24,18 +25,19 @@ def postgres_inserts_per_s(url: str, rows: int = 5_000) -> float:
     """Single-row INSERT transactions per second on one connection (autocommit)."""
     import psycopg
 
+    # a table of its own (never one of the database's): logged, as the reference's were
+    table = f"bench_machine_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"),
                          autocommit=True) as connection:
-        connection.execute("CREATE TABLE IF NOT EXISTS bench_machine"
-                           " (id bigserial PRIMARY KEY, value text)")
+        connection.execute(f"CREATE TABLE {table} (id bigserial PRIMARY KEY, value text)")
         try:
             started = time.perf_counter()
             for _ in range(rows):
-                connection.execute("INSERT INTO bench_machine (value) VALUES (%s)", ("x",),
+                connection.execute(f"INSERT INTO {table} (value) VALUES (%s)", ("x",),
                                    prepare=True)
             return rows / (time.perf_counter() - started)
         finally:
-            connection.execute("DROP TABLE bench_machine")
+            connection.execute(f"DROP TABLE {table}")
 
 
 def redis_ops_per_s(url: str, requests: int = 100_000) -> float | None:
