@@ -219,10 +219,10 @@ def enqueue_delivery(delivery: Delivery, priority: int, *, retry_failed: bool = 
     return result.status
 
 
-def enqueue_new_deliveries(deliveries: list[Delivery], priority: int) -> list[str]:
+def enqueue_new_deliveries(deliveries: list[Delivery], priority: int) -> None:
     """Add the channel jobs of freshly persisted deliveries, grouped by channel, in one
-    round trip for all channels (job id = delivery id, the same priority); returns each
-    job's add status, in the order given.
+    round trip for all channels (job id = delivery id, the same priority). Raises when the
+    queue is unavailable; nothing is added then.
 
     The bulk path is for fresh jobs only: it never retries a retained failed job (seed
     000), so it must not be used to recover deliveries — that is :func:`enqueue_delivery`.
@@ -230,11 +230,7 @@ def enqueue_new_deliveries(deliveries: list[Delivery], priority: int) -> list[st
     by_channel: dict[str, list[Delivery]] = {}
     for delivery in deliveries:
         by_channel.setdefault(delivery.channel, []).append(delivery)
-    results = enqueue_groups([
+    enqueue_groups([
         (CHANNEL_ACTORS[channel], [(_job(d), {"job_id": d.id, "priority": priority})
                                    for d in group])
         for channel, group in by_channel.items()])
-    status = {delivery.id: result.status
-              for group, added in zip(by_channel.values(), results, strict=True)
-              for delivery, result in zip(group, added, strict=True)}
-    return [status[delivery.id] for delivery in deliveries]

@@ -16,8 +16,10 @@ broker. On the worker side a payload that fails the model fails the job permanen
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
+import operator
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -351,28 +353,15 @@ def enqueue_groups(groups: Sequence[tuple[JobActor[Any], Iterable[Any]]], *,
                                  options=shared, **options))
         validated.append((target, jobs))
     results: list[list[EnqueueResult]] = [[] for _ in validated]
-    chunk: list[tuple[int, JobActor[Any], list[NewJob]]] = []
-    room = chunk_size
-
-    def submit() -> None:
-        for (index, _, _), added in zip(chunk, _submit([(t, j) for _, t, j in chunk]),
-                                        strict=True):
+    # chunks of the jobs in order, whatever their group; each chunk is one round trip
+    flat = [(index, job) for index, (_, jobs) in enumerate(validated) for job in jobs]
+    for start in range(0, len(flat), chunk_size):
+        runs = [(index, [job for _, job in run]) for index, run in
+                itertools.groupby(flat[start:start + chunk_size], key=operator.itemgetter(0))]
+        added = _submit([(validated[index][0], jobs) for index, jobs in runs])
+        for (index, _), group in zip(runs, added, strict=True):
             results[index] += [EnqueueResult(status=r.status.value, job_id=r.job_id)
-                               for r in added]
-        chunk.clear()
-
-    for index, (target, jobs) in enumerate(validated):
-        start = 0
-        while start < len(jobs):
-            part = jobs[start:start + room]
-            chunk.append((index, target, part))
-            start += len(part)
-            room -= len(part)
-            if room == 0:
-                submit()
-                room = chunk_size
-    if chunk:
-        submit()
+                               for r in group]
     return results
 
 

@@ -20,12 +20,10 @@ from schemathesis import GenerationMode
 from twilio.request_validator import RequestValidator
 
 from herald.web import create_app
-from providers.base import hmac_sha256_signature
 from tests.support.callbacks import (
     CALLBACKS,
-    ONESIGNAL_SECRET,
-    TAQNYAT_SECRET,
     TWILIO_TOKEN,
+    hmac_signed,
     provider_secrets,
     twilio_callback,
 )
@@ -62,14 +60,6 @@ def mutated(value: Any) -> st.SearchStrategy[Any]:
     return st.just(value) | JSON
 
 
-def signed(provider: str, body: bytes) -> dict[str, str]:
-    header = {"mock": "X-Herald-Signature", "taqnyat": "X-Taqnyat-Signature",
-              "onesignal": "X-OneSignal-Signature"}[provider]
-    secret = {"mock": "herald-mock-secret", "taqnyat": TAQNYAT_SECRET,
-              "onesignal": ONESIGNAL_SECRET}[provider]
-    return {header: hmac_sha256_signature(secret, body), "Content-Type": "application/json"}
-
-
 def assert_client_error_at_most(response: Any) -> None:
     assert response.status_code < 500, f"{response.status_code}: {response.text[:300]}"
     if response.status_code >= 400:
@@ -89,7 +79,8 @@ def test_no_signed_json_callback_gets_a_server_error(
               suppress_health_check=list(HealthCheck))
     def check(body: bytes) -> None:
         assert_client_error_at_most(client.post(f"/v1/callbacks/{provider}", content=body,
-                                                headers=signed(provider, body)))
+                                                headers={**hmac_signed(provider, body),
+                                                         "Content-Type": "application/json"}))
 
     check()
 

@@ -11,7 +11,7 @@ from twilio.request_validator import RequestValidator
 
 from herald import settings
 from providers.base import hmac_sha256_signature
-from providers.mock import signed_callback
+from providers.mock import MOCK_SIGNATURE_HEADER, signed_callback
 
 TWILIO_TOKEN = "twilio-callback-token"
 TAQNYAT_SECRET = "taqnyat-callback-secret"
@@ -46,12 +46,24 @@ def twilio_callback(sid: str = "SM" + "a" * 32, status: str = "delivered",
              "Content-Type": "application/x-www-form-urlencoded"})
 
 
+#: The signature header and the secret of each provider that signs with HMAC-SHA256.
+HMAC_SIGNERS = {"mock": (MOCK_SIGNATURE_HEADER, "herald-mock-secret"),
+                "taqnyat": ("X-Taqnyat-Signature", TAQNYAT_SECRET),
+                "onesignal": ("X-OneSignal-Signature", ONESIGNAL_SECRET)}
+
+
+def hmac_signed(provider: str, body: bytes, secret: str | None = None) -> dict[str, str]:
+    """The headers that sign ``body`` as ``provider`` would (with its configured secret
+    unless ``secret`` is given)."""
+    header, configured = HMAC_SIGNERS[provider]
+    return {header: hmac_sha256_signature(secret or configured, body)}
+
+
 def taqnyat_callback(message_id: str = "1709120", status: str = "delivered",
                      secret: str = TAQNYAT_SECRET) -> Callback:
     body = json.dumps({"messageId": message_id, "status": status,
                        "recipient": "966500000001"}).encode()
-    return ("/v1/callbacks/taqnyat", body,
-            {"X-Taqnyat-Signature": hmac_sha256_signature(secret, body)})
+    return "/v1/callbacks/taqnyat", body, hmac_signed("taqnyat", body, secret)
 
 
 def onesignal_callback(message_id: str = "b98881cc-1e94-4366-bbd9-db8f3429292b",
@@ -59,8 +71,7 @@ def onesignal_callback(message_id: str = "b98881cc-1e94-4366-bbd9-db8f3429292b",
                        secret: str = ONESIGNAL_SECRET) -> Callback:
     body = json.dumps({"event": {"id": "0b5d5c3e-8d7e-4a36-9d3e-5b8c9d6a7e10", "kind": kind},
                        "message": {"id": message_id}}).encode()
-    return ("/v1/callbacks/onesignal", body,
-            {"X-OneSignal-Signature": hmac_sha256_signature(secret, body)})
+    return "/v1/callbacks/onesignal", body, hmac_signed("onesignal", body, secret)
 
 
 def mock_callback(message_id: str = "mock-1", status: str = "delivered",
