@@ -29,6 +29,7 @@ from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql.expression import Executable
 from sqlmodel import Session
 
+from herald import libpq
 from herald.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -221,6 +222,10 @@ class _Form:
     keys: tuple[str, ...]
     #: Type conversions on the way out, by column position (None: as the driver gives it).
     readers: tuple[Callable[[Any], Any] | None, ...]
+    #: psycopg: the SQL with libpq's ``$n`` placeholders and the bind names in their
+    #: order, for :mod:`herald.libpq` on autocommit connections (None: not that driver)
+    libpq_sql: bytes | None = None
+    libpq_names: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -240,7 +245,9 @@ class Prepared:
 
     For the hot paths (a channel worker runs three statements per delivery): SQLAlchemy's
     execution layer costs about 110 µs of CPU per statement on top of psycopg's ~80 µs,
-    more than PostgreSQL spends running a primary-key UPDATE. The statement still comes
+    more than PostgreSQL spends running a primary-key UPDATE; on an autocommit psycopg
+    connection the statement also skips psycopg's cursor (:mod:`herald.libpq`, about
+    40 µs left). The statement still comes
     from Core, so both dialects get their own SQL, and column types still convert values
     both ways (UTC timestamps, JSON on SQLite). Driver errors are raised as SQLAlchemy's
     (``IntegrityError`` …), a connection the server dropped is invalidated, and the
@@ -270,10 +277,13 @@ class Prepared:
             if writer is not None:
                 writers[name] = writer
         columns = list(getattr(self.statement, "exported_columns", ()))
+        psycopg = dialect.driver == "psycopg" and compiled.string.isascii()
+        libpq_sql, libpq_names = (libpq.dollar_sql(compiled.string.encode("ascii"))
+                                  if psycopg and not compiled.escaped_bind_names
+                                  else (None, ()))
         return _Form(sql=compiled.string,
-                     driver_sql=(compiled.string.encode("ascii")
-                                 if dialect.driver == "psycopg" and compiled.string.isascii()
-                                 else compiled.string),
+                     driver_sql=compiled.string.encode("ascii") if psycopg else compiled.string,
+                     libpq_sql=libpq_sql, libpq_names=libpq_names,
                      positional=tuple(compiled.positiontup) if compiled.positional else None,
                      defaults=defaults, writers=writers,
                      keys=tuple(column.key for column in columns),
@@ -288,33 +298,47 @@ class Prepared:
         values = {**form.defaults, **params}
         for name, writer in form.writers.items():
             values[name] = writer(values[name])
-        bound: Any = (values if form.positional is None
-                      else tuple(values[name] for name in form.positional))
         raw = connection.connection.dbapi_connection
         assert raw is not None
-        if not connection.in_transaction() and not _autocommitting(raw):
+        # psycopg in autocommit: straight to libpq, past the cursor (herald.libpq)
+        direct = form.libpq_sql is not None and raw.autocommit is True
+        bound: Any = (values if form.positional is None
+                      else tuple(values[name] for name in form.positional))
+        if not direct and not connection.in_transaction() and not _autocommitting(raw):
             # as Connection.execute would: the driver opens a transaction, and
             # connection.commit() must know to end it
             connection.begin()
-        cursor = raw.cursor()
         # the engine's listeners (and the Engine class's): a Connection's own dispatch
         # is rebuilt on every attribute read
         dispatch = connection.engine.dispatch
+        listened = bool(dispatch.before_cursor_execute or dispatch.after_cursor_execute)
+        # listeners are handed a cursor; the direct path has none of its own
+        cursor = raw.cursor() if listened or not direct else None
         try:
             if dispatch.before_cursor_execute:  # tracing and counting listeners still see it
                 dispatch.before_cursor_execute(connection, cursor, form.sql, bound, None, False)
-            cursor.execute(form.driver_sql, bound)
+            if direct:
+                assert form.libpq_sql is not None
+                fetched, rowcount = libpq.execute(
+                    raw, connection.connection.info, form.libpq_sql,
+                    [values[name] for name in form.libpq_names])
+            else:
+                assert cursor is not None
+                cursor.execute(form.driver_sql, bound)
+                fetched = cursor.fetchall() if form.keys else []
+                rowcount = cursor.rowcount
             if dispatch.after_cursor_execute:
                 dispatch.after_cursor_execute(connection, cursor, form.sql, bound, None, False)
-            fetched = cursor.fetchall() if form.keys else []
-            rowcount = cursor.rowcount
         except dialect.loaded_dbapi.Error as error:
-            if dialect.is_disconnect(error, raw, cursor):
+            disconnected = dialect.is_disconnect(error, raw, cursor)
+            if disconnected:
                 connection.invalidate(error)
             raise DBAPIError.instance(form.sql, bound, error, dialect.loaded_dbapi.Error,
+                                      connection_invalidated=disconnected,
                                       dialect=dialect) from error
         finally:
-            cursor.close()
+            if cursor is not None:
+                cursor.close()
         readers = form.readers
         rows = [{key: value if read is None else read(value)
                  for key, read, value in zip(form.keys, readers, row, strict=True)}

@@ -9,9 +9,9 @@ from datetime import UTC, timedelta
 
 import pytest
 from sqlalchemy import Engine, event, func, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from herald import db
+from herald import db, libpq
 from herald.settings import reset_settings
 from models.base import new_id, snapshot, utcnow
 from models.notifications import (
@@ -153,3 +153,47 @@ def test_statement_listeners_see_the_hot_path(database: str) -> None:
     persisted = ["WITH"] if db.is_postgres() else ["INSERT", "INSERT"]
     claimed = ["UPDATE"] if db.is_postgres() else ["UPDATE", "SELECT"]
     assert seen[-len(persisted + claimed):] == persisted + claimed
+
+
+def test_pyformat_placeholders_become_libpq_numbers() -> None:
+    sql, names = libpq.dollar_sql(
+        b"UPDATE t SET a = %(now)s, b = %(now)s WHERE id = %(id)s AND c LIKE 'x%%'")
+    assert sql == b"UPDATE t SET a = $1, b = $1 WHERE id = $2 AND c LIKE 'x%'"
+    assert names == ("now", "id")
+
+
+def _postgres_only() -> None:
+    if not db.is_postgres():
+        pytest.skip("statements go to libpq directly on PostgreSQL only")
+
+
+def test_statements_are_prepared_again_after_a_deallocate_all(database: str) -> None:
+    _postgres_only()
+    notification, deliveries = _notification(_account())
+    persist_notification(notification, deliveries)
+    with db.autocommit() as connection:
+        claim = claim_delivery(connection, deliveries[0].id)
+        assert claim.token is not None and still_claimed(connection, deliveries[0].id,
+                                                         claim.token)
+        # e.g. a pooler's reset, or psycopg clearing its own cache after a DROP
+        connection.exec_driver_sql("DEALLOCATE ALL")
+        assert still_claimed(connection, deliveries[0].id, claim.token)
+        assert record_delivery_outcome(connection, deliveries[0].id, token=claim.token,
+                                       outcome=Outcome.SENT, provider="mock")
+    assert _stored(deliveries[0].id).outcome == "sent"
+
+
+def test_a_connection_the_server_dropped_is_replaced(database: str) -> None:
+    _postgres_only()
+    notification, deliveries = _notification(_account())
+    persist_notification(notification, deliveries)
+    with db.autocommit() as connection:
+        backend = connection.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+        with db.get_engine().connect() as other:
+            other.execute(select(func.pg_terminate_backend(backend)))
+        with pytest.raises(DBAPIError) as raised:
+            claim_delivery(connection, deliveries[0].id)
+        assert raised.value.connection_invalidated
+    # nothing was claimed, and the pool hands out a working connection again
+    with db.autocommit() as connection:
+        assert claim_delivery(connection, deliveries[0].id).verdict is ClaimVerdict.CLAIMED
