@@ -19,7 +19,8 @@
 --   started: per started job {id, actor, data, token, attempts made, attempts started,
 --     priority, created at} (the last four as integers)
 --   drained: 1 when the fetch took fewer jobs than asked, so the wait set is empty now
---     (a job added later wakes the consumer with a marker), else 0
+--     (a job added later wakes the consumer with a marker), else 0; the queue's marker
+--     list is emptied then
 local base, now, count = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local external = ARGV[4] == "1"
 local n_done, n_finish, n_extend = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -177,7 +178,12 @@ if not external then
   end
   if count > 0 then
     local popped, locks = redis.call("ZPOPMIN", base .. "wait", count), {}
-    if #popped < 2 * count then drained = 1 end
+    if #popped < 2 * count then
+      -- nothing waits now: wake-ups left by the jobs just taken would only send other
+      -- consumers of the queue round for nothing (a job added later leaves its own)
+      drained = 1
+      redis.call("DEL", base .. "marker")
+    end
     for i = 1, #popped, 2 do
       local id = popped[i]
       local jk = base .. "job:" .. id

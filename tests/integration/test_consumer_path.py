@@ -36,6 +36,31 @@ def test_plain_completion_is_fenced_by_its_token(redis_only: HeraldOn) -> None:
     assert ledger.metrics("t-basic")["completed"] == 1
 
 
+
+def test_a_fetch_that_empties_the_queue_clears_the_wake_ups_left_for_its_jobs(
+        redis_only: HeraldOn) -> None:
+    # Given three jobs added, each leaving a wake-up for a consumer blocked on the queue
+    ledger = get_ledger()
+    spec = get_spec("t-basic")
+    config = ledger.cycle_config(spec)
+    wake_ups = ledger.marker_key("t-basic")
+    for n in range(3):
+        enqueue(basic, {"key": f"w{n}"}, job_id=f"wake-{n}")
+    assert ledger.client.llen(wake_ups) == 3
+
+    # When a consumer takes one, two jobs still wait and the wake-ups stay
+    *_, drained = ledger.cycle_raw(spec, config, fetch=1)
+    assert drained == 0 and ledger.client.llen(wake_ups) == 3
+
+    # When it takes the rest, nothing waits: no other consumer is woken for nothing
+    _, started, *_, drained = ledger.cycle_raw(spec, config, fetch=5)
+    assert len(started) == 2 and drained == 1
+    assert ledger.client.llen(wake_ups) == 0
+
+    # And a job added later still wakes a consumer
+    enqueue(basic, {"key": "later"}, job_id="wake-later")
+    assert ledger.client.llen(wake_ups) == 1
+
 class Recorder(dramatiq.Middleware):
     """Counts the runs it sees."""
 
