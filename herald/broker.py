@@ -321,14 +321,19 @@ class LedgerConsumer(Consumer):
         except ConnectionClosed:
             log.warning("could not write outcomes at close", extra={"queue": self.lane.spec.name})
         finally:
-            if self.connection is not None:
-                self.connection.disconnect()
-                self.connection = None
+            self._drop_connection()
 
     def _own_connection(self) -> Any:
         if self.connection is None:
             self.connection = self.ledger.dedicated_connection(decode=True)
         return self.connection
+
+    def _drop_connection(self) -> None:
+        """Close the own connection (after an error, or at close): a later trip opens a
+        fresh one."""
+        if self.connection is not None:
+            self.connection.disconnect()
+            self.connection = None
 
     # -- fetching (the consumer thread) -------------------------------------------------
     def __next__(self) -> MessageProxy | None:
@@ -392,9 +397,8 @@ class LedgerConsumer(Consumer):
                                         connection=self._own_connection() if own else None)
         except redis.RedisError as error:
             lane.put_back(done, finishes)
-            if own and self.connection is not None:
-                self.connection.disconnect()
-                self.connection = None
+            if own:
+                self._drop_connection()
             raise ConnectionClosed(error) from error
         finished, started, next_due, limited, drained = raw
         with lane.lock:
@@ -465,9 +469,13 @@ class LedgerConsumer(Consumer):
             pending = bool(lane.done or lane.pending)
         try:
             if not pending:
-                self.ledger.client.blpop([self.ledger.marker_key(lane.spec.name)],
-                                         timeout=max(timeout_s, MIN_BLOCK_S))
+                # on the consumer's own connection, like its cycles: no pool checkout
+                connection = self._own_connection()
+                connection.send_command("BLPOP", self.ledger.marker_key(lane.spec.name),
+                                        max(timeout_s, MIN_BLOCK_S))
+                connection.read_response()
         except redis.RedisError as error:
+            self._drop_connection()
             raise ConnectionClosed(error) from error
         finally:
             with lane.lock:
