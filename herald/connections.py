@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import subprocess
 import threading
 import time
+import weakref
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import redis
 from redis.backoff import ExponentialBackoff
+from redis.commands.core import Script
 from redis.retry import Retry
 
 from herald.settings import EMBEDDED_DIR, Settings, get_settings
@@ -155,6 +160,77 @@ def reset_redis_client() -> None:
             _shared.close()
         _shared = None
 
+
+
+# -- a thread's own connection: the hot paths' round trips without the pool ---------------
+def dedicated_connection(client: redis.Redis, *, decode: bool = False) -> Any:
+    """A new connection with ``client``'s settings, connected, outside its pool: one
+    thread's own. ``decode`` makes its replies ``str`` (decoded by the reply parser,
+    which is cheaper than decoding each field in Python)."""
+    pool = client.connection_pool
+    if decode:
+        connection = pool.connection_class(**{**pool.connection_kwargs,
+                                              "decode_responses": True})
+    else:
+        connection = pool.make_connection()
+    connection.connect()  # explicitly: a Sentinel-managed connection resolves the master
+    return connection
+
+
+def run_script_on(connection: Any, script: Script, keys: Sequence[Any] = (),
+                  args: Sequence[Any] = ()) -> Any:
+    """Run a script on one connection (EVALSHA; loaded first when Redis lost it)."""
+    connection.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+    try:
+        return connection.read_response()
+    except redis.exceptions.NoScriptError:
+        connection.send_command("SCRIPT", "LOAD", script.script)
+        connection.read_response()
+        connection.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        return connection.read_response()
+
+
+class ThreadConnections:
+    """Each thread's own connection to one client's server, outside the client's pool.
+
+    For the hot paths (a producer's adds, a worker thread's finishes, the mock's sends):
+    the pool's checkout, with its readiness poll, and the client's retry layers cost as
+    much CPU as the round trip itself. Per thread and per process (a forked child makes
+    its own). On a connection error the connection is dropped and the call goes through
+    the client instead, whose retry policy applies as it does everywhere else.
+    """
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self._local = threading.local()
+
+    def run_script(self, script: Script, keys: Sequence[Any] = (),
+                   args: Sequence[Any] = ()) -> Any:
+        """Run ``script`` on this thread's connection (the client's, after an error)."""
+        own = self._local
+        try:
+            if getattr(own, "pid", None) != os.getpid() or own.connection is None:
+                own.pid, own.connection = os.getpid(), None
+                own.connection = dedicated_connection(self.client)
+            return run_script_on(own.connection, script, keys, args)
+        except (redis.ConnectionError, redis.TimeoutError):
+            if own.connection is not None:
+                own.connection.disconnect()
+                own.connection = None
+            return script(keys=list(keys), args=list(args), client=self.client)
+
+
+_thread_connections: weakref.WeakKeyDictionary[redis.Redis, ThreadConnections] = (
+    weakref.WeakKeyDictionary())
+
+
+def thread_connections(client: redis.Redis) -> ThreadConnections:
+    """The threads' own connections to ``client``'s server (one set per client)."""
+    found = _thread_connections.get(client)
+    if found is None:
+        with _lock:
+            found = _thread_connections.setdefault(client, ThreadConnections(client))
+    return found
 
 def describe_redis(settings: Settings | None = None) -> str:
     """Where Redis is, for logs and the CLI, without credentials."""

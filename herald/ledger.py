@@ -11,8 +11,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import os
-import threading
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -24,6 +22,7 @@ from typing import Any
 
 import redis
 
+from herald.connections import dedicated_connection, run_script_on, thread_connections
 from herald.registry import Backoff, Keep, QueueSpec
 
 LUA_DIR = Path(__file__).parent / "lua"
@@ -221,8 +220,8 @@ class Ledger:
         self.prefix = prefix
         self._scripts = {name: client.register_script(_source(name))
                          for name in ("add", "cycle", "start", "retry", "remove")}
-        #: each producer thread's own connection (see :meth:`_run_own`)
-        self._producers = threading.local()
+        #: each thread's own connection for its script calls (see :meth:`_run_own`)
+        self._own = thread_connections(client)
 
     # -- keys ---------------------------------------------------------------------------
     def base(self, queue: str) -> str:
@@ -297,7 +296,7 @@ class Ledger:
         for job_id, token in extend:
             args += (job_id, token)
         if connection is None:
-            return self._scripts["cycle"](args=args)
+            return self._run_own("cycle", args)
         return self.run_on(connection, "cycle", args)
 
     def cycle(self, spec: QueueSpec, *, finishes: Sequence[Finish] = (),
@@ -327,49 +326,19 @@ class Ledger:
                            rate_limited_ms=int(limited))
 
     def _run_own(self, name: str, args: Sequence[Any]) -> Any:
-        """Run a script on this thread's own connection: a producer's adds skip the pool's
-        checkout and the client's retry layers, which cost as much as the round trip.
-
-        The connection is per thread and per process (a forked child makes its own). On a
-        connection error it is dropped and the call goes through the client, whose retry
-        policy applies as it does everywhere else.
-        """
-        own = self._producers
-        try:
-            if getattr(own, "pid", None) != os.getpid() or own.connection is None:
-                own.pid, own.connection = os.getpid(), None
-                own.connection = self.dedicated_connection()
-            return self.run_on(own.connection, name, args)
-        except (redis.ConnectionError, redis.TimeoutError):
-            if own.connection is not None:
-                own.connection.disconnect()
-                own.connection = None
-            return self._scripts[name](args=args)
+        """Run a script on this thread's own connection: a producer's adds and a worker
+        thread's finishes skip the pool's checkout and the client's retry layers, which
+        cost as much as the round trip (:class:`herald.connections.ThreadConnections`)."""
+        return self._own.run_script(self._scripts[name], args=args)
 
     def dedicated_connection(self, *, decode: bool = False) -> Any:
         """A new connection of this ledger's client, connected, outside its pool: one
-        thread's own, for :meth:`run_on`. ``decode`` makes its replies ``str`` (decoded by
-        the reply parser, which is cheaper than decoding each field in Python)."""
-        pool = self.client.connection_pool
-        if decode:
-            connection = pool.connection_class(**{**pool.connection_kwargs,
-                                                  "decode_responses": True})
-        else:
-            connection = pool.make_connection()
-        connection.connect()  # explicitly: a Sentinel-managed connection resolves the master
-        return connection
+        thread's own, for :meth:`run_on` (see :func:`herald.connections.dedicated_connection`)."""
+        return dedicated_connection(self.client, decode=decode)
 
     def run_on(self, connection: Any, name: str, args: Sequence[Any]) -> Any:
         """Run a script on a dedicated connection (EVALSHA, loading it when Redis lost it)."""
-        script = self._scripts[name]
-        connection.send_command("EVALSHA", script.sha, 0, *args)
-        try:
-            return connection.read_response()
-        except redis.exceptions.NoScriptError:
-            connection.send_command("SCRIPT", "LOAD", script.script)
-            connection.read_response()
-            connection.send_command("EVALSHA", script.sha, 0, *args)
-            return connection.read_response()
+        return run_script_on(connection, self._scripts[name], args=args)
 
     def start(self, spec: QueueSpec, job_id: str, token: str) -> tuple[str, Any]:
         """Claim a job whose message another broker delivered: ("start", (attempts made,

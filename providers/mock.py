@@ -37,7 +37,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from herald.connections import redis_client
+from herald.connections import redis_client, thread_connections
 from herald.settings import Settings, get_settings
 from providers.base import (
     CallbackEvent,
@@ -119,14 +119,15 @@ class MockProvider:
 
     def send(self, message: OutboundMessage) -> SendResult:
         """Decide (atomically) what the script says for ``message.to``, record, answer:
-        one round trip (a scripted hang takes a second one, to record after waiting)."""
+        one round trip, on the sending thread's own connection (a scripted hang takes a
+        second one, to record after waiting)."""
         client = _store()
         sends_key, script_key = _keys()
         accepted = SendResult.ok(f"mock-{uuid.uuid4().hex}")
         body, ok_tail = _record_body(message), _record_tail(accepted)
-        decision = _SEND_SCRIPT(
-            keys=[script_key, sends_key], client=client,
-            args=[message.to, MOCK_SENDS_KEPT, body, ok_tail, *_FAILURE_TAILS])
+        decision = thread_connections(client).run_script(
+            _SEND_SCRIPT, keys=(script_key, sends_key),
+            args=(message.to, MOCK_SENDS_KEPT, body, ok_tail, *_FAILURE_TAILS))
         decision = decision.decode() if isinstance(decision, bytes) else str(decision)
         if decision.startswith("hang:"):
             # a blocking sleep on purpose: the mock stands in for a provider that stalls

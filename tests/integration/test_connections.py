@@ -1,4 +1,5 @@
-"""Redis over TLS (rediss://) and through Sentinel: jobs flow end to end."""
+"""Redis over TLS (rediss://) and through Sentinel: jobs flow end to end; a thread's own
+connection outlives a dropped connection and a script cache Redis lost."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 
 import pytest
 import redis
+from redis.commands.core import Script
 
+from herald.connections import ThreadConnections
 from herald.jobs import enqueue, queue
 from herald.worker import running_worker
 from tests.integration.conftest import reset_herald, wait_for
@@ -93,3 +96,21 @@ def test_jobs_run_through_sentinel(sentinel: str, monkeypatch: pytest.MonkeyPatc
     # REDIS_URL points nowhere: Sentinel mode must ignore it
     _job_runs_through(monkeypatch, REDIS_SENTINELS=sentinel,
                       REDIS_SENTINEL_NAME="herald-test", REDIS_URL="redis://127.0.0.1:1/0")
+
+
+def test_a_threads_own_connection_recovers_from_a_drop_and_a_lost_script(
+        redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    own = ThreadConnections(client)
+    count = Script(None, b"return redis.call('INCR', KEYS[1])")
+    key = f"own-{time.monotonic_ns()}"
+    assert own.run_script(count, keys=(key,)) == 1
+    # the server drops the thread's connection: the call lands once, through the client,
+    # and the next one opens a connection of its own again
+    client.client_kill_filter(_type="normal", skipme=True)
+    assert own.run_script(count, keys=(key,)) == 2
+    assert own.run_script(count, keys=(key,)) == 3
+    # Redis forgot its scripts (a restart, SCRIPT FLUSH): loaded again on the way
+    client.script_flush()
+    assert own.run_script(count, keys=(key,)) == 4
+    assert int(client.get(key) or 0) == 4
