@@ -161,7 +161,6 @@ def reset_redis_client() -> None:
         _shared = None
 
 
-
 # -- a thread's own connection: the hot paths' round trips without the pool ---------------
 def dedicated_connection(client: redis.Redis, *, decode: bool = False) -> Any:
     """A new connection with ``client``'s settings, connected, outside its pool: one
@@ -201,36 +200,43 @@ class ThreadConnections:
     """
 
     def __init__(self, client: redis.Redis) -> None:
-        self.client = client
+        # weakly: the client's entry in thread_connections() must not keep it alive
+        self._client = weakref.ref(client)
         self._local = threading.local()
 
     def run_script(self, script: Script, keys: Sequence[Any] = (),
                    args: Sequence[Any] = ()) -> Any:
         """Run ``script`` on this thread's connection (the client's, after an error)."""
+        client = self._client()
+        if client is None:
+            raise redis.ConnectionError("the Redis client of these connections is gone")
         own = self._local
         try:
             if getattr(own, "pid", None) != os.getpid() or own.connection is None:
                 own.pid, own.connection = os.getpid(), None
-                own.connection = dedicated_connection(self.client)
+                own.connection = dedicated_connection(client)
             return run_script_on(own.connection, script, keys, args)
         except (redis.ConnectionError, redis.TimeoutError):
             if own.connection is not None:
                 own.connection.disconnect()
                 own.connection = None
-            return script(keys=list(keys), args=list(args), client=self.client)
+            return script(keys=list(keys), args=list(args), client=client)
 
 
 _thread_connections: weakref.WeakKeyDictionary[redis.Redis, ThreadConnections] = (
     weakref.WeakKeyDictionary())
+_thread_connections_lock = threading.Lock()
 
 
 def thread_connections(client: redis.Redis) -> ThreadConnections:
-    """The threads' own connections to ``client``'s server (one set per client)."""
+    """The threads' own connections to ``client``'s server: one set per client, shared
+    by everything that calls scripts through it, gone with the client."""
     found = _thread_connections.get(client)
     if found is None:
-        with _lock:
+        with _thread_connections_lock:
             found = _thread_connections.setdefault(client, ThreadConnections(client))
     return found
+
 
 def describe_redis(settings: Settings | None = None) -> str:
     """Where Redis is, for logs and the CLI, without credentials."""

@@ -3,9 +3,11 @@ connection outlives a dropped connection and a script cache Redis lost."""
 
 from __future__ import annotations
 
+import gc
 import shutil
 import subprocess
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +15,7 @@ import pytest
 import redis
 from redis.commands.core import Script
 
-from herald.connections import ThreadConnections
+from herald.connections import ThreadConnections, thread_connections
 from herald.jobs import enqueue, queue
 from herald.worker import running_worker
 from tests.integration.conftest import reset_herald, wait_for
@@ -114,3 +116,15 @@ def test_a_threads_own_connection_recovers_from_a_drop_and_a_lost_script(
     client.script_flush()
     assert own.run_script(count, keys=(key,)) == 4
     assert int(client.get(key) or 0) == 4
+
+
+def test_a_client_that_is_gone_takes_its_threads_connections_along(redis_url: str) -> None:
+    # a process that makes new clients (after a settings change, in tests) keeps no old
+    # client, pool or socket alive through the threads' connections
+    client = redis.Redis.from_url(redis_url)
+    count = Script(None, b"return redis.call('INCR', KEYS[1])")
+    assert thread_connections(client).run_script(count, keys=(f"gone-{time.monotonic_ns()}",))
+    gone = weakref.ref(client)
+    del client
+    gc.collect()
+    assert gone() is None
