@@ -24,6 +24,7 @@ from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.errors import ConnectionClosed, QueueJoinTimeout
 from dramatiq.middleware import CurrentMessage, MiddlewareError, TimeLimit
 
+from herald.connections import dedicated_connection
 from herald.ledger import Finish, Ledger, NewJob, new_token, now_ms
 from herald.outcomes import LedgerMiddleware, info_enabled, report, run_exhausted_hook
 from herald.registry import QueueSpec, get_spec
@@ -325,7 +326,7 @@ class LedgerConsumer(Consumer):
 
     def _own_connection(self) -> Any:
         if self.connection is None:
-            self.connection = self.ledger.dedicated_connection(decode=True)
+            self.connection = dedicated_connection(self.ledger.client, decode=True)
         return self.connection
 
     def _drop_connection(self) -> None:

@@ -29,11 +29,12 @@ from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql.expression import Executable
 from sqlmodel import Session
 
-from herald import libpq
 from herald.settings import Settings, get_settings
 
 if TYPE_CHECKING:
     from alembic.config import Config
+
+    from herald import libpq
 
 log = logging.getLogger(__name__)
 
@@ -222,10 +223,9 @@ class _Form:
     keys: tuple[str, ...]
     #: Type conversions on the way out, by column position (None: as the driver gives it).
     readers: tuple[Callable[[Any], Any] | None, ...]
-    #: psycopg: the SQL with libpq's ``$n`` placeholders and the bind names in their
-    #: order, for :mod:`herald.libpq` on autocommit connections (None: not that driver)
-    libpq_sql: bytes | None = None
-    libpq_names: tuple[str, ...] = ()
+    #: psycopg: the statement as :mod:`herald.libpq` runs it on autocommit connections
+    #: (None: another driver)
+    direct: libpq.Statement | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -278,12 +278,14 @@ class Prepared:
                 writers[name] = writer
         columns = list(getattr(self.statement, "exported_columns", ()))
         psycopg = dialect.driver == "psycopg" and compiled.string.isascii()
-        libpq_sql, libpq_names = (libpq.dollar_sql(compiled.string.encode("ascii"))
-                                  if psycopg and not compiled.escaped_bind_names
-                                  else (None, ()))
+        direct = None
+        if psycopg and not compiled.escaped_bind_names:
+            from herald import libpq  # psycopg only: SQLite processes need not import it
+
+            direct = libpq.Statement.from_pyformat(compiled.string.encode("ascii"))
         return _Form(sql=compiled.string,
                      driver_sql=compiled.string.encode("ascii") if psycopg else compiled.string,
-                     libpq_sql=libpq_sql, libpq_names=libpq_names,
+                     direct=direct,
                      positional=tuple(compiled.positiontup) if compiled.positional else None,
                      defaults=defaults, writers=writers,
                      keys=tuple(column.key for column in columns),
@@ -301,7 +303,7 @@ class Prepared:
         raw = connection.connection.dbapi_connection
         assert raw is not None
         # psycopg in autocommit: straight to libpq, past the cursor (herald.libpq)
-        direct = form.libpq_sql is not None and raw.autocommit is True
+        direct = form.direct is not None and raw.autocommit is True
         bound: Any = (values if form.positional is None
                       else tuple(values[name] for name in form.positional))
         if not direct and not connection.in_transaction() and not _autocommitting(raw):
@@ -318,10 +320,8 @@ class Prepared:
             if dispatch.before_cursor_execute:  # tracing and counting listeners still see it
                 dispatch.before_cursor_execute(connection, cursor, form.sql, bound, None, False)
             if direct:
-                assert form.libpq_sql is not None
-                fetched, rowcount = libpq.execute(
-                    raw, connection.connection.info, form.libpq_sql,
-                    [values[name] for name in form.libpq_names])
+                assert form.direct is not None
+                fetched, rowcount = form.direct.run(raw, connection.connection.info, values)
             else:
                 assert cursor is not None
                 cursor.execute(form.driver_sql, bound)

@@ -22,7 +22,7 @@ from typing import Any
 
 import redis
 
-from herald.connections import dedicated_connection, run_script_on, thread_connections
+from herald.connections import run_script_on, thread_connections
 from herald.registry import Backoff, Keep, QueueSpec
 
 LUA_DIR = Path(__file__).parent / "lua"
@@ -330,11 +330,6 @@ class Ledger:
         thread's finishes skip the pool's checkout and the client's retry layers, which
         cost as much as the round trip (:class:`herald.connections.ThreadConnections`)."""
         return self._own.run_script(self._scripts[name], args=args)
-
-    def dedicated_connection(self, *, decode: bool = False) -> Any:
-        """A new connection of this ledger's client, connected, outside its pool: one
-        thread's own, for :meth:`run_on` (see :func:`herald.connections.dedicated_connection`)."""
-        return dedicated_connection(self.client, decode=decode)
 
     def run_on(self, connection: Any, name: str, args: Sequence[Any]) -> Any:
         """Run a script on a dedicated connection (EVALSHA, loading it when Redis lost it)."""

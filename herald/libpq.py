@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from psycopg import errors, pq
@@ -33,20 +33,33 @@ _NO_SUCH_STATEMENT = "26000"
 _OK = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
 
 
-def dollar_sql(pyformat_sql: bytes) -> tuple[bytes, tuple[str, ...]]:
-    """Pyformat SQL (``%(name)s``, ``%%``) as libpq's ``$n`` SQL, with the bind names in
-    ``$n`` order (a name used twice is one parameter)."""
-    names: list[str] = []
+@dataclasses.dataclass(frozen=True, slots=True)
+class Statement:
+    """A statement in libpq's form: ``$n`` SQL and its bind names in ``$n`` order."""
 
-    def number(match: re.Match[bytes]) -> bytes:
-        if match.group(1) is None:
-            return b"%"
-        name = match.group(1).decode()
-        if name not in names:
-            names.append(name)
-        return b"$%d" % (names.index(name) + 1)
+    sql: bytes
+    names: tuple[str, ...]
 
-    return _PLACEHOLDER.sub(number, pyformat_sql), tuple(names)
+    @classmethod
+    def from_pyformat(cls, pyformat_sql: bytes) -> Statement:
+        """The statement of pyformat SQL (``%(name)s``, ``%%``), as SQLAlchemy compiles it
+        for psycopg; a name used twice is one parameter."""
+        names: list[str] = []
+
+        def number(match: re.Match[bytes]) -> bytes:
+            if match.group(1) is None:
+                return b"%"
+            name = match.group(1).decode()
+            if name not in names:
+                names.append(name)
+            return b"$%d" % (names.index(name) + 1)
+
+        return cls(_PLACEHOLDER.sub(number, pyformat_sql), tuple(names))
+
+    def run(self, connection: Any, info: dict[str, Any],
+            values: Mapping[str, Any]) -> tuple[list[tuple[Any, ...]], int]:
+        """:func:`execute` with the bound ``values`` (by bind name)."""
+        return execute(connection, info, self.sql, [values[name] for name in self.names])
 
 
 @dataclasses.dataclass(slots=True)

@@ -156,10 +156,10 @@ def test_statement_listeners_see_the_hot_path(database: str) -> None:
 
 
 def test_pyformat_placeholders_become_libpq_numbers() -> None:
-    sql, names = libpq.dollar_sql(
+    statement = libpq.Statement.from_pyformat(
         b"UPDATE t SET a = %(now)s, b = %(now)s WHERE id = %(id)s AND c LIKE 'x%%'")
-    assert sql == b"UPDATE t SET a = $1, b = $1 WHERE id = $2 AND c LIKE 'x%'"
-    assert names == ("now", "id")
+    assert statement.sql == b"UPDATE t SET a = $1, b = $1 WHERE id = $2 AND c LIKE 'x%'"
+    assert statement.names == ("now", "id")
 
 
 def _postgres_only() -> None:
