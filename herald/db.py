@@ -251,8 +251,7 @@ class Prepared:
     column types still convert values both ways (UTC timestamps, JSON on SQLite). Driver
     errors are raised as SQLAlchemy's (``IntegrityError`` …), a connection the server
     dropped is invalidated, and the engine's cursor-execute events fire, as
-    ``Connection.execute`` would. Not for statements with
-    expanding (``IN``-list) binds.
+    ``Connection.execute`` would. Not for statements with expanding (``IN``-list) binds.
     """
 
     def __init__(self, statement: Executable) -> None:
@@ -306,7 +305,7 @@ class Prepared:
         direct = form.direct is not None and raw.autocommit is True
         bound: Any = (values if form.positional is None
                       else tuple(values[name] for name in form.positional))
-        if not direct and not connection.in_transaction() and not _autocommitting(raw):
+        if not connection.in_transaction() and not _autocommitting(raw):
             # as Connection.execute would: the driver opens a transaction, and
             # connection.commit() must know to end it
             connection.begin()
