@@ -251,7 +251,7 @@ class LedgerBroker(dramatiq.Broker):
 
 
 def _str(value: Any) -> str:
-    # replies of the consumer's own connection are decoded; the shared client's are bytes
+    # replies of the consumer thread's connection are decoded; other threads' are bytes
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
@@ -330,8 +330,8 @@ class LedgerConsumer(Consumer):
         return self.connection
 
     def _drop_connection(self) -> None:
-        """Close the own connection (after an error, or at close): a later trip opens a
-        fresh one."""
+        """Close the consumer thread's connection (after an error, or at close): a later
+        trip opens a fresh one."""
         if self.connection is not None:
             self.connection.disconnect()
             self.connection = None
@@ -369,7 +369,7 @@ class LedgerConsumer(Consumer):
                 self._block(*drained)
                 return None
             started, next_due, limited, drained_now = self._flush(
-                fetch=max(free, 0), extend=extend_due, own=True)
+                fetch=max(free, 0), extend=extend_due, consumer=True)
             due = int(float(next_due)) if next_due else None
             if started:
                 self._buffer(started)
@@ -381,10 +381,11 @@ class LedgerConsumer(Consumer):
             self._block(due, int(limited))
             return None
 
-    def _flush(self, *, fetch: int, extend: bool = False, own: bool = False) -> Any:
-        """One cycle: write the buffered ends, extend locks, fetch up to ``fetch`` jobs.
-        Returns the started rows, the next delayed job's time, the rate-limit wait and
-        whether the fetch drained the wait set."""
+    def _flush(self, *, fetch: int, extend: bool = False, consumer: bool = False) -> Any:
+        """One cycle: write the buffered ends, extend locks, fetch up to ``fetch`` jobs,
+        over the consumer thread's connection when ``consumer``, else over the calling
+        thread's own (:meth:`Ledger.cycle_raw`). Returns the started rows, the next
+        delayed job's time, the rate-limit wait and whether the fetch drained the wait set."""
         lane = self.lane
         done, finishes = lane.take_pending()
         extend_entries: list[tuple[str, str]] = []
@@ -395,10 +396,10 @@ class LedgerConsumer(Consumer):
         try:
             raw = self.ledger.cycle_raw(lane.spec, lane.config, done=done, finishes=finishes,
                                         extend=extend_entries, fetch=fetch,
-                                        connection=self._own_connection() if own else None)
+                                        connection=self._own_connection() if consumer else None)
         except redis.RedisError as error:
             lane.put_back(done, finishes)
-            if own:
+            if consumer:
                 self._drop_connection()
             raise ConnectionClosed(error) from error
         finished, started, next_due, limited, drained = raw

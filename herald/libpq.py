@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from psycopg import errors, pq
@@ -29,7 +29,7 @@ _PLACEHOLDER = re.compile(rb"%\(([^)]+)\)s|%%")
 _INFO_KEY = "herald.libpq"
 #: SQLSTATE of "prepared statement does not exist": something ran DEALLOCATE ALL or
 #: DISCARD ALL on the connection.
-_NO_SUCH_STATEMENT = "26000"
+_NO_SUCH_STATEMENT = b"26000"
 _OK = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
 
 
@@ -58,8 +58,36 @@ class Statement:
 
     def run(self, connection: Any, info: dict[str, Any],
             values: Mapping[str, Any]) -> tuple[list[tuple[Any, ...]], int]:
-        """:func:`execute` with the bound ``values`` (by bind name)."""
-        return execute(connection, info, self.sql, [values[name] for name in self.names])
+        """Run the statement with ``values`` (by bind name) on the psycopg ``connection``,
+        which must be in autocommit, as a statement prepared on it; ``info`` keeps the
+        connection's prepared names. Returns the rows (tuples, loaded as a cursor loads
+        them) and the row count (-1 when the command has none). Raises psycopg's errors."""
+        params = [values[name] for name in self.names]
+        session = _session(connection, info)
+        transformer, pgconn = session.transformer, session.pgconn
+        dumped = transformer.dump_sequence(params, [PyFormat.AUTO] * len(params))
+        key = (self.sql, tuple(transformer.types))
+        formats = transformer.formats
+        name = session.names.get(key)
+        if name is None:
+            name = session.names[key] = _prepare(connection, session, key)
+        result = pgconn.exec_prepared(name, dumped, formats)
+        if (result.status == pq.ExecStatus.FATAL_ERROR
+                and result.error_field(pq.DiagnosticField.SQLSTATE) == _NO_SUCH_STATEMENT):
+            # our statements were deallocated under us: prepare this one again, once
+            session.names.clear()
+            name = session.names[key] = _prepare(connection, session, key)
+            result = pgconn.exec_prepared(name, dumped, formats)
+        _check(connection, result)
+        if result.status == pq.ExecStatus.TUPLES_OK:
+            rows: list[tuple[Any, ...]] = []
+            if result.ntuples:
+                transformer.set_pgresult(result)
+                rows = transformer.load_rows(0, result.ntuples, tuple)
+                transformer.set_pgresult(None)
+            return rows, result.ntuples
+        count = result.command_tuples
+        return [], count if count is not None else -1
 
 
 @dataclasses.dataclass(slots=True)
@@ -88,39 +116,6 @@ def _check(connection: Any, result: Any) -> None:
     if result.status not in _OK:
         raise errors.InternalError(
             f"unexpected result status {pq.ExecStatus(result.status).name}")
-
-
-def execute(connection: Any, info: dict[str, Any], sql: bytes,
-            params: Sequence[Any]) -> tuple[list[tuple[Any, ...]], int]:
-    """Run ``sql`` (``$n`` placeholders) with ``params`` on the psycopg ``connection``,
-    which must be in autocommit, as a statement prepared on it; ``info`` keeps the
-    connection's prepared names. Returns the rows (tuples, loaded as a cursor loads them)
-    and the row count (-1 when the command has none). Raises psycopg's errors."""
-    session = _session(connection, info)
-    transformer, pgconn = session.transformer, session.pgconn
-    values = transformer.dump_sequence(params, [PyFormat.AUTO] * len(params))
-    key = (sql, tuple(transformer.types))
-    formats = transformer.formats
-    name = session.names.get(key)
-    if name is None:
-        name = session.names[key] = _prepare(connection, session, key)
-    result = pgconn.exec_prepared(name, values, formats)
-    if (result.status == pq.ExecStatus.FATAL_ERROR
-            and result.error_field(pq.DiagnosticField.SQLSTATE) == _NO_SUCH_STATEMENT.encode()):
-        # our statements were deallocated under us: prepare this one again, once
-        session.names.clear()
-        name = session.names[key] = _prepare(connection, session, key)
-        result = pgconn.exec_prepared(name, values, formats)
-    _check(connection, result)
-    rows: list[tuple[Any, ...]] = []
-    if result.status == pq.ExecStatus.TUPLES_OK:
-        if result.ntuples:
-            transformer.set_pgresult(result)
-            rows = transformer.load_rows(0, result.ntuples, tuple)
-            transformer.set_pgresult(None)
-        return rows, result.ntuples
-    count = result.command_tuples
-    return rows, count if count is not None else -1
 
 
 def _prepare(connection: Any, session: _Session,

@@ -100,21 +100,24 @@ def test_jobs_run_through_sentinel(sentinel: str, monkeypatch: pytest.MonkeyPatc
                       REDIS_SENTINEL_NAME="herald-test", REDIS_URL="redis://127.0.0.1:1/0")
 
 
+#: A script whose every run shows: it counts its runs in a key.
+COUNT_RUNS = Script(None, b"return redis.call('INCR', KEYS[1])")
+
+
 def test_a_threads_own_connection_recovers_from_a_drop_and_a_lost_script(
         redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url)
     own = ThreadConnections(client)
-    count = Script(None, b"return redis.call('INCR', KEYS[1])")
     key = f"own-{time.monotonic_ns()}"
-    assert own.run_script(count, keys=(key,)) == 1
+    assert own.run_script(COUNT_RUNS, keys=(key,)) == 1
     # the server drops the thread's connection: the call lands once, through the client,
     # and the next one opens a connection of its own again
     client.client_kill_filter(_type="normal", skipme=True)
-    assert own.run_script(count, keys=(key,)) == 2
-    assert own.run_script(count, keys=(key,)) == 3
+    assert own.run_script(COUNT_RUNS, keys=(key,)) == 2
+    assert own.run_script(COUNT_RUNS, keys=(key,)) == 3
     # Redis forgot its scripts (a restart, SCRIPT FLUSH): loaded again on the way
     client.script_flush()
-    assert own.run_script(count, keys=(key,)) == 4
+    assert own.run_script(COUNT_RUNS, keys=(key,)) == 4
     assert int(client.get(key) or 0) == 4
 
 
@@ -122,8 +125,7 @@ def test_a_client_that_is_gone_takes_its_threads_connections_along(redis_url: st
     # a process that makes new clients (after a settings change, in tests) keeps no old
     # client, pool or socket alive through the threads' connections
     client = redis.Redis.from_url(redis_url)
-    count = Script(None, b"return redis.call('INCR', KEYS[1])")
-    assert thread_connections(client).run_script(count, keys=(f"gone-{time.monotonic_ns()}",))
+    assert thread_connections(client).run_script(COUNT_RUNS, keys=(f"gone-{time.monotonic_ns()}",))
     gone = weakref.ref(client)
     del client
     gc.collect()

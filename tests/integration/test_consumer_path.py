@@ -36,7 +36,6 @@ def test_plain_completion_is_fenced_by_its_token(redis_only: HeraldOn) -> None:
     assert ledger.metrics("t-basic")["completed"] == 1
 
 
-
 def test_a_fetch_that_empties_the_queue_clears_the_wake_ups_left_for_its_jobs(
         redis_only: HeraldOn) -> None:
     # Given three jobs added, each leaving a wake-up for a consumer blocked on the queue
@@ -60,6 +59,7 @@ def test_a_fetch_that_empties_the_queue_clears_the_wake_ups_left_for_its_jobs(
     # And a job added later still wakes a consumer
     enqueue(basic, {"key": "later"}, job_id="wake-later")
     assert ledger.client.llen(wake_ups) == 1
+
 
 class Recorder(dramatiq.Middleware):
     """Counts the runs it sees."""
