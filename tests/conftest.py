@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, make_url
 
-from tests.support.services import ServiceSet
+from tests.support.services import ServiceSet, start_redis
 
 
 @pytest.fixture(scope="session")
@@ -85,3 +85,17 @@ def fresh_sqlite(tmp_path: Path) -> str:
 def empty_database(request: pytest.FixtureRequest) -> str:
     """An empty database of each supported kind."""
     return str(request.getfixturevalue(request.param))
+
+
+@pytest.fixture
+def private_redis_url(tmp_path: Path) -> Iterator[str]:
+    """A Redis server of this test's own, for tests that flush, kill clients or stop it.
+
+    The session's shared servers must never see ``FLUSHALL``, ``FLUSHDB`` or
+    ``CLIENT KILL``: other tests' keys and connections live there.
+    """
+    server = start_redis(tmp_path / "private-redis")
+    try:
+        yield server.url
+    finally:
+        server.stop()
