@@ -18,18 +18,21 @@ and every job id is deterministic, so an overlapping handoff is a no-op. Outcome
 claims are never touched: the channel worker decides again, so a sent, terminal or
 suppressed delivery is never re-sent, and a retained completed job is left alone. A
 failed re-enqueue is logged by id only and the row stays eligible.
+
+A :class:`Scope` limits a run to the rows of some accounts: ``herald demo`` repairs
+only what it made itself, never a user's own rows in the same database.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import and_, or_
+from sqlalchemy import ColumnElement, and_, or_
 from sqlmodel import Session, select
 
 from actors.batches import enqueue_batch_run
@@ -44,7 +47,13 @@ from herald.sweeps import register_sweep
 from models.base import utcnow
 from models.batches import UNFINISHED_BATCH, Batch, BatchStatus
 from models.callbacks import CallbackReceipt, stamp_receipts
-from models.notifications import CLAIM_STALE_AFTER, Delivery, Outcome, stamp_handoffs
+from models.notifications import (
+    CLAIM_STALE_AFTER,
+    Delivery,
+    Notification,
+    Outcome,
+    stamp_handoffs,
+)
 
 log = logging.getLogger("herald.handoffs")
 
@@ -65,22 +74,58 @@ class SweepReport:
         return self.deliveries + self.batches + self.receipts
 
 
+@dataclasses.dataclass(frozen=True)
+class Scope:
+    """The rows of some accounts only: their notifications' deliveries, the receipts about
+    those deliveries' provider messages, and the batches named."""
+
+    account_ids: frozenset[str]
+    batch_ids: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, account_ids: Collection[str], batch_ids: Collection[str] = ()) -> Scope:
+        """The scope of these accounts and batches."""
+        return cls(frozenset(account_ids), frozenset(batch_ids))
+
+    def deliveries(self) -> ColumnElement[bool]:
+        """True for a delivery of a notification to one of the accounts."""
+        return Delivery.notification_id.in_(
+            select(Notification.id).where(Notification.account_id.in_(self.account_ids)))
+
+    def receipts(self) -> ColumnElement[bool]:
+        """True for a receipt about a message sent for one of those deliveries."""
+        return CallbackReceipt.provider_message_id.in_(
+            select(Delivery.provider_message_id)
+            .where(self.deliveries(), Delivery.provider_message_id.is_not(None)))
+
+    def batches(self) -> ColumnElement[bool]:
+        """True for one of the batches named."""
+        return Batch.id.in_(self.batch_ids)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Window:
-    """The sweep's clock: ``now``, the handoff cutoff and the row cap of one run."""
+    """What one sweep run looks at: ``now``, the handoff cutoff, the row cap, and the
+    :class:`Scope` (None: every row)."""
 
     now: datetime
     cutoff: datetime
     limit: int
+    scope: Scope | None = None
 
     @classmethod
-    def current(cls, now: datetime | None = None, age: timedelta | None = None) -> Window:
+    def current(cls, now: datetime | None = None, age: timedelta | None = None,
+                scope: Scope | None = None) -> Window:
         """The window configured by HANDOFF_SWEEP_AGE_S (unless ``age`` is given) and
         HANDOFF_SWEEP_LIMIT."""
         settings = get_settings()
         now = now or utcnow()
         age = age or timedelta(seconds=settings.handoff_sweep_age_s)
-        return cls(now=now, cutoff=now - age, limit=settings.handoff_sweep_limit)
+        return cls(now=now, cutoff=now - age, limit=settings.handoff_sweep_limit, scope=scope)
+
+    def within(self, condition: Callable[[Scope], ColumnElement[bool]]) -> list[Any]:
+        """The scope's ``condition`` as a WHERE criterion (none when every row is in)."""
+        return [] if self.scope is None else [condition(self.scope)]
 
 
 # -- what each kind selects (the seed's rules, each one query on a partial index) ---------
@@ -93,7 +138,8 @@ def stale_deliveries(window: Window) -> Any:
             # the literal IN matches the partial index ix_deliveries_pending
             .where(Delivery.outcome.in_([Outcome.QUEUED.value, Outcome.SENDING.value]),
                    Delivery.channel.in_(list(CHANNEL_QUEUES)), no_live_claim,
-                   or_(Delivery.queued_at.is_(None), Delivery.queued_at < window.cutoff))
+                   or_(Delivery.queued_at.is_(None), Delivery.queued_at < window.cutoff),
+                   *window.within(Scope.deliveries))
             .order_by(Delivery.created_at).limit(window.limit)
             .with_for_update(skip_locked=True))
 
@@ -108,7 +154,7 @@ def overdue_batches(window: Window) -> Any:
                            Batch.started_at < window.cutoff)
     return (select(Batch)
             .where(Batch.status.in_(list(UNFINISHED_BATCH)),
-                   or_(scheduled_overdue, running_overdue))
+                   or_(scheduled_overdue, running_overdue), *window.within(Scope.batches))
             .order_by(Batch.created_at).limit(window.limit)
             .with_for_update(skip_locked=True))
 
@@ -118,7 +164,8 @@ def stale_receipts(window: Window) -> Any:
     return (select(CallbackReceipt)
             .where(CallbackReceipt.processed_at.is_(None),
                    or_(CallbackReceipt.queued_at.is_(None),
-                       CallbackReceipt.queued_at < window.cutoff))
+                       CallbackReceipt.queued_at < window.cutoff),
+                   *window.within(Scope.receipts))
             .order_by(CallbackReceipt.received_at).limit(window.limit)
             .with_for_update(skip_locked=True))
 
@@ -156,13 +203,14 @@ def _redrive(kind: str, query: Any, enqueue: Callable[[Any], str], *,
     return len(rows), recreated
 
 
-def reconcile_handoffs(now: datetime | None = None, *,
-                       age: timedelta | None = None) -> SweepReport:
+def reconcile_handoffs(now: datetime | None = None, *, age: timedelta | None = None,
+                       scope: Scope | None = None) -> SweepReport:
     """Run the sweep once: deliveries, then overdue batches, then callback receipts.
 
-    ``age`` overrides HANDOFF_SWEEP_AGE_S (the demo's simulated loss uses a short one).
+    ``age`` overrides HANDOFF_SWEEP_AGE_S (the demo's simulated loss uses a short one);
+    with a ``scope`` no row outside it is read, stamped or re-driven.
     """
-    window = Window.current(now, age)
+    window = Window.current(now, age, scope)
     deliveries = _redrive(
         "delivery", stale_deliveries(window),
         # the single-add helper at normal urgency: a missing job comes back at priority

@@ -2,14 +2,15 @@
 
 ::
 
-    herald demo [--jobs N]            push jobs through the real worker, show a summary
+    herald demo [--jobs N] [--events N] [--batch-size N]
+                                      push jobs and notifications through the real workers
     herald up [--procfile P] [NAME…]  run the Procfile's processes in one terminal
     herald web [--host H] [--port N]  the HTTP app
     herald worker [--import M]… [LANE…]   run lanes (all when none given)
     herald clock [--import M]…        fire the repeatable schedules
     herald migrate                    bring the database schema to head
     herald queues                     the registry as a table, with live counts
-    herald sweep [NAME…]              run the registered sweeps once
+    herald sweep [NAME…]              run the sweeps once (``handoffs``)
     herald clean [QUEUE…]             apply retention now
 
 Every command reads the settings first, so an invalid environment variable stops it
@@ -24,6 +25,7 @@ import importlib
 import logging
 import os
 import pkgutil
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -144,7 +146,7 @@ def process_environments(names: Sequence[str], settings: Settings,
 
     ``herald`` resolves to this installation (its directory leads ``PATH``); output is
     unbuffered so lines arrive as they are written; each ``worker…`` process gets its own
-    ``WORKER_PORT`` (``WORKER_PORT``, +1, +2 … in Procfile order) so their health servers
+    ``WORKER_PORT`` (``WORKER_PORT``, +1, +2 … in Procfile order; 0 stays 0) so their health servers
     do not collide on one machine, and ``web`` gets ``PORT``.
     """
     base = dict(os.environ if base is None else base)
@@ -157,7 +159,8 @@ def process_environments(names: Sequence[str], settings: Settings,
         env = dict(base)
         if name.startswith("worker"):
             env["WORKER_PORT"] = str(worker_port)
-            worker_port += 1
+            # 0 asks each worker for any free port: 0 for all of them
+            worker_port += 1 if worker_port else 0
         elif name == "web":
             env["PORT"] = str(settings.port)
         environments[name] = env
@@ -230,23 +233,39 @@ def _run_processes(processes: dict[str, str], environments: dict[str, dict[str, 
 
 
 # -- processes ------------------------------------------------------------------------
+def _exit_normally(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
 def cmd_web(args: argparse.Namespace, settings: Settings) -> int:
-    """``herald web``: the HTTP app under uvicorn."""
+    """``herald web``: the HTTP app under uvicorn; a graceful stop (SIGTERM or SIGINT)
+    ends the process with 0, as the other processes do."""
     from herald.web import serve
 
+    # uvicorn drains on SIGTERM, then restores the handler it found and raises the signal
+    # again: with the default one the process would die of it (-15) after a clean stop
+    signal.signal(signal.SIGTERM, _exit_normally)
     serve(args.host, args.port)
     return 0
 
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
-    """``herald worker``: run lanes until SIGTERM/SIGINT, then drain."""
+    """``herald worker``: run lanes until SIGTERM/SIGINT, then drain. A taken
+    ``WORKER_PORT`` stops it at start with one line saying so (exit code 1)."""
+    from herald.health import PortInUse
     from herald.worker import run_worker_process
 
     load_actor_modules(args.imports)
     lanes = _check_queues(args.lanes)
     if lanes is None:
         return USAGE_ERROR
-    return run_worker_process(lanes, imports=args.imports, health_port=settings.worker_port)
+    try:
+        return run_worker_process(lanes, imports=args.imports,
+                                  health_port=settings.worker_port)
+    except PortInUse as error:
+        return _fail(f"the worker's health port {error.port} (WORKER_PORT) is already in "
+                     "use, by another worker on this machine perhaps; set WORKER_PORT to a "
+                     "free port, or WORKER_PORT=0 for any free port")
 
 
 def run_clock(settings: Settings, imports: Sequence[str] = ()) -> int:
@@ -431,11 +450,25 @@ def cmd_clean(args: argparse.Namespace, settings: Settings) -> int:
 
 
 # -- parser ---------------------------------------------------------------------------
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
+def _at_least(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer of at least ``low`` (and at most ``high``)."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high}")
+        return value
+    return parse
+
+
+_positive = _at_least(1)
+
+
+def _batch_size(text: str) -> int:
+    from actors.batches import MAX_RECIPIENTS
+
+    return _at_least(1, MAX_RECIPIENTS)(text)
 
 
 def _port(text: str) -> int:
@@ -456,8 +489,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="push jobs through the real worker; show a summary")
     demo.add_argument("--jobs", type=_positive, default=DEFAULT_JOBS,
                       help=f"jobs to run through the demo lane (default {DEFAULT_JOBS})")
-    demo.add_argument("--events", type=_positive, help="domain events to fire (default 200)")
-    demo.add_argument("--batch-size", type=_positive,
+    demo.add_argument("--events", type=_at_least(0),
+                      help="domain events to fire (default 200; 0 skips the notification "
+                           "phase)")
+    demo.add_argument("--batch-size", type=_batch_size,
                       help="accounts in the scheduled batch (default 20)")
     demo.add_argument("--orders", type=_positive, help="store orders to place (not yet)")
     demo.set_defaults(handler=cmd_demo)
@@ -490,8 +525,10 @@ def build_parser() -> argparse.ArgumentParser:
     queues = commands.add_parser("queues", help="the queue registry, with live counts")
     queues.set_defaults(handler=cmd_queues)
 
-    sweep = commands.add_parser("sweep", help="run the registered sweeps once")
-    sweep.add_argument("names", nargs="*", metavar="NAME", help="sweeps to run (default: all)")
+    sweep = commands.add_parser(
+        "sweep", help="run the sweeps once (handoffs: re-drive rows whose job was lost)")
+    sweep.add_argument("names", nargs="*", metavar="NAME",
+                       help="sweeps to run: handoffs (default: all)")
     sweep.set_defaults(handler=cmd_sweep)
 
     clean = commands.add_parser("clean", help="apply retention now")

@@ -8,23 +8,35 @@ SQLite ``./herald.db`` and the embedded Redis). The registry's provider rate lim
 lifted for the run, as the benchmark does; everything else is the production path:
 callbacks go through the HTTP route with the mock's signature, the sweep is the one the
 clock runs (with its handoff age shortened, since the demo cannot wait 15 minutes).
+
+The phase touches only what it made. Its jobs and the mock provider's records live under
+a key prefix of its own (``QUEUE_PREFIX`` + ``-demo``), so its workers never take a job
+the user queued; its sweep, its waits and its summary are scoped to its own accounts and
+batch, so a user's queued deliveries or unmatched receipts in the same database are
+neither sent, nor waited for, nor counted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import time
 import uuid
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from sqlalchemy import func
 from sqlmodel import select
+
+if TYPE_CHECKING:
+    from actors.handoffs import Scope
 
 #: Accounts the demo seeds per run (at least the batch size).
 DEMO_ACCOUNTS = 60
@@ -51,6 +63,60 @@ EVENT_MIX = (
     ("esim.ready", {"iccid": "8966000000000000001", "activation_code": "LPA:1$smdp.io$DEMO"}),
     ("promo.offer", {"headline": "Spring data bundle", "code": "SPRING10"}),
 )
+#: Appended to QUEUE_PREFIX for the phase's own Redis keys (its lanes, the mock's records).
+NAMESPACE_SUFFIX = "-demo"
+
+
+def _reload_settings() -> None:
+    from herald.jobs import reset_brokers
+    from herald.settings import reset_settings
+
+    reset_settings()
+    reset_brokers()
+
+
+@contextlib.contextmanager
+def own_namespace() -> Iterator[str]:
+    """Run the block with this process's ledger, broker and mock provider under the demo's
+    own key prefix (yielded); the queues under the configured prefix are left alone.
+
+    The notification lanes of that prefix start empty: a job an earlier, interrupted demo
+    left there is not this run's.
+    """
+    from herald.jobs import queue
+    from herald.settings import get_settings
+    from providers.mock import MockProvider
+
+    prefix = get_settings().queue_prefix + NAMESPACE_SUFFIX
+    # variable names are case-insensitive: every spelling gives way for the block
+    saved = {name: os.environ.pop(name) for name in list(os.environ)
+             if name.upper() == "QUEUE_PREFIX"}
+    os.environ["QUEUE_PREFIX"] = prefix
+    _reload_settings()
+    try:
+        for name in LANES:
+            queue(name).obliterate()
+        MockProvider.reset()
+        yield prefix
+    finally:
+        os.environ.pop("QUEUE_PREFIX", None)
+        os.environ.update(saved)
+        _reload_settings()
+
+
+@contextlib.contextmanager
+def lifted_rate_limits() -> Iterator[None]:
+    """The demo lanes without their provider rate limits for the block (this process)."""
+    from herald import registry
+
+    saved = [registry.get_spec(name) for name in LANES]
+    for spec in saved:
+        registry.declare(dataclasses.replace(spec, rate_limit=None))
+    try:
+        yield
+    finally:
+        for spec in saved:
+            registry.declare(spec)
 
 
 def _seed_accounts(run_id: str, count: int) -> list[str]:
@@ -119,46 +185,48 @@ def _post_callbacks(client: Any, done: Progressed) -> int:
     return len(sends)
 
 
-def _sweep(done: Progressed) -> None:
+def _sweep(done: Progressed, scope: Scope) -> None:
     from actors.handoffs import reconcile_handoffs
 
     if time.monotonic() - done.last_sweep < DEMO_SWEEP_EVERY.total_seconds():
         return
     done.last_sweep = time.monotonic()
-    report = reconcile_handoffs(age=DEMO_SWEEP_AGE)
+    report = reconcile_handoffs(age=DEMO_SWEEP_AGE, scope=scope)
     done.sweeps += 1
     done.recreated += report.recreated
 
 
 def run_notifications(events: int, console: Console, *, batch_size: int | None = None) -> int:
-    """Run the notification phase; returns 0 when every delivery ended final, the batch
-    finished, every callback was processed and the provider accepted exactly the
-    deliveries recorded as sent or delivered."""
+    """Run the notification phase; returns 0 when every delivery it made ended final, its
+    batch finished, every callback it posted was processed and the provider accepted
+    exactly its deliveries recorded as sent or delivered (and nothing else)."""
+    with own_namespace() as prefix, lifted_rate_limits():
+        return _run(events, console, batch_size or DEFAULT_BATCH_SIZE, prefix)
+
+
+def _run(events: int, console: Console, batch_size: int, prefix: str) -> int:
     with warnings.catch_warnings():  # starlette's note about its httpx client, not ours
         warnings.filterwarnings("ignore", message=".*httpx.*")
         from fastapi.testclient import TestClient
 
     from actors.batches import create_batch, get_batch
-    from herald import registry
+    from actors.handoffs import Scope
     from herald.db import migrate
     from herald.db import session as db_session
     from herald.web import create_app
     from herald.worker import running_worker
     from models.base import utcnow
     from models.callbacks import CallbackReceipt
-    from models.notifications import Delivery, Notification
+    from models.notifications import Delivery
     from providers.mock import MockProvider
 
     migrate()
     run_id = uuid.uuid4().hex[:8]
-    batch_size = batch_size or DEFAULT_BATCH_SIZE
-    MockProvider.reset()
-    for name in LANES:
-        registry.declare(dataclasses.replace(registry.get_spec(name), rate_limit=None))
     accounts = _seed_accounts(run_id, max(DEMO_ACCOUNTS, batch_size))
     console.print(f"[bold]notifications[/]: {len(accounts)} accounts, {events} events over "
                   f"email, SMS and in-app, a batch of {batch_size} due in "
-                  f"{BATCH_DUE_IN.seconds} s (mock provider; provider rate limits lifted)")
+                  f"{BATCH_DUE_IN.seconds} s (mock provider; provider rate limits lifted; "
+                  f"jobs under the key prefix {prefix!r})")
     started = time.perf_counter()
     lost = _fire_events(run_id, events, accounts)
     batch = create_batch(type="promo.offer", account_ids=accounts[:batch_size],
@@ -166,20 +234,21 @@ def run_notifications(events: int, console: Console, *, batch_size: int | None =
                          scheduled_at=utcnow() + BATCH_DUE_IN).batch
     console.print(f"accepted {events} events in {time.perf_counter() - started:.2f} s; "
                   f"{lost} channel jobs then lost on purpose (the sweep must repair them)")
+    # every wait, count and repair below reads this run's rows only
+    scope = Scope.of(accounts, [batch.id])
 
     def tally() -> Counter[tuple[str, str]]:
         with db_session() as session:
             rows = session.exec(
                 select(Delivery.channel, Delivery.outcome, func.count())
-                .join(Notification, Notification.id == Delivery.notification_id)
-                .where(Notification.account_id.in_(accounts))
+                .where(scope.deliveries())
                 .group_by(Delivery.channel, Delivery.outcome)).all()
         return Counter({(channel, outcome): count for channel, outcome, count in rows})
 
     def unprocessed_receipts() -> int:
         with db_session() as session:
             return session.exec(select(func.count()).select_from(CallbackReceipt).where(
-                CallbackReceipt.processed_at.is_(None))).one()
+                CallbackReceipt.processed_at.is_(None), scope.receipts())).one()
 
     # the batch adds its deliveries when it runs: the bar grows with them
     expected = sum(tally().values())
@@ -202,7 +271,7 @@ def run_notifications(events: int, console: Console, *, batch_size: int | None =
             # after a while regardless), the sweep repairs what lost them, like the clock
             # would minutes later
             if (batch_done and open_ <= lost) or time.perf_counter() - started > 30:
-                _sweep(done)
+                _sweep(done, scope)
             if (open_ == 0 and batch_done and len(done.callbacks_posted) == accepted
                     and unprocessed_receipts() == 0 and counts[("email", "sent")] +
                     counts[("sms", "sent")] == 0):
@@ -222,20 +291,17 @@ def run_notifications(events: int, console: Console, *, batch_size: int | None =
     reached = sum(n for (channel, outcome), n in counts.items()
                   if channel != "in_app" and outcome in ("sent", "delivered"))
     with db_session() as session:
-        ours = set(session.exec(select(Delivery.id)
-                                .join(Notification, Notification.id == Delivery.notification_id)
-                                .where(Notification.account_id.in_(accounts))).all())
-    # the sweep repairs every stuck delivery in the database, not only this run's: sends
-    # for deliveries of earlier runs (or other users of a shared database) are not ours
+        ours = set(session.exec(select(Delivery.id).where(scope.deliveries())).all())
     sends = MockProvider.sends(accepted_only=True)
     accepted = sum(1 for send in sends if send["idempotency_key"] in ours)
     elapsed = (settled_at or time.perf_counter()) - started
     console.print(f"{total} deliveries final in {elapsed:.2f} s "
                   f"({total / max(elapsed, 1e-9):,.0f} deliveries/s) · provider accepted "
-                  f"{accepted}, deliveries sent or delivered {reached}"
-                  + (f" · {len(sends) - accepted} sends repaired deliveries of earlier runs"
-                     if len(sends) > accepted else ""))
+                  f"{accepted}, deliveries sent or delivered {reached}")
     problems = []
+    if len(sends) > accepted:
+        problems.append(f"the provider accepted {len(sends) - accepted} sends for "
+                        "deliveries this demo did not make")
     if settled_at is None:
         problems.append("not everything settled before the deadline (deliveries final, "
                         "batch finished, callbacks processed)")

@@ -12,6 +12,7 @@ The web process serves the same three routes through FastAPI (:mod:`herald.web`)
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import threading
@@ -184,13 +185,27 @@ class HealthServer:
         self.stop()
 
 
+class PortInUse(OSError):
+    """The health server's port is taken (by another process on this machine)."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(errno.EADDRINUSE, f"port {port} is already in use")
+        self.port = port
+
+
 def serve_worker_health(port: int, host: str = "0.0.0.0") -> HealthServer:
     """Serve ``/healthz``, ``/readyz`` and ``/metrics`` on ``host:port`` in a daemon thread.
 
-    ``port=0`` picks a free port (see :attr:`HealthServer.port`). Raises ``OSError`` when
-    the port is taken. Liveness answers even while every dependency is down.
+    ``port=0`` picks a free port (see :attr:`HealthServer.port`). Raises
+    :class:`PortInUse` when the port is taken, any other ``OSError`` when it cannot be
+    bound otherwise. Liveness answers even while every dependency is down.
     """
-    server = ThreadingHTTPServer((host, port), _HealthHandler)
+    try:
+        server = ThreadingHTTPServer((host, port), _HealthHandler)
+    except OSError as error:
+        if error.errno == errno.EADDRINUSE:
+            raise PortInUse(port) from None
+        raise
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
                               name="herald-worker-health", daemon=True)

@@ -6,9 +6,12 @@ operator needs. In-process tests cover the formatting helpers the commands share
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -16,12 +19,16 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
+import httpx
 import pytest
+import redis
+from sqlmodel import Session, create_engine, select
 
 from herald.cli import describe_spec, exec_form, format_keep, format_span, process_environments
 from herald.connections import embedded_redis_running
 from herald.registry import DAY, Keep, QueueSpec, Retention, builtin_specs
 from herald.settings import Settings
+from tests.support.waiting import wait_for
 
 #: Variables that would point a subprocess at some other Redis, broker or database (a
 #: command run in a test's directory gets that directory's SQLite file unless told; the
@@ -110,6 +117,36 @@ def test_invalid_variable_stops_the_command_naming_it(tmp_path: Path) -> None:
     assert "herald queues" not in result.stdout
 
 
+def test_sweep_help_names_the_handoffs_sweep(tmp_path: Path) -> None:
+    result = run_herald("--help", cwd=tmp_path, env=herald_env())
+
+    assert result.returncode == 0, result.stderr
+    sweep_line = next(line for line in result.stdout.splitlines()
+                      if line.strip().startswith("sweep"))
+    assert "handoffs" in sweep_line, result.stdout
+
+
+def test_a_second_worker_on_a_taken_port_says_so_in_one_line(
+        tmp_path: Path, demo_env: dict[str, str]) -> None:
+    # Given a port some other process (the first worker) is listening on
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        # When a worker is started with that WORKER_PORT
+        result = run_herald("worker", "demo", cwd=tmp_path,
+                            env={**demo_env, "WORKER_PORT": str(port)})
+
+    # Then it stops at once with one line naming the port, the variable and the way out
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"port {port} (WORKER_PORT) is already in use" in lines[0]
+    assert "WORKER_PORT=0 for any free port" in lines[0]
+
+
 def test_worker_refuses_an_unknown_lane(tmp_path: Path) -> None:
     result = run_herald("worker", "no-such-lane", cwd=tmp_path, env=herald_env())
 
@@ -185,6 +222,89 @@ def test_clock_runs_until_sigterm(tmp_path: Path, demo_env: dict[str, str]) -> N
             process.wait()
 
 
+# -- herald up ------------------------------------------------------------------------
+#: What an ``herald up`` session of a user runs: the release, the web app, and a worker
+#: whose lane has nothing to do with notifications (so the user's sends stay queued).
+SESSION_PROCFILE = ("release: herald migrate\nweb: herald web\n"
+                    "worker-demo: herald worker demo\n")
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclasses.dataclass
+class UserSession:
+    """What a user's ``herald up`` session left behind, and its output."""
+
+    output: str
+    #: The queued email and SMS deliveries: id → channel.
+    queued: dict[str, str]
+    receipt_id: str
+
+
+def user_session(tmp_path: Path, env: dict[str, str]) -> UserSession:
+    """Run ``herald up`` as a user would, use the API through it (events whose email and
+    SMS no worker sends, a callback no delivery matches), then stop it with SIGTERM."""
+    from providers.mock import signed_callback
+
+    procfile = tmp_path / "Procfile"
+    procfile.write_text(SESSION_PROCFILE)
+    port = free_port()
+    env = {**env, "PORT": str(port), "WORKER_PORT": "0"}
+    process = subprocess.Popen([*herald_command(), "up", "--procfile", str(procfile)],
+                               cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+            def answers() -> bool:
+                assert process.poll() is None, "herald up ended before its web answered"
+                try:
+                    return client.get("/healthz").status_code == 200
+                except httpx.TransportError:
+                    return False
+            wait_for(answers, timeout=QUICK_S, every=0.2, what="herald up's web process")
+            account = client.post("/v1/accounts", json={
+                "email": "amal@example.com", "phone": "+966501234567", "locale": "ar"})
+            assert account.status_code == 201, account.text
+            account_id = account.json()["id"]
+            queued = {}
+            for occurrence in ("signup", "again"):
+                event = client.post("/v1/events", json={
+                    "type": "account.welcome", "account_id": account_id,
+                    "occurrence": occurrence})
+                assert event.status_code == 202, event.text
+                queued.update({d["id"]: d["channel"] for d in event.json()["deliveries"]
+                               if d["outcome"] == "queued"})
+            body, headers = signed_callback(
+                {"provider_message_id": "mock-from-a-manual-test", "channel": "email"})
+            receipt = client.post("/v1/callbacks/mock", content=body, headers=headers)
+            assert receipt.status_code == 202, receipt.text
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=QUICK_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert len(queued) == 4, queued  # email and SMS of two welcome events
+    return UserSession(output=output, queued=queued,
+                       receipt_id=receipt.json()["receipt_id"])
+
+
+def test_up_stops_every_process_with_0_on_sigterm(tmp_path: Path,
+                                                  demo_env: dict[str, str]) -> None:
+    # Given a herald up session that served requests; When it gets SIGTERM (Ctrl-C)
+    session = user_session(tmp_path, demo_env)
+
+    # Then each process drained and ended with 0 — the web app as well as the others
+    stopped = dict(re.findall(r"(\S+) stopped \(rc=(-?\d+)\)", session.output))
+    assert stopped == {"release": "0", "web": "0", "worker-demo": "0"}, session.output
+    assert "Traceback" not in session.output, session.output
+
+
 # -- herald demo ----------------------------------------------------------------------
 def test_demo_runs_every_job_to_its_planned_end_twice(tmp_path: Path,
                                                       demo_env: dict[str, str]) -> None:
@@ -227,6 +347,95 @@ def test_demo_on_the_embedded_default(tmp_path: Path) -> None:
         # timeout as "forever") shows up as a connection error
         assert "connection error" not in result.stderr, result.stderr
         assert not embedded_answers(tmp_path), "the demo must stop the Redis it started"
+
+
+def test_demo_events_0_skips_the_notification_phase(tmp_path: Path,
+                                                   demo_env: dict[str, str]) -> None:
+    result = run_herald("demo", "--jobs", "20", "--events", "0", cwd=tmp_path, env=demo_env,
+                        timeout_s=DEMO_S)
+
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    assert "every job ended as planned" in result.stdout
+    # no notification phase: no deliveries table, and not even a database was made
+    assert "deliveries by channel" not in result.stdout
+    assert not (tmp_path / "herald.db").exists()
+
+
+@pytest.mark.parametrize(("option", "value", "refusal"), [
+    ("--events", "-1", "must be at least 0"),
+    ("--jobs", "0", "must be at least 1"),
+    ("--batch-size", "0", "must be at least 1"),
+    ("--batch-size", "10001", "must be at most 10000"),
+])
+def test_demo_refuses_counts_out_of_range(tmp_path: Path, option: str, value: str,
+                                          refusal: str) -> None:
+    result = run_herald("demo", option, value, cwd=tmp_path, env=herald_env())
+
+    assert result.returncode == 2
+    assert f"argument {option}: {refusal}" in result.stderr
+    assert not (tmp_path / ".herald").exists(), "a refused demo must start nothing"
+
+
+#: Deliveries one demo run makes with ``--events 40 --batch-size 5``: the event mix
+#: (welcome: email, SMS, in-app; receipt: email; eSIM: email, SMS; promo: email, SMS) is
+#: 8 deliveries per 4 events, and each of the batch's 5 promo offers is 2 more.
+DEMO_40_5_DELIVERIES = 40 // 4 * 8 + 5 * 2
+
+
+def test_demo_after_a_user_session_counts_and_touches_only_its_own_rows(
+        tmp_path: Path, demo_env: dict[str, str], redis_url: str) -> None:
+    from herald.jobs import Queue
+    from herald.ledger import Ledger
+    from herald.registry import get_spec
+    from models.callbacks import CallbackReceipt
+    from models.notifications import Delivery
+
+    # Given what a user's herald up session leaves: email and SMS queued that no worker
+    # sent (their jobs waiting in Redis), and a callback receipt no delivery matches
+    session = user_session(tmp_path, demo_env)
+    engine = create_engine(f"sqlite:///{tmp_path / 'herald.db'}")
+    with Session(engine) as db:
+        before = {row.id: row.queued_at for row in db.exec(
+            select(Delivery).where(Delivery.id.in_(session.queued)))}
+        receipt_queued_at = db.get(CallbackReceipt, session.receipt_id).queued_at
+    user_prefix = demo_env["QUEUE_PREFIX"]
+
+    for run in (1, 2):
+        # When the demo runs (twice)
+        result = run_herald("demo", "--jobs", "20", "--events", "40", "--batch-size", "5",
+                            cwd=tmp_path, env=demo_env, timeout_s=DEMO_S)
+
+        # Then it succeeds, and its summary counts its own rows only
+        assert result.returncode == 0, f"run {run}:\n{result.stdout}\n{result.stderr}"
+        rows = table_rows(result.stdout)
+        assert "notification-email" not in rows, "the user's queues are not the demo's"
+        table = [int(n) for channel in ("email", "sms", "in_app") for n in rows[channel][1:]]
+        assert sum(table) == DEMO_40_5_DELIVERIES, result.stdout
+        assert re.search(r"batch \w+: finished, 5 notifications", result.stdout)
+        accepted = re.search(r"provider accepted (\d+), deliveries sent or delivered (\d+)",
+                             result.stdout)
+        posted = re.search(r"callbacks: (\d+) signed receipts posted", result.stdout)
+        assert accepted and posted and accepted[1] == accepted[2] == posted[1], result.stdout
+
+    # And the user's deliveries are as the session left them: queued, never handed off
+    # again, never sent, their jobs still waiting in the user's queues
+    with Session(engine) as db:
+        user_rows = db.exec(select(Delivery).where(Delivery.id.in_(session.queued))).all()
+        assert {row.id: (row.outcome, row.attempts, row.queued_at) for row in user_rows} == {
+            id_: ("queued", 0, queued_at) for id_, queued_at in before.items()}
+        receipt = db.get(CallbackReceipt, session.receipt_id)
+        assert (receipt.processed_at, receipt.queued_at) == (None, receipt_queued_at)
+    engine.dispose()
+    client = redis.Redis.from_url(redis_url)
+    ledger = Ledger(client, user_prefix)
+    channel_queue = {"email": "notification-email", "sms": "notification-sms"}
+    for delivery_id, channel in session.queued.items():
+        job = Queue(get_spec(channel_queue[channel]), ledger).get(delivery_id)
+        assert job is not None and job.state == "waiting", (delivery_id, job)
+    sent_for = {json.loads(raw)["idempotency_key"] for key in client.scan_iter("*:mock:sends")
+                for raw in client.lrange(key, 0, -1)}
+    assert sent_for.isdisjoint(session.queued)
+    client.close()
 
 
 def test_demo_sends_notifications_and_says_which_phases_are_not_there_yet(
