@@ -37,8 +37,9 @@ CONNECTION_VARIABLES = ("REDIS_URL", "REDIS_SENTINELS", "REDIS_SENTINEL_NAME", "
                         "QUEUE_PREFIX", "DATABASE_URL", "RABBITMQ_URL")
 #: Seconds a quick command may take (imports included).
 QUICK_S = 60
-#: Seconds a demo run may take (its own drain deadline is 120 s).
-DEMO_S = 180
+#: Seconds a demo run may take: past its own deadlines (120 s to drain its jobs, 180 s to
+#: settle its notifications), so a demo that fails says why.
+DEMO_S = 360
 
 
 def herald_command() -> list[str]:
