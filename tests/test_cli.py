@@ -488,6 +488,9 @@ def test_up_gives_each_worker_its_own_port() -> None:
     assert [envs[n].get("WORKER_PORT") for n in names] == [None, None, "4000", "4001", None]
     assert envs["web"]["PORT"] == "8100"
     assert envs["clock"]["PATH"].startswith(str(Path(sys.executable).parent))
+    # WORKER_PORT=0 (any free port) stays 0 for every worker, never 1, 2 …
+    any_port = process_environments(names, Settings(worker_port=0), base={})
+    assert [any_port[n].get("WORKER_PORT") for n in names] == [None, None, "0", "0", None]
 
 
 def test_up_execs_simple_commands_only() -> None:
