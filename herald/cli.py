@@ -146,8 +146,8 @@ def process_environments(names: Sequence[str], settings: Settings,
 
     ``herald`` resolves to this installation (its directory leads ``PATH``); output is
     unbuffered so lines arrive as they are written; each ``worker…`` process gets its own
-    ``WORKER_PORT`` (``WORKER_PORT``, +1, +2 … in Procfile order; 0 stays 0) so their health servers
-    do not collide on one machine, and ``web`` gets ``PORT``.
+    ``WORKER_PORT`` (``WORKER_PORT``, +1, +2 … in Procfile order; 0 stays 0) so their
+    health servers do not collide on one machine, and ``web`` gets ``PORT``.
     """
     base = dict(os.environ if base is None else base)
     bin_dir = str(Path(sys.executable).parent)
