@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from actors.notifications import DeliveryJob, deliver
-from herald import connections, db, jobs, settings
+from herald import db, settings
 from herald.connections import redis_client
 from herald.db import session as db_session
 from herald.jobs import queue
@@ -22,43 +22,19 @@ from herald.web import create_app
 from herald.worker import running_worker
 from models.notifications import Delivery, Outcome, claim_delivery, record_delivery_outcome
 from providers.mock import MockProvider
-from tests.integration.conftest import wait_for
+from tests.pipeline.support import (
+    account,
+    event,
+    outcomes,
+    sessions_waiting_on,
+    settled,
+    use_redis,
+)
 from tests.support.services import find_free_port
+from tests.support.waiting import wait_for
 
 LANES = ["notification-email", "notification-sms"]
 REPO = Path(__file__).resolve().parents[2]
-
-
-def account(client: TestClient, **fields: object) -> str:
-    body = {"email": "amal@example.com", "phone": "+966501234567", "locale": "en", **fields}
-    response = client.post("/v1/accounts", json=body)
-    assert response.status_code == 201, response.text
-    return response.json()["id"]
-
-
-def event(client: TestClient, account_id: str, type_: str = "account.welcome",
-          occurrence: str = "signup", **fields: object) -> dict:
-    response = client.post("/v1/events", json={"type": type_, "account_id": account_id,
-                                               "occurrence": occurrence, **fields})
-    assert response.status_code in (200, 202), response.text
-    return response.json() | {"_status": response.status_code}
-
-
-def use_redis(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
-    """Point herald at the Redis at ``url`` for the rest of the test."""
-    monkeypatch.setenv("REDIS_URL", url)
-    settings.reset_settings()
-    connections.reset_redis_client()
-    jobs.reset_brokers()
-
-
-def outcomes(client: TestClient, notification_id: str) -> dict[str, str]:
-    body = client.get(f"/v1/notifications/{notification_id}").json()
-    return {d["channel"]: d["outcome"] for d in body["deliveries"]}
-
-
-def settled(client: TestClient, notification_id: str) -> bool:
-    return all(o not in ("queued", "sending") for o in outcomes(client, notification_id).values())
 
 
 def test_event_persists_then_enqueues_and_a_repeat_sends_nothing(
@@ -229,12 +205,12 @@ def test_a_delivery_whose_runs_keep_dying_ends_failed_terminal_when_starts_run_o
             process = spawn_email_worker()
             try:
                 wait_for(lambda start=start: started(delivery_id) == start
-                         and runs_waiting_on(holder_pid) == 1, timeout=60,
+                         and sessions_waiting_on(holder_pid) == 1, timeout=60,
                          what=f"start {start} waiting for the row")
             finally:
                 process.kill()
                 process.wait(timeout=10)
-            wait_for(lambda: runs_waiting_on(holder_pid) == 0,
+            wait_for(lambda: sessions_waiting_on(holder_pid) == 0,
                      what=f"the session of killed run {start} to end")
     finally:
         holder.rollback()
@@ -274,15 +250,6 @@ def started(job_id: str) -> int:
     """How often the email job has been started (0 while it has not been)."""
     job = queue("notification-email").get(job_id)
     return job.attempts_started if job is not None and job.state == "active" else 0
-
-
-def runs_waiting_on(holder_pid: int) -> int:
-    """Database sessions waiting for a lock the session ``holder_pid`` holds (read in a
-    transaction of its own: one transaction sees one snapshot of pg_stat_activity)."""
-    with db.get_engine().connect() as connection:
-        return connection.execute(text("SELECT count(*) FROM pg_stat_activity "
-                                       "WHERE :pid = ANY(pg_blocking_pids(pid))"),
-                                  {"pid": holder_pid}).scalar_one()
 
 
 def handoff_stamps(created: dict) -> dict[str, object]:
