@@ -19,6 +19,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 EMBEDDED_DIR = Path(".herald")
 #: The embedded default database.
 EMBEDDED_DATABASE_URL = "sqlite:///./herald.db"
+#: The channels a provider can carry (``providers.base.Channel``; in-app needs none).
+PROVIDER_CHANNELS = ("email", "sms", "push")
 
 
 class Settings(BaseSettings):
@@ -77,6 +79,10 @@ class Settings(BaseSettings):
     #: Where the mock provider keeps its send records and scripts (default: REDIS_URL).
     #: A separate Redis keeps them through a FLUSHALL of the job Redis (the crash test).
     mock_store_url: str = ""
+    #: The channels the mock provider carries, comma-separated (empty: every channel). A
+    #: delivery on a channel it lacks is suppressed ``provider_unsupported``, as with a
+    #: real provider that cannot carry that channel.
+    mock_channels: str = ""
     #: Shared secrets of the Taqnyat and OneSignal delivery-receipt webhooks (callbacks are
     #: refused while unset); Twilio's are signed with TWILIO_AUTH_TOKEN.
     taqnyat_callback_secret: str = ""
@@ -140,6 +146,15 @@ class Settings(BaseSettings):
             if not host or not port.isdigit():
                 raise ValueError(f"entry {entry!r} is not host:port")
         return value
+
+    @field_validator("mock_channels")
+    @classmethod
+    def _channel_list(cls, value: str) -> str:
+        names = [part.strip() for part in value.split(",") if part.strip()]
+        for name in names:
+            if name not in PROVIDER_CHANNELS:
+                raise ValueError(f"unknown channel {name!r}: use {', '.join(PROVIDER_CHANNELS)}")
+        return ",".join(names)
 
     @field_validator("log_level", mode="before")
     @classmethod

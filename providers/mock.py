@@ -22,6 +22,9 @@ Behaviours (:meth:`MockProvider.script`):
 =================  ===========================================================
 
 Classification: the mock only returns what it was scripted to return.
+
+``MOCK_CHANNELS`` narrows the channels it carries (e.g. ``email,sms``), so that a channel
+without a provider able to carry it (``provider_unsupported``) can be seen without one.
 """
 
 from __future__ import annotations
@@ -116,6 +119,12 @@ class MockProvider:
 
     name = "mock"
     channels = frozenset(Channel)
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        """A mock carrying the channels MOCK_CHANNELS names (every channel when unset)."""
+        names = (settings or get_settings()).mock_channels
+        if names:
+            self.channels = frozenset(Channel(name) for name in names.split(","))
 
     def send(self, message: OutboundMessage) -> SendResult:
         """Decide (atomically) what the script says for ``message.to``, record, answer:

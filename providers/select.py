@@ -80,6 +80,4 @@ def _build(name: str, settings: Settings) -> Provider:
     except KeyError:
         raise ValueError(f"unknown provider {name!r}") from None
     provider_class = getattr(importlib.import_module(module_name), class_name)
-    if name == "mock":
-        return provider_class()  # its state is in Redis, found through the shared client
     return provider_class(settings)

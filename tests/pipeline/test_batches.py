@@ -72,26 +72,42 @@ def settled(summary: dict[str, int]) -> bool:
 
 def test_a_future_batch_is_a_delayed_job_that_runs_at_its_time(client: TestClient) -> None:
     account_ids = accounts(client, 2)
-    due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=3)
+    due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=5)
     # Given a batch scheduled in the future
-    created = post_batch(client, account_ids, scheduled_at=due)
-    assert (created["status"], created["scheduled_at"]) == ("scheduled", due.isoformat())
+    future = post_batch(client, account_ids, scheduled_at=due)
+    assert (future["status"], future["scheduled_at"]) == ("scheduled", due.isoformat())
     # Then its run is a delayed job under the batch's deterministic id, at normal priority
-    job = queue(ORCHESTRATION).get(f"notification-batch-{created['id']}")
+    job_id = f"notification-batch-{future['id']}"
+    job = queue(ORCHESTRATION).get(job_id)
     assert job is not None
     assert (job.state, job.priority, job.run_at) == ("delayed", 5, due)
-    # and a run picked up early (a re-added or retried job) waits for the time instead
-    with pytest.raises(Defer):
-        run(created["id"])
-    assert read(client, created["id"])["status"] == "scheduled"
-    # and a worker leaves it alone until its time, then runs it
+    # Given a batch due now, posted after it
+    sentinel = post_batch(client, account_ids[:1])
     with running_worker([ORCHESTRATION]):
-        assert read(client, created["id"])["status"] == "scheduled"
-        wait_for(lambda: read(client, created["id"])["status"] == "finished", timeout=30,
-                 what="the batch to finish")
-        finished_seen = datetime.now(UTC)
-    assert finished_seen >= due
-    assert notifications_per_account(created["id"]) == dict.fromkeys(account_ids, 1)
+        # When the worker has run the batch due now
+        wait_for(lambda: read(client, sentinel["id"])["status"] == "finished", timeout=30,
+                 what="the batch due now to finish")
+        # Then the future batch was left alone, still scheduled and its job still delayed
+        assert read(client, future["id"])["status"] == "scheduled"
+        assert queue(ORCHESTRATION).get(job_id).state == "delayed"
+        # and at its time it runs
+        wait_for(lambda: read(client, future["id"])["status"] == "finished", timeout=30,
+                 what="the future batch to finish")
+    # (the ledger's record of when its run started)
+    assert queue(ORCHESTRATION).get(job_id).processed_at >= due
+    assert notifications_per_account(future["id"]) == dict.fromkeys(account_ids, 1)
+
+
+def test_a_run_picked_up_before_its_time_waits_for_it(client: TestClient) -> None:
+    due = datetime.now(UTC) + timedelta(hours=1)
+    batch = post_batch(client, accounts(client, 1), scheduled_at=due)
+    # When its run starts early (a re-added or retried job)
+    with pytest.raises(Defer) as deferred:
+        run(batch["id"])
+    # Then it waits for the batch's time and creates nothing
+    assert timedelta(minutes=59) < deferred.value.delay <= timedelta(hours=1)
+    assert read(client, batch["id"])["status"] == "scheduled"
+    assert notifications_per_account(batch["id"]) == {}
 
 
 def test_a_batch_due_now_runs_at_once_with_one_notification_per_account(

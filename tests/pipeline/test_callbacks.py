@@ -3,12 +3,14 @@ the ``normalise_callback`` job (seed 000 "Batches and Callbacks")."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client import REGISTRY
 from sqlalchemy import update
 from sqlmodel import select
 
@@ -21,7 +23,7 @@ from actors.callbacks import (
 )
 from herald import connections, db, jobs
 from herald.db import session as db_session
-from herald.jobs import queue
+from herald.jobs import get_ledger, queue
 from herald.web import create_app
 from herald.worker import running_worker
 from models.base import utcnow
@@ -299,10 +301,31 @@ def test_an_unmatched_receipt_is_retried_until_30_minutes_old_then_marked_unmatc
     assert delivery(client, sms["id"]) == sms
 
 
-def test_a_job_for_a_receipt_that_does_not_exist_fails_and_leaves_no_record(
-        pipeline: None) -> None:
+def test_a_job_for_a_receipt_that_does_not_exist_fails_at_once_and_leaves_no_record(
+        pipeline: None, caplog: pytest.LogCaptureFixture) -> None:
     job_id = "notification-callback-gone"
     jobs.enqueue(normalise_callback, {"receipt_id": "no-such-receipt"}, job_id=job_id)
-    with running_worker([ORCHESTRATION]):
-        wait_for(lambda: queue(ORCHESTRATION).get(job_id) is None, what="the job removed")
+    # When a worker runs it (its record is removed whichever way it ends)
+    with caplog.at_level(logging.WARNING, logger="herald.jobs"), \
+            running_worker([ORCHESTRATION]):
+        wait_for(lambda: any(map(jobs_counted, RUN_ENDS)), what="its first run to end")
+    # Then that run failed it for good: not completed, not retried (it has 9 attempts)
+    assert {end: jobs_counted(end) for end in RUN_ENDS} == {
+        "failed": 1, "completed": 0, "retried": 0}
+    # with the reason logged against its id, and its record gone
+    [logged] = [r for r in caplog.records if getattr(r, "job_id", None) == job_id]
+    assert (logged.getMessage(), logged.outcome, logged.reason) == (
+        "job failed", "failed", "callback receipt no-such-receipt does not exist")
     assert jobs_held() == 0
+
+
+#: How a run can end, as ``queue_jobs_total`` counts it.
+RUN_ENDS = ("failed", "completed", "retried")
+
+
+def jobs_counted(outcome: str) -> float:
+    """The orchestration queue's ``queue_jobs_total`` for ``outcome``, as /metrics shows it."""
+    get_ledger()  # registers the ledger's collector
+    value = REGISTRY.get_sample_value("queue_jobs_total",
+                                      {"queue": ORCHESTRATION, "outcome": outcome})
+    return value or 0.0

@@ -3,51 +3,44 @@
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import text
 
-from actors.notifications import DeliveryJob, deliver, record_exhausted
-from herald import connections, jobs, settings
+from actors.notifications import DeliveryJob, deliver
+from herald import db, settings
 from herald.connections import redis_client
 from herald.db import session as db_session
 from herald.jobs import queue
+from herald.registry import get_spec
 from herald.web import create_app
 from herald.worker import running_worker
 from models.notifications import Delivery, Outcome, claim_delivery, record_delivery_outcome
 from providers.mock import MockProvider
-from tests.integration.conftest import wait_for
+from tests.pipeline.support import (
+    account,
+    event,
+    outcomes,
+    sessions_waiting_on,
+    settled,
+    use_redis,
+)
 from tests.support.services import find_free_port
+from tests.support.waiting import wait_for
 
 LANES = ["notification-email", "notification-sms"]
+REPO = Path(__file__).resolve().parents[2]
 
 
-def account(client: TestClient, **fields: object) -> str:
-    body = {"email": "amal@example.com", "phone": "+966501234567", "locale": "en", **fields}
-    response = client.post("/v1/accounts", json=body)
-    assert response.status_code == 201, response.text
-    return response.json()["id"]
-
-
-def event(client: TestClient, account_id: str, type_: str = "account.welcome",
-          occurrence: str = "signup", **fields: object) -> dict:
-    response = client.post("/v1/events", json={"type": type_, "account_id": account_id,
-                                               "occurrence": occurrence, **fields})
-    assert response.status_code in (200, 202), response.text
-    return response.json() | {"_status": response.status_code}
-
-
-def outcomes(client: TestClient, notification_id: str) -> dict[str, str]:
-    body = client.get(f"/v1/notifications/{notification_id}").json()
-    return {d["channel"]: d["outcome"] for d in body["deliveries"]}
-
-
-def settled(client: TestClient, notification_id: str) -> bool:
-    return all(o not in ("queued", "sending") for o in outcomes(client, notification_id).values())
-
-
-def test_event_persists_then_enqueues_and_a_repeat_sends_nothing(pipeline: None) -> None:
+def test_event_persists_then_enqueues_and_a_repeat_sends_nothing(
+        pipeline: None, monkeypatch: pytest.MonkeyPatch, private_redis_url: str) -> None:
+    use_redis(monkeypatch, private_redis_url)  # this test flushes it
     client = TestClient(create_app())
     # Given an account, when a welcome event arrives
     first = event(client, account(client), urgency="urgent")
@@ -60,7 +53,7 @@ def test_event_persists_then_enqueues_and_a_repeat_sends_nothing(pipeline: None)
     email_job = queue("notification-email").get(by_channel["email"]["id"])
     assert email_job is not None and email_job.priority == 1
     # When the same occurrence arrives again, even after Redis lost every job
-    redis_client().flushdb()
+    redis_client().flushall()
     again = event(client, first["account_id"])
     # Then it is the same notification, and nothing new was enqueued or persisted
     assert (again["_status"], again["id"]) == (200, first["id"])
@@ -196,16 +189,70 @@ def test_push_is_off_by_default_and_a_lane_of_its_own_when_on(
     assert (send["channel"], send["to"]) == ("push", "device-1")
 
 
-def test_exhausted_restarts_end_the_delivery_failed_terminal(pipeline: None) -> None:
+def test_a_delivery_whose_runs_keep_dying_ends_failed_terminal_when_starts_run_out(
+        pipeline: None, migrated_database: str) -> None:
     client = TestClient(create_app())
     created = event(client, account(client), channels=["email"])
     delivery_id = created["deliveries"][0]["id"]
-    # When the queue layer gives up on the job (started too many times)
-    record_exhausted(DeliveryJob(delivery_id=delivery_id, notification_id=created["id"],
-                                 channel="email"), "job started 6 times")
+    # Given another transaction holds the delivery's row, so every run's claim waits on it
+    engine = db.create_database_engine(migrated_database)
+    holder = engine.connect()
+    try:
+        holder.execute(text("SELECT id FROM deliveries WHERE id = :id FOR UPDATE"),
+                       {"id": delivery_id})
+        holder_pid = holder.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        # When the worker running it is killed, five times (notification-email allows
+        # five starts), each time while the run waits there
+        for start in range(1, EMAIL_STARTS + 1):
+            process = spawn_email_worker()
+            try:
+                wait_for(lambda start=start: started(delivery_id) == start
+                         and sessions_waiting_on(holder_pid) == 1, timeout=60,
+                         what=f"start {start} waiting for the row")
+            finally:
+                process.kill()
+                process.wait(timeout=10)
+            wait_for(lambda: sessions_waiting_on(holder_pid) == 0,
+                     what=f"the session of killed run {start} to end")
+    finally:
+        holder.rollback()
+        holder.close()
+        engine.dispose()
+    # Then the next start is refused: the job fails for good without running
+    with running_worker(["notification-email"]):
+        wait_for(lambda: queue("notification-email").get(delivery_id).state == "failed",
+                 timeout=30, what="the job to fail")
+    job = queue("notification-email").get(delivery_id)
+    assert (job.attempts_started, job.attempts_made, job.failed_reason) == (
+        EMAIL_STARTS + 1, 0, f"job started {EMAIL_STARTS + 1} times, more than "
+        f"max_started_attempts ({EMAIL_STARTS})")
+    # and the delivery ends failed_terminal, never sent
     delivery = client.get(f"/v1/deliveries/{delivery_id}").json()
-    assert (delivery["outcome"], delivery["reason"]) == ("failed_terminal",
-                                                         "restarts_exhausted")
+    assert (delivery["outcome"], delivery["reason"], delivery["attempts"]) == (
+        "failed_terminal", "restarts_exhausted", 0)
+    assert MockProvider.sends() == []
+
+
+#: Starts notification-email allows a job (its max_started_attempts).
+EMAIL_STARTS = get_spec("notification-email").max_started_attempts or 0
+
+
+def spawn_email_worker() -> subprocess.Popen[bytes]:
+    """A ``herald worker`` process on notification-email with a 1 s lock. Its database
+    sessions check every 100 ms that the client is still there, so a killed worker leaves
+    no backend waiting behind it."""
+    env = {**os.environ, "WORKER_PORT": "0", "LOG_LEVEL": "ERROR",
+           "PGOPTIONS": "-c client_connection_check_interval=100"}
+    return subprocess.Popen([sys.executable, "-m", "herald.cli", "worker", "--import",
+                             "tests.pipeline.short_lock", "notification-email"],
+                            cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def started(job_id: str) -> int:
+    """How often the email job has been started (0 while it has not been)."""
+    job = queue("notification-email").get(job_id)
+    return job.attempts_started if job is not None and job.state == "active" else 0
 
 
 def handoff_stamps(created: dict) -> dict[str, object]:
@@ -225,10 +272,7 @@ def test_a_handoff_is_stamped_after_its_enqueue_and_redis_down_leaves_it_for_the
     assert stamps["email"] is not None and stamps["sms"] is not None
     assert stamps["in_app"] is None
     # When Redis is down, an event is still accepted and persisted
-    monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{find_free_port()}/0")
-    settings.reset_settings()
-    connections.reset_redis_client()
-    jobs.reset_brokers()
+    use_redis(monkeypatch, f"redis://127.0.0.1:{find_free_port()}/0")
     with caplog.at_level(logging.WARNING, logger="herald.orchestration"):
         down = event(client, account_id, occurrence="down")
     assert down["_status"] == 202

@@ -102,6 +102,10 @@ def test_a_retry_after_an_outage_sends_once(onesignal: FakeOneSignal,
 
     assert outage.failure_kind is FailureKind.TRANSIENT
     assert first.accepted and repeat.accepted
+    # every request OneSignal received carried the delivery's key: what lets the real
+    # service answer a repeat with the first notification instead of sending again
+    assert [request.json().get("idempotency_key") for request in onesignal.requests] == [
+        "del-sms-2"] * 3
     assert repeat.provider_message_id == first.provider_message_id
     assert len(onesignal.notifications) == 1
 

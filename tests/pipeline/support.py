@@ -1,0 +1,64 @@
+"""Helpers of the pipeline tests: accounts and events through the HTTP API, deliveries
+as a client reads them, and who waits on a PostgreSQL lock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import text
+
+from herald import connections, db, jobs, settings
+
+
+def account(client: TestClient, **fields: object) -> str:
+    """Create an account (email and phone set unless overridden); returns its id."""
+    body = {"email": "amal@example.com", "phone": "+966501234567", "locale": "en", **fields}
+    response = client.post("/v1/accounts", json=body)
+    assert response.status_code == 201, response.text
+    return str(response.json()["id"])
+
+
+def event(client: TestClient, account_id: str, type_: str = "account.welcome",
+          occurrence: str = "signup", **fields: object) -> dict[str, Any]:
+    """Post an event; its notification as JSON, plus ``_status`` (202 new, 200 repeat)."""
+    response = client.post("/v1/events", json={"type": type_, "account_id": account_id,
+                                               "occurrence": occurrence, **fields})
+    assert response.status_code in (200, 202), response.text
+    return dict(response.json()) | {"_status": response.status_code}
+
+
+def delivery(client: TestClient, delivery_id: str) -> dict[str, Any]:
+    """One delivery as ``GET /v1/deliveries/{id}`` answers it."""
+    response = client.get(f"/v1/deliveries/{delivery_id}")
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def outcomes(client: TestClient, notification_id: str) -> dict[str, str]:
+    """Channel → outcome of a notification's deliveries."""
+    body = client.get(f"/v1/notifications/{notification_id}").json()
+    return {d["channel"]: d["outcome"] for d in body["deliveries"]}
+
+
+def settled(client: TestClient, notification_id: str) -> bool:
+    """True once no delivery of the notification is queued or sending."""
+    return all(o not in ("queued", "sending") for o in outcomes(client, notification_id).values())
+
+
+def use_redis(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
+    """Point herald at the Redis at ``url`` for the rest of the test."""
+    monkeypatch.setenv("REDIS_URL", url)
+    settings.reset_settings()
+    connections.reset_redis_client()
+    jobs.reset_brokers()
+
+
+def sessions_waiting_on(holder_pid: int) -> int:
+    """Database sessions waiting for a lock the session ``holder_pid`` holds (read in a
+    transaction of its own: one transaction sees one snapshot of pg_stat_activity)."""
+    with db.get_engine().connect() as connection:
+        return int(connection.execute(text("SELECT count(*) FROM pg_stat_activity "
+                                           "WHERE :pid = ANY(pg_blocking_pids(pid))"),
+                                      {"pid": holder_pid}).scalar_one())
