@@ -135,5 +135,6 @@ def kept(job: Step) -> dict:
 
 
 schedule(Schedule(name="t-tick", actor=basic, payload={"key": "tick"}, every=SECOND))
+schedule(Schedule(name="t-cron", actor=other, payload={"key": "cron"}, cron="* * * * * */2"))
 schedule(Schedule(name="t-gated", actor=basic, payload={"key": "gated"}, every=SECOND,
                   feature_gate="feature_esim_store"))
