@@ -34,6 +34,8 @@ declare(QueueSpec(name="t-stall", concurrency=2, attempts=3, lock_duration=2 * S
                   max_started_attempts=3))
 declare(QueueSpec(name="t-timed", concurrency=2, attempts=1,
                   time_limit=timedelta(milliseconds=500)))
+declare(QueueSpec(name="t-aged", concurrency=2, attempts=1,
+                  retention=Retention(completed=Keep(age=SECOND), failed=Keep(count=10))))
 declare(QueueSpec(name="t-kept", concurrency=4, attempts=1,
                   retention=Retention(completed=Keep(count=5), failed=Keep(count=3))))
 
@@ -131,6 +133,12 @@ def timed(job: Step) -> dict:
 @actor(queue="t-kept", payload=Step)
 def kept(job: Step) -> dict:
     """Same, keeping only 5 completed and 3 failed records."""
+    return _run(job)
+
+
+@actor(queue="t-aged", payload=Step)
+def aged(job: Step) -> dict:
+    """Same, keeping completed records for one second only."""
     return _run(job)
 
 
