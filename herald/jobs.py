@@ -60,7 +60,7 @@ _ledger: Ledger | None = None
 # -- actors ---------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ActorOptions:
-    """Per-actor overrides of the queue's values (seed 000's normalise_callback uses these)."""
+    """Per-actor overrides of the queue's values (retry and retention)."""
 
     attempts: int | None = None
     backoff_base: timedelta | None = None

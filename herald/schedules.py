@@ -60,7 +60,7 @@ class Schedule:
     cron: str | None = None
     #: Settings flag that must be true for the schedule to exist (None: always on).
     feature_gate: str | None = None
-    #: Also add one job when the clock starts (seed 000's startup jobs).
+    #: Also add one job when the clock starts.
     run_at_start: bool = False
 
     def __post_init__(self) -> None:

@@ -1,12 +1,12 @@
-"""The pipeline loses nothing under crashes and lost jobs (SPEC section 9, seed 000
-"Handoff Reconciliation").
+"""The pipeline loses nothing under crashes and lost jobs.
 
 2,000 events over email and SMS go through real ``herald worker`` processes and a real
 ``herald clock`` (which runs the handoff sweep every second, with the handoff age
 shortened by configuration). While it runs, workers are killed with SIGKILL three times
-and Redis loses every job once (``FLUSHALL``). Every delivery still ends terminal, and the
-mock provider (whose records live in another Redis, out of the flush's reach) accepted
-each delivery once — except sends in flight at a kill, which are counted and bounded.
+and Redis loses every job once (``FLUSHALL``, on a Redis of the test's own). Every
+delivery still ends terminal, and the mock provider (whose records live in another Redis,
+out of the flush's reach) accepted each delivery once — except sends in flight at a kill,
+which are counted and bounded.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def _trigger_all(run: str) -> None:
         list(pool.map(one, range(EVENTS)))
 
 
-@pytest.mark.timeout(170)  # typically ~75 s; the issue bounds it under 2 minutes
+@pytest.mark.timeout(170)  # typically ~75 s
 def test_kills_and_a_flushall_lose_no_delivery(crash_env: str) -> None:
     started = time.monotonic()
     workers = [_worker(), _worker()]
