@@ -130,10 +130,10 @@ def restricted(private_redis_url: str, monkeypatch: pytest.MonkeyPatch,
     """herald on a private Redis as an ACL user that may do everything until the test
     says otherwise."""
     admin = redis.Redis.from_url(private_redis_url)
-    host, port = admin.connection_pool.connection_kwargs["host"], admin.connection_pool \
-        .connection_kwargs["port"]
+    server = admin.connection_pool.connection_kwargs
     env = {"QUEUE_PREFIX": f"t{uuid.uuid4().hex[:10]}", "LOG_LEVEL": "WARNING",
-           "BROKER": "redis", "REDIS_URL": f"redis://clock:clock-pw@{host}:{port}/0"}
+           "BROKER": "redis",
+           "REDIS_URL": f"redis://clock:clock-pw@{server['host']}:{server['port']}/0"}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     setup = Restricted(admin=admin, env=env)
