@@ -60,7 +60,7 @@ _ledger: Ledger | None = None
 # -- actors ---------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ActorOptions:
-    """Per-actor overrides of the queue's values (seed 000's normalise_callback uses these)."""
+    """Per-actor overrides of the queue's values (retry and retention)."""
 
     attempts: int | None = None
     backoff_base: timedelta | None = None
@@ -283,21 +283,29 @@ def _submit(groups: Sequence[tuple[JobActor[Any], Sequence[NewJob]]]) -> list[li
     broker = get_broker()
     results = get_ledger().add_groups([(target.queue, jobs) for target, jobs in groups])
     external = getattr(broker, "external_ledger", False)
-    if external:
-        from herald.broker import message_for
     now = now_ms()
     for (target, jobs), group_results in zip(groups, results, strict=True):
         for job, result in zip(jobs, group_results, strict=True):
             if external and result.status in (AddStatus.ADDED, AddStatus.RETRIED):
-                message = message_for(target.queue, job.actor, json.loads(job.data),
-                                      job_id=job.id, token=job.token, priority=job.priority)
-                broker.publish(message, priority=job.priority,  # type: ignore[attr-defined]
-                               delay_ms=max(job.run_at_ms - now, 0))
+                _publish(broker, target.queue, job.actor, json.loads(job.data),
+                         job_id=job.id, token=job.token, priority=job.priority,
+                         delay_ms=max(job.run_at_ms - now, 0))
             elif result.status is AddStatus.DEDUPLICATED:
                 log.warning(
                     "add deduplicated", extra={"queue": target.queue, "job_id": result.job_id,
                                                "dedup_id": job.dedup_id})
     return results
+
+
+def _publish(broker: dramatiq.Broker, queue_name: str, actor_name: str, payload: Any, *,
+             job_id: str, token: str, priority: int, delay_ms: int = 0) -> None:
+    """Publish the message that carries one job under ``token`` (external brokers)."""
+    from herald.broker import message_for
+
+    message = message_for(queue_name, actor_name, payload, job_id=job_id, token=token,
+                          priority=priority)
+    broker.publish(message, priority=priority,  # type: ignore[attr-defined]
+                   delay_ms=delay_ms)
 
 
 def _external() -> bool:
@@ -405,14 +413,12 @@ class Queue:
         return self.ledger.retry(self.name, job_id)
 
     def retry_all_failed(self) -> int:
-        """Retry every failed job; returns how many."""
-        count = 0
-        while ids := self.ledger.job_ids(self.name, JobState.FAILED, 0, 499):
-            retried = sum(self.retry(i) for i in ids)
-            count += retried
-            if retried == 0:
-                break
-        return count
+        """Retry every job that was failed when the call began, once each: one that fails
+        again while the call runs is left failed. Returns how many were retried."""
+        # a snapshot, not pages of the live set: retried jobs that fail again at once
+        # would land on the pages still to come (the set is bounded by the retention)
+        ids = self.ledger.job_ids(self.name, JobState.FAILED, 0, -1)
+        return sum(self.retry(job_id) for job_id in ids)
 
     def remove(self, job_id: str) -> bool:
         """Remove a job that is not active (releases its dedup key). True if removed."""
@@ -423,8 +429,23 @@ class Queue:
         self.ledger.set_paused(self.name, True)
 
     def resume(self) -> None:
-        """Workers take this queue's jobs again, in priority order."""
+        """Workers take this queue's jobs again, in priority order.
+
+        On RabbitMQ the messages of jobs held while paused went back to the broker in no
+        useful order, so every waiting job gets a fresh message (its old one is dropped on
+        arrival), published in priority order after the queue is resumed. Should that
+        publishing fail part-way, call resume again: each call re-issues every waiting
+        job's message.
+        """
+        if not _external():
+            self.ledger.set_paused(self.name, False)
+            return
+        rows = self.ledger.reissue_waiting(self.name, new_token())
         self.ledger.set_paused(self.name, False)
+        broker = get_broker()
+        for job_id, actor_name, data, priority, token in rows:
+            _publish(broker, self.name, actor_name, json.loads(data), job_id=job_id,
+                     token=token, priority=priority)
 
     def is_paused(self) -> bool:
         """True while paused."""

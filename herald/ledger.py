@@ -219,7 +219,7 @@ class Ledger:
         self.client = client
         self.prefix = prefix
         self._scripts = {name: client.register_script(_source(name))
-                         for name in ("add", "cycle", "start", "retry", "remove")}
+                         for name in ("add", "cycle", "start", "retry", "remove", "reissue")}
         #: each thread's own connection for its script calls (see :meth:`_run_own`)
         self._own = thread_connections(client)
 
@@ -445,6 +445,25 @@ class Ledger:
         if not paused:
             pipe.lpush(base + "marker", "1")
         pipe.execute()
+
+    def reissue_waiting(self, queue: str, token_prefix: str,
+                        ) -> list[tuple[str, str, str, int, str]]:
+        """Give each waiting job of a queue whose messages live in another broker a fresh
+        token (``token_prefix`` and a number), after making delayed jobs that fell due
+        waiting; an older message of the job is dropped when it arrives. Returns (id,
+        actor, data, priority, token) per job, in priority then arrival order, for the
+        caller to publish."""
+        rows: list[tuple[str, str, str, int, str]] = []
+        after: str = "-inf"
+        while True:
+            chunk, last = self._scripts["reissue"](args=[self.base(queue), now_ms(),
+                                                         token_prefix, after, BULK_CHUNK,
+                                                         len(rows)])
+            rows += [(_text(r[0]) or "", _text(r[1]) or "", _text(r[2]) or "null", int(r[3]),
+                      _text(r[4]) or "") for r in chunk]
+            if last is None or len(chunk) < BULK_CHUNK:
+                return rows
+            after = _text(last) or "-inf"
 
     def _remove_set(self, queue: str, key: str, max_score: float | str = "+inf") -> int:
         removed = 0

@@ -1,11 +1,21 @@
 """Repeatable schedules: one job per tick, whichever and however many clocks run.
 
 A schedule names an actor, a payload and either an interval (``every``) or a cron
-expression. Its next run time lives in Redis (``<prefix>:schedules:next``); a clock fires a
-tick only after winning a compare-and-set of that time (``tick.lua``), and the job it adds
-has the deterministic id ``repeat:<name>:<due ms>`` — so two clock processes never
-double-fire. A schedule behind a feature gate that is off is removed at boot; a failed
-removal is logged as a warning so a leftover scheduler stays visible (seed 000).
+expression (five fields, or six with seconds last). Its next run time lives in Redis
+(``<prefix>:schedules:next``); a clock fires a tick only after winning a compare-and-set
+of that time (``tick.lua``), and the job it adds has the deterministic id
+``repeat:<name>:<due ms>`` — so two clock processes never double-fire.
+
+- **A claimed tick is never lost.** The claim records the tick in
+  ``<prefix>:schedules:claimed`` until its job is added. When the add fails (Redis
+  refuses, RabbitMQ is away) the tick stays there, marked to be tried again at once; a
+  tick whose clock died before adding it is taken over by any clock once its claim is
+  :data:`CLAIM_LEASE_S` old. A retried tick keeps its job id, so it still runs once.
+- **Missed ticks are not replayed.** When no clock ran for several ticks, the first
+  clock back fires one job, for the latest tick that fell due, and logs how many it
+  skipped: a schedule means "do this every N", not a backlog to work through.
+- A schedule behind a feature gate that is off is removed at boot; a failed removal is
+  logged as a warning (the clock still starts) so a leftover schedule stays visible.
 """
 
 from __future__ import annotations
@@ -15,10 +25,10 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import redis
 from croniter import croniter
 
 from herald.connections import redis_client
@@ -35,6 +45,8 @@ CLOCK_IDLE_S = 0.5
 PRUNE_EVERY_S = 60.0
 #: How often the clock re-adds schedules Redis lost (a FLUSHALL, a failover) (s).
 RESYNC_EVERY_S = 5.0
+#: Age of a claim after which another clock adds the tick's job (its clock died) (s).
+CLAIM_LEASE_S = 30.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -48,7 +60,7 @@ class Schedule:
     cron: str | None = None
     #: Settings flag that must be true for the schedule to exist (None: always on).
     feature_gate: str | None = None
-    #: Also add one job when the clock starts (seed 000's startup jobs).
+    #: Also add one job when the clock starts.
     run_at_start: bool = False
 
     def __post_init__(self) -> None:
@@ -67,16 +79,30 @@ class Schedule:
     def following(self, due_ms: int) -> int:
         """The due time after ``due_ms``."""
         if self.every is not None:
-            return due_ms + int(self.every.total_seconds() * 1000)
+            return due_ms + self._step_ms()
         start = datetime.fromtimestamp(due_ms / 1000, tz=UTC)
         return int(croniter(self.cron, start).get_next(datetime).timestamp() * 1000)
 
     def first(self, now: int) -> int:
         """The first due time from ``now`` (intervals align to multiples of ``every``)."""
         if self.every is not None:
-            step = int(self.every.total_seconds() * 1000)
-            return (now // step + 1) * step
+            return (now // self._step_ms() + 1) * self._step_ms()
         return self.following(now)
+
+    def latest(self, due_ms: int, now: int) -> tuple[int, int]:
+        """The latest tick at or after ``due_ms`` that is due by ``now``, and how many
+        due ticks came before it (ticks no clock fired)."""
+        if self.every is not None:
+            skipped = max(0, (now - due_ms) // self._step_ms())
+            return due_ms + skipped * self._step_ms(), skipped
+        skipped = 0
+        while (following := self.following(due_ms)) <= now:
+            due_ms, skipped = following, skipped + 1
+        return due_ms, skipped
+
+    def _step_ms(self) -> int:
+        assert self.every is not None
+        return int(self.every.total_seconds() * 1000)
 
 
 _lock = threading.Lock()
@@ -106,25 +132,27 @@ def _next_key() -> str:
     return f"{get_settings().queue_prefix}:schedules:next"
 
 
-def sync_schedules(settings: Settings | None = None,
-                   remove: Callable[[str, str], object] | None = None) -> list[str]:
+def _claimed_key() -> str:
+    return f"{get_settings().queue_prefix}:schedules:claimed"
+
+
+def sync_schedules(settings: Settings | None = None) -> list[str]:
     """At boot: add enabled schedules that Redis lacks, remove gated-off ones.
 
-    Returns the names of enabled schedules. A removal that fails is logged as a warning
-    (never raised): the clock still starts.
+    Returns the names of enabled schedules. A removal that Redis refuses is logged as a
+    warning (never raised): the clock still starts.
     """
     settings = settings or get_settings()
     client = redis_client()
     key = _next_key()
-    remove = remove or client.zrem
     enabled = []
     for item in declared_schedules():
         if not item.enabled(settings):
             try:
-                if remove(key, item.name):
+                if client.zrem(key, item.name):
                     log.info("schedule removed: feature gate %s is off", item.feature_gate,
                              extra={"schedule": item.name})
-            except Exception as error:
+            except redis.RedisError as error:
                 log.warning("could not remove gated-off schedule: %s", error,
                             extra={"schedule": item.name})
             continue
@@ -138,27 +166,80 @@ def _tick_source() -> str:
     return (LUA_DIR / "tick.lua").read_text()
 
 
+class _Ticks:
+    """One round of a clock over the schedules named ``names``."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.client = redis_client()
+        self.claim = self.client.register_script(_tick_source())
+        self.next_key, self.claimed_key = _next_key(), _claimed_key()
+        self.names = names
+        self.now = now_ms()
+
+    def enabled_schedule(self, name: bytes | str) -> Schedule | None:
+        """The declared, enabled schedule of that name (None: not this clock's)."""
+        name = name.decode() if isinstance(name, bytes) else name
+        with _lock:
+            item = _schedules.get(name)
+        return item if item is not None and name in self.names else None
+
+    def fire_due(self) -> int:
+        """Claim every tick that fell due and add its job; returns jobs added."""
+        fired = 0
+        for name, score in self.client.zrangebyscore(self.next_key, "-inf", self.now,
+                                                      withscores=True):
+            item = self.enabled_schedule(name)
+            if item is None:
+                continue
+            due, skipped = item.latest(int(score), self.now)
+            tick = f"{due}:{item.name}"
+            if self.claim(args=[self.next_key, item.name, int(score), item.following(due),
+                                self.claimed_key, tick, self.now]):
+                if skipped:
+                    log.warning("schedule missed %d ticks while no clock ran; fired the "
+                                "latest only", skipped, extra={"schedule": item.name})
+                fired += self.add(item, due)
+        return fired
+
+    def retry_claimed(self) -> int:
+        """Add the jobs of claimed ticks whose add failed, or whose clock died (its claim
+        outlived the lease); returns jobs added."""
+        fired = 0
+        overdue = self.now - int(CLAIM_LEASE_S * 1000)
+        for tick, score in self.client.zrangebyscore(self.claimed_key, "-inf", overdue,
+                                                      withscores=True):
+            due, _, name = tick.decode().partition(":")
+            item = self.enabled_schedule(name)
+            # taking a claim over is a compare-and-set too: one clock retries each tick
+            if item is not None and self.claim(args=[self.claimed_key, tick, int(score),
+                                                     self.now, self.claimed_key, tick,
+                                                     self.now]):
+                fired += self.add(item, int(due))
+        return fired
+
+    def add(self, item: Schedule, due: int) -> int:
+        """Add one claimed tick's job, then release the claim; when the add fails the
+        claim stays, marked for a retry on the next round. Returns 1 when added."""
+        tick, job_id = f"{due}:{item.name}", f"repeat:{item.name}:{due}"
+        try:
+            enqueue(item.actor, item.payload, job_id=job_id)
+        except Exception as error:  # the tick is kept, whatever went wrong: never lost
+            log.warning("schedule tick not added, will retry: %s: %s",
+                        type(error).__name__, error,
+                        extra={"schedule": item.name, "job_id": job_id})
+            self.client.zadd(self.claimed_key, {tick: 0}, xx=True)
+            return 0
+        self.client.zrem(self.claimed_key, tick)
+        log.info("schedule fired", extra={"schedule": item.name, "job_id": job_id})
+        return 1
+
+
 def fire_due(names: list[str]) -> int:
-    """Fire every tick that fell due among ``names``; returns how many this clock fired."""
-    client = redis_client()
-    key = _next_key()
-    claim = client.register_script(_tick_source())
-    fired = 0
-    now = now_ms()
-    for name, score in client.zrangebyscore(key, "-inf", now, withscores=True):
-        name = name.decode()
-        item = _schedules.get(name)
-        if item is None or name not in names:
-            continue
-        due = int(score)
-        following = item.following(due)
-        while following <= now:  # skip ticks missed while no clock ran; fire the latest
-            due, following = following, item.following(following)
-        if claim(args=[key, name, int(score), following]):
-            enqueue(item.actor, item.payload, job_id=f"repeat:{name}:{due}")
-            fired += 1
-            log.info("schedule fired", extra={"schedule": name, "job_id": f"repeat:{name}:{due}"})
-    return fired
+    """Fire every tick that fell due among ``names``, and retry claimed ticks whose job
+    was not added; returns how many jobs this clock added."""
+    ticks = _Ticks(names)
+    # earlier ticks first: a tick whose add failed goes before the ones due since
+    return ticks.retry_claimed() + ticks.fire_due()
 
 
 def next_due_in(names: list[str]) -> float:

@@ -34,6 +34,8 @@ declare(QueueSpec(name="t-stall", concurrency=2, attempts=3, lock_duration=2 * S
                   max_started_attempts=3))
 declare(QueueSpec(name="t-timed", concurrency=2, attempts=1,
                   time_limit=timedelta(milliseconds=500)))
+declare(QueueSpec(name="t-aged", concurrency=2, attempts=1,
+                  retention=Retention(completed=Keep(age=SECOND), failed=Keep(count=10))))
 declare(QueueSpec(name="t-kept", concurrency=4, attempts=1,
                   retention=Retention(completed=Keep(count=5), failed=Keep(count=3))))
 
@@ -134,6 +136,13 @@ def kept(job: Step) -> dict:
     return _run(job)
 
 
+@actor(queue="t-aged", payload=Step)
+def aged(job: Step) -> dict:
+    """Same, keeping completed records for one second only."""
+    return _run(job)
+
+
 schedule(Schedule(name="t-tick", actor=basic, payload={"key": "tick"}, every=SECOND))
+schedule(Schedule(name="t-cron", actor=other, payload={"key": "cron"}, cron="* * * * * */2"))
 schedule(Schedule(name="t-gated", actor=basic, payload={"key": "gated"}, every=SECOND,
                   feature_gate="feature_esim_store"))

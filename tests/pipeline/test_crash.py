@@ -1,12 +1,12 @@
-"""The pipeline loses nothing under crashes and lost jobs (SPEC section 9, seed 000
-"Handoff Reconciliation").
+"""The pipeline loses nothing under crashes and lost jobs.
 
 2,000 events over email and SMS go through real ``herald worker`` processes and a real
 ``herald clock`` (which runs the handoff sweep every second, with the handoff age
 shortened by configuration). While it runs, workers are killed with SIGKILL three times
-and Redis loses every job once (``FLUSHALL``). Every delivery still ends terminal, and the
-mock provider (whose records live in another Redis, out of the flush's reach) accepted
-each delivery once — except sends in flight at a kill, which are counted and bounded.
+and Redis loses every job once (``FLUSHALL``, on a Redis of the test's own). Every
+delivery still ends terminal, and the mock provider (whose records live in another Redis,
+out of the flush's reach) accepted each delivery once — except sends in flight at a kill,
+which are counted and bounded.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import redis
 from sqlalchemy import func
 from sqlmodel import select
 
-from herald import settings
+from herald import connections, jobs, settings
 from herald.db import session as db_session
 from models.notifications import FINAL_OUTCOMES, Delivery
 from providers.mock import MockProvider
@@ -42,14 +42,20 @@ IN_FLIGHT_PER_PROCESS = 9
 
 
 @pytest.fixture
-def crash_env(pipeline: None, monkeypatch: pytest.MonkeyPatch, redis6_url: str) -> Iterator[None]:
-    """The pipeline with the mock's records kept in a second Redis and a fast sweep."""
+def crash_env(pipeline: None, monkeypatch: pytest.MonkeyPatch, private_redis_url: str,
+              redis6_url: str) -> Iterator[str]:
+    """The pipeline on a job Redis of the test's own (it is flushed: no other test's keys
+    may live there), the mock's records in a second Redis and a fast sweep; yields the
+    job Redis's URL. The workers and the clock inherit these variables."""
+    monkeypatch.setenv("REDIS_URL", private_redis_url)
     monkeypatch.setenv("MOCK_STORE_URL", redis6_url)
     monkeypatch.setenv("HANDOFF_SWEEP_AGE_S", "3")
     monkeypatch.setenv("HANDOFF_SWEEP_INTERVAL_S", "1")
     settings.reset_settings()
+    connections.reset_redis_client()
+    jobs.reset_brokers()
     MockProvider.reset()
-    yield
+    yield private_redis_url
     MockProvider.reset()
 
 
@@ -96,8 +102,8 @@ def _trigger_all(run: str) -> None:
         list(pool.map(one, range(EVENTS)))
 
 
-@pytest.mark.timeout(170)  # typically ~75 s; the issue bounds it under 2 minutes
-def test_kills_and_a_flushall_lose_no_delivery(crash_env: None, redis_url: str) -> None:
+@pytest.mark.timeout(170)  # typically ~75 s
+def test_kills_and_a_flushall_lose_no_delivery(crash_env: str) -> None:
     started = time.monotonic()
     workers = [_worker(), _worker()]
     clock = _spawn("clock")
@@ -111,7 +117,7 @@ def test_kills_and_a_flushall_lose_no_delivery(crash_env: None, redis_url: str) 
                 wait_for(lambda step=step: _sends() > 150 * (step + 1), timeout=60, every=0.2,
                          what="sends to progress")
                 if victim is None:
-                    redis.Redis.from_url(redis_url).flushall()
+                    redis.Redis.from_url(crash_env).flushall()
                     continue
                 workers[victim].send_signal(signal.SIGKILL)
                 workers[victim].wait(timeout=10)
