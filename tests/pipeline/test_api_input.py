@@ -15,6 +15,8 @@ from httpx import Response
 from sqlalchemy import func
 from sqlmodel import select
 
+from actors import orchestration
+from actors.render import SUPPORTED_LOCALES
 from herald import settings
 from herald.db import session as db_session
 from herald.jobs import queue
@@ -138,6 +140,16 @@ def test_a_locale_without_templates_is_a_422(client: TestClient, locale: str) ->
     refused(client.patch(f"/v1/accounts/{account_id}", json={"locale": locale}))
     with db_session() as session:
         assert session.get(Account, account_id).locale == "ar"  # type: ignore[union-attr]
+    # and so is a Python caller's (the demo, a script)
+    with pytest.raises(ValueError, match="locale: must be one of en, ar"):
+        orchestration.create_account(email="b@example.com", locale=locale)
+    assert rows(Account) == 1
+
+
+def test_the_schema_lists_the_supported_locales(client: TestClient) -> None:
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    for name in ("AccountIn", "AccountPatch"):
+        assert schemas[name]["properties"]["locale"]["enum"] == list(SUPPORTED_LOCALES)
 
 
 # -- event data -----------------------------------------------------------------------------
