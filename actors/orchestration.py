@@ -1,10 +1,16 @@
 """Orchestration: a domain event becomes one notification and its deliveries, persisted
-first, enqueued second (seed 000 "Notification Queues", "Deduplication and Retries").
+first, enqueued second (README.md, "Notifications").
 
 The HTTP layer only wraps these functions. The (account, type, occurrence) key of a
 notification is durable: the same event again creates nothing and sends nothing, even
 after Redis lost every job. In-app deliveries are persisted as delivered with no queue;
 push produces no delivery row unless ``FEATURE_PUSH`` is on.
+
+An event is checked whole before anything is written: its type, its data against the
+type's model (:mod:`actors.render`), its category (a marketing type is never sent as
+transactional; a transactional one may be sent as marketing, which only suppresses more)
+and its channels (asking only for channels that are turned off is refused; off channels
+in a mix are left out, as they are from a type's default channels).
 """
 
 from __future__ import annotations
@@ -17,7 +23,13 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from actors.render import EVENT_TYPES, event_type, template_channel, validate_event_data
+from actors.render import (
+    EVENT_TYPES,
+    SUPPORTED_LOCALES,
+    event_type,
+    template_channel,
+    validate_event_data,
+)
 from herald.db import autocommit
 from herald.db import session as db_session
 from herald.registry import NORMAL_PRIORITY, URGENT_PRIORITY
@@ -46,7 +58,7 @@ class AccountNotFound(LookupError):
 
 
 class InvalidEvent(ValueError):
-    """The event cannot be accepted as given (unknown type, missing data, bad channel)."""
+    """The event cannot be accepted as given (unknown type, bad data, category or channel)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -60,18 +72,21 @@ class EventResult:
 
 # -- accounts ---------------------------------------------------------------------------
 def check_account_fields(fields: dict[str, Any]) -> None:
-    """Raise ValueError naming the field when an email, phone or locale is malformed."""
+    """Raise ValueError naming the field when an email or phone is malformed or the locale
+    is not one the templates ship in."""
     if fields.get("email") is not None and not EMAIL.match(fields["email"]):
         raise ValueError("email: not an email address")
     if fields.get("phone") is not None and not E164.match(fields["phone"]):
         raise ValueError("phone: not an E.164 number (like +966501234567)")
-    if "locale" in fields and not re.match(r"^[a-zA-Z]{2,3}([-_][a-zA-Z0-9]{2,8})*$",
-                                           fields["locale"] or ""):
-        raise ValueError("locale: not a locale tag (like en or ar-SA)")
+    if "locale" in fields and fields["locale"] not in SUPPORTED_LOCALES:
+        raise ValueError(f"locale: must be one of {', '.join(SUPPORTED_LOCALES)}")
 
 
 def create_account(**fields: Any) -> Account:
-    """Create an account; fields are validated before anything is written."""
+    """Create an account; fields are validated before anything is written.
+
+    Accounts are keyed by id: two accounts may share an email or phone (README.md, "The
+    HTTP API")."""
     check_account_fields(fields)
     with db_session() as session:
         account = Account(**fields)
@@ -113,12 +128,33 @@ def _channels(type_name: str, requested: list[str] | None) -> list[str]:
         channels = list(dict.fromkeys(requested))
     if not get_settings().feature_push:
         channels = [c for c in channels if c != Channel.PUSH]
+        if not channels:
+            # accepting it would persist a notification with nothing to send and use up
+            # its occurrence for good
+            raise InvalidEvent("channels: push is turned off (FEATURE_PUSH); ask for a "
+                               f"channel of {type_name}: {', '.join(spec.channels)}")
     return channels
+
+
+def event_category(type_name: str, transactional: bool | None) -> bool:
+    """Whether the event is sent as transactional: the type's own category when None.
+
+    A marketing type may not be sent as transactional (it would reach accounts that opted
+    out): InvalidEvent. A transactional type may be sent as marketing.
+    """
+    own = event_type(type_name).transactional
+    if transactional is None:
+        return own
+    if transactional and not own:
+        raise InvalidEvent(f"transactional: {type_name} is a marketing type; it cannot be "
+                           "sent as transactional")
+    return transactional
 
 
 def check_event(type_name: str, data: dict[str, Any], urgency: str,
                 channels: list[str] | None) -> list[str]:
-    """Validate an event before anything is persisted; returns its channels."""
+    """Validate an event's type, urgency, data and channels before anything is persisted;
+    returns its channels. InvalidEvent says what is wrong."""
     if type_name not in EVENT_TYPES:
         raise InvalidEvent(f"type: unknown event type {type_name!r}")
     if urgency not in URGENCIES:
@@ -143,8 +179,7 @@ def trigger_event(*, account_id: str, type: str, occurrence: str,
     """
     data = data or {}
     chosen = check_event(type, data, urgency, channels)
-    if transactional is None:
-        transactional = event_type(type).transactional
+    transactional = event_category(type, transactional)
     # ids and timestamps given, not defaulted: the rows share one clock reading
     now = utcnow()
     notification = snapshot(
@@ -229,7 +264,7 @@ def get_delivery(delivery_id: str) -> Delivery | None:
 
 
 def delivery_view(delivery: Delivery) -> dict[str, Any]:
-    """A delivery as JSON (SPEC section 10)."""
+    """A delivery as JSON."""
     return {"id": delivery.id, "notification_id": delivery.notification_id,
             "channel": delivery.channel, "outcome": delivery.outcome, "reason": delivery.reason,
             "provider": delivery.provider, "provider_message_id": delivery.provider_message_id,
@@ -238,7 +273,7 @@ def delivery_view(delivery: Delivery) -> dict[str, Any]:
 
 
 def notification_view(result: EventResult) -> dict[str, Any]:
-    """A notification with its deliveries as JSON (SPEC section 10)."""
+    """A notification with its deliveries as JSON."""
     n = result.notification
     return {"id": n.id, "account_id": n.account_id, "type": n.type, "occurrence": n.occurrence,
             "urgency": n.urgency, "transactional": n.transactional,

@@ -1,4 +1,4 @@
-"""The ``/v1/batches`` HTTP API (SPEC sections 7 and 10); the work is in ``actors.batches``.
+"""The ``/v1/batches`` HTTP API (README.md, "Batches"); the work is in ``actors.batches``.
 
 Routes only validate and translate: a malformed batch is answered 422 before anything is
 persisted or enqueued.
@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 from actors import batches
-from herald.api_v1 import require_api_token
+from herald.api_v1 import protected_router
 from herald.web import api_error
 
-router = APIRouter(prefix="/v1", tags=["batches"], dependencies=[Depends(require_api_token)])
+router: APIRouter = protected_router(["batches"])
 
 
 class BatchIn(BaseModel):

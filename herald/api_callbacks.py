@@ -1,4 +1,5 @@
-"""``POST /v1/callbacks/{provider}``: provider delivery receipts (SPEC sections 7 and 10).
+"""``POST /v1/callbacks/{provider}``: provider delivery receipts (README.md, "Provider
+callbacks").
 
 Authenticated by each provider's signature, not by API_TOKEN (providers cannot send it).
 The work is in ``actors.callbacks``; this module turns its answers into HTTP:
@@ -6,7 +7,8 @@ The work is in ``actors.callbacks``; this module turns its answers into HTTP:
 - 202 ``{"receipt_id", "duplicate": false}``: persisted, queued and stamped
 - 200 ``{"receipt_id", "duplicate": true}``: the event was stored before
 - 401 bad or missing signature, 422 a signed body herald cannot read, 404 an unknown
-  provider, 413 a body over 64 KiB — none of them stores anything
+  provider, 413 a body over MAX_BODY_BYTES (the app's limit on every route) — none of
+  them stores anything
 - 503 the database or the queue is unavailable: the sender retries the same event
 """
 
@@ -22,28 +24,19 @@ from herald.settings import get_settings
 from herald.web import RETRY_AFTER_S, api_error
 from providers.base import CallbackRequest, InvalidCallback, InvalidSignature
 
-#: Largest callback body accepted; provider receipts are a few hundred bytes.
-MAX_CALLBACK_BYTES = 64 * 1024
-
 router = APIRouter(prefix="/v1", tags=["callbacks"])
 
 
 async def callback_request(provider: str, request: Request) -> CallbackRequest:
     """The callback as the provider sent it: 404 for an unknown provider (before the body
-    is read), 413 for an oversized body."""
+    is read; the app's body limit applies before this runs)."""
     if provider not in callbacks.CALLBACK_ADAPTERS:
         raise api_error(404, "unknown_provider",
                         f"no provider {provider!r} accepts callbacks "
                         f"(known: {', '.join(sorted(callbacks.CALLBACK_ADAPTERS))})")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_CALLBACK_BYTES:
-            raise api_error(413, "payload_too_large",
-                            f"a callback body may hold at most {MAX_CALLBACK_BYTES} bytes")
     return CallbackRequest(url=public_url(request),
                            headers={name.lower(): value for name, value in request.headers.items()},
-                           body=bytes(body))
+                           body=await request.body())
 
 
 def public_url(request: Request) -> str:

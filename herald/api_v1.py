@@ -1,64 +1,111 @@
-"""The ``/v1`` HTTP API: accounts, events, notifications and deliveries (SPEC section 7).
+"""The ``/v1`` HTTP API: accounts, events, notifications and deliveries (README.md,
+"Notifications" and "The HTTP API").
 
 Routes only validate and translate; the orchestration service in ``actors`` does the
 work. A malformed request is answered 4xx before anything touches the database or a queue.
-``Authorization: Bearer $API_TOKEN`` is required when API_TOKEN is set.
+``Authorization: Bearer $API_TOKEN`` is required when API_TOKEN is set, and checked before
+the body is read: a caller without the token learns nothing about the body's schema.
 """
 
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable, Coroutine
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Header
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
 from actors import orchestration
+from actors.render import Locale
 from herald.settings import get_settings
 from herald.web import api_error
 
 
-def require_api_token(authorization: str | None = Header(default=None)) -> None:
-    """401 unless the bearer token matches API_TOKEN (open when API_TOKEN is unset)."""
+def check_bearer_token(authorization: str | None) -> None:
+    """Raise a 401 (with ``WWW-Authenticate: Bearer``) unless ``authorization`` is
+    ``Bearer <API_TOKEN>``; the scheme is case-insensitive, a bare token is refused.
+    Open when API_TOKEN is unset."""
     expected = get_settings().api_token
     if not expected:
         return
-    given = (authorization or "").removeprefix("Bearer ").strip()
-    if not hmac.compare_digest(given.encode(), expected.encode()):
-        raise api_error(401, "unauthorized", "a valid bearer token is required")
+    scheme, _, token = (authorization or "").strip().partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(),
+                                                             expected.encode()):
+        raise api_error(401, "unauthorized",
+                        "a valid bearer token is required (Authorization: Bearer <token>)",
+                        headers={"WWW-Authenticate": "Bearer"})
 
 
-router = APIRouter(prefix="/v1", tags=["notifications"],
-                   dependencies=[Depends(require_api_token)])
+class BearerRoute(APIRoute):
+    """A route behind API_TOKEN: the token is checked before the body is read, parsed or
+    validated (FastAPI's own dependencies run only after the body is parsed)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        """The route's handler, preceded by the bearer token check."""
+        handler = super().get_route_handler()
+
+        async def checked(request: Request) -> Response:
+            check_bearer_token(request.headers.get("authorization"))
+            return await handler(request)
+
+        return checked
+
+
+#: Declares the bearer scheme in OpenAPI; the check itself is :class:`BearerRoute`'s.
+bearer_scheme = HTTPBearer(auto_error=False, description="API_TOKEN, when it is set")
+
+
+def protected_router(tags: list[str]) -> APIRouter:
+    """A ``/v1`` router whose routes all require the bearer token (when API_TOKEN is set)."""
+    return APIRouter(prefix="/v1", tags=tags, route_class=BearerRoute,
+                     dependencies=[Depends(bearer_scheme)])
+
+
+router = protected_router(["notifications"])
+
+
+def _absent_when_unset(schema: dict[str, Any]) -> None:
+    # the default only stands for "leave unchanged": null is not a value of these fields
+    schema.pop("default", None)
+
+
+def _unchanged(**constraints: Any) -> Any:
+    """A PATCH field that may be left out but, given, may not be null."""
+    return Field(default=None, json_schema_extra=_absent_when_unset, **constraints)
 
 
 class AccountIn(BaseModel):
-    """A new account."""
+    """A new account. Accounts are keyed by id: an email or phone may appear on several."""
 
     model_config = ConfigDict(extra="forbid")
     email: str | None = Field(default=None, max_length=320)
     phone: str | None = Field(default=None, max_length=20)
-    locale: str = Field(default="en", max_length=16)
+    locale: Locale = "en"
     active: bool = True
     marketing_opt_out: bool = False
     push_subscription_id: str | None = Field(default=None, max_length=128)
 
 
 class AccountPatch(BaseModel):
-    """Changes to an account (only the fields given)."""
+    """Changes to an account (only the fields given). ``email``, ``phone`` and
+    ``push_subscription_id`` may be set to null (removed); the others may not."""
 
     model_config = ConfigDict(extra="forbid")
     email: str | None = Field(default=None, max_length=320)
     phone: str | None = Field(default=None, max_length=20)
-    locale: str | None = Field(default=None, max_length=16)
-    active: bool | None = None
-    marketing_opt_out: bool | None = None
+    locale: Locale = _unchanged()
+    active: bool = _unchanged()
+    marketing_opt_out: bool = _unchanged()
     push_subscription_id: str | None = Field(default=None, max_length=128)
 
 
 class EventIn(BaseModel):
-    """A domain event for one account."""
+    """A domain event for one account. ``data`` is checked against the type's model;
+    ``transactional`` null (or absent) keeps the type's own category."""
 
     model_config = ConfigDict(extra="forbid")
     type: str = Field(max_length=64)

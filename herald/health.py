@@ -1,11 +1,12 @@
-"""Health: readiness checks, and the small HTTP server worker processes run (seed 003).
+"""Health: readiness checks, and the small HTTP server worker processes run.
 
 - **Liveness** (``/healthz``) answers from memory, with no I/O: a slow database must
   not get a healthy process restarted.
 - **Readiness** (``/readyz``) asks the database, Redis and the broker, concurrently,
   and always answers within :data:`READINESS_TIMEOUT_S` — a dependency that hangs is
   reported as failed, it never hangs the probe.
-- **Metrics** (``/metrics``) is the default Prometheus registry as text.
+- **Metrics** (``/metrics``) is :func:`herald.metrics.exposition`: the process's metrics
+  and the ledger's queue metrics, as Prometheus text.
 
 The web process serves the same three routes through FastAPI (:mod:`herald.web`).
 """
@@ -23,10 +24,10 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import pika
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from herald.connections import redis_client
 from herald.db import check_database
+from herald.metrics import CONTENT_TYPE, exposition
 from herald.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -140,7 +141,7 @@ class _HealthHandler(BaseHTTPRequestHandler):
             checks = check_readiness()
             self._send_json(200 if is_ready(checks) else 503, checks)
         elif path == "/metrics":
-            self._send(200, generate_latest(), CONTENT_TYPE_LATEST)
+            self._send(200, exposition(), CONTENT_TYPE)
         else:
             self._send_json(404, {"error": {"code": "not_found",
                                             "message": f"not found: GET {path}"}})

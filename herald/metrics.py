@@ -9,9 +9,10 @@ durations are measured where they happen, per process.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 
-from prometheus_client import REGISTRY, Histogram
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -41,17 +42,27 @@ def observe_duration(queue: str, seconds: float) -> None:
 class LedgerCollector(Collector):
     """Reads the ledger's counters and counts of every registry queue at scrape time."""
 
+    def describe(self) -> Iterator[Metric]:
+        """The families :meth:`collect` yields, without values: registering the collector
+        then reads nothing (the ledger may not exist yet, and Redis may be away)."""
+        yield from self._families()
+
+    @staticmethod
+    def _families() -> tuple[CounterMetricFamily, CounterMetricFamily, GaugeMetricFamily]:
+        return (CounterMetricFamily("queue_jobs", "Jobs by queue and outcome.",
+                                    labels=["queue", "outcome"]),
+                CounterMetricFamily("queue_jobs_deduplicated",
+                                    "Adds suppressed by a held dedup id.", labels=["queue"]),
+                GaugeMetricFamily("queue_depth", "Jobs per queue and state right now.",
+                                  labels=["queue", "state"]))
+
     def collect(self) -> Iterator[Metric]:
+        """Every registry queue's outcome counters and counts by state, read now; nothing
+        (and a warning) when Redis does not answer."""
         from herald.jobs import get_ledger
         from herald.registry import names
 
-        jobs_total = CounterMetricFamily("queue_jobs", "Jobs by queue and outcome.",
-                                         labels=["queue", "outcome"])
-        dedup_total = CounterMetricFamily("queue_jobs_deduplicated",
-                                          "Adds suppressed by a held dedup id.",
-                                          labels=["queue"])
-        depth = GaugeMetricFamily("queue_depth", "Jobs per queue and state right now.",
-                                  labels=["queue", "state"])
+        jobs_total, dedup_total, depth = self._families()
         try:
             ledger = get_ledger()
             for queue in names():
@@ -70,11 +81,24 @@ class LedgerCollector(Collector):
 
 
 _registered = False
+_register_lock = threading.RLock()
+
+#: The media type of :func:`exposition`'s text.
+CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 def register_collectors() -> None:
-    """Add the ledger collector to the default registry once."""
+    """Add the ledger collector to the default registry once (safe from any thread)."""
     global _registered
-    if not _registered:
-        REGISTRY.register(LedgerCollector())
-        _registered = True
+    with _register_lock:
+        if not _registered:
+            REGISTRY.register(LedgerCollector())
+            _registered = True
+
+
+def exposition() -> bytes:
+    """Every metric of this process in the Prometheus text format (:data:`CONTENT_TYPE`),
+    the ledger's queue metrics included whether or not this process touched a queue yet:
+    what the web app and the worker health servers serve on ``/metrics``."""
+    register_collectors()
+    return generate_latest()

@@ -1,9 +1,10 @@
 """The HTTP app (``herald web``): FastAPI, OpenAPI at ``/openapi.json``.
 
 Every error leaves as ``{"error": {"code": "...", "message": "..."}}``: unknown routes,
-wrong methods, malformed bodies (422, before any handler touches the database or a
-queue) and errors routes raise with :func:`api_error`. A database that stops answering
-mid-request becomes a 503 with the same shape, never a bare 500.
+wrong methods, bodies over MAX_BODY_BYTES (413, before any route reads them), malformed
+bodies (422, before any handler touches the database or a queue) and errors routes raise
+with :func:`api_error`. A database that stops answering mid-request becomes a 503 with
+the same shape, never a bare 500.
 
 Routers are assembled in :func:`_routers`; a new area of the API adds its router there.
 """
@@ -18,15 +19,16 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from herald.health import OK, check_readiness, is_ready
+from herald.metrics import CONTENT_TYPE, exposition
 from herald.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -104,13 +106,29 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
 
+def _json_position(exc: RequestValidationError, error: dict[str, Any]) -> str:
+    """Where a body stopped being JSON, in bytes from its start (the parser counts
+    characters of the decoded text)."""
+    position = error["loc"][-1]
+    text = exc.body if isinstance(exc.body, str) else ""
+    if isinstance(position, int) and position <= len(text):
+        position = len(text[:position].encode())
+    return f"invalid JSON at byte {position}"
+
+
 async def _validation_error(_request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     # Only location, message and type: the rejected input may hold personal data.
     problems = [{"loc": [str(part) for part in error.get("loc", ())],
                  "msg": str(error.get("msg", "")), "type": str(error.get("type", ""))}
                 for error in exc.errors()]
-    if problems:
+    first_error = next(iter(exc.errors()), None)
+    if first_error is not None and first_error.get("type") == "json_invalid":
+        # the parser's own words ("Expecting ',' delimiter") quote no input
+        reason = str((first_error.get("ctx") or {}).get("error", "")).lower()
+        message = _json_position(exc, first_error) + (f": {reason}" if reason else "")
+        problems[0]["msg"] = message
+    elif problems:
         first = problems[0]
         where = ".".join(part for part in first["loc"] if part != "body") or "request"
         message = f"{where}: {first['msg']}"
@@ -166,6 +184,13 @@ async def healthz() -> dict[str, str]:
     return {"status": OK}
 
 
+@health_router.head("/healthz", summary="Liveness, status only (load balancers send HEAD)",
+                    response_class=Response)
+async def healthz_head() -> Response:
+    """200 with no body while the process serves requests."""
+    return Response(status_code=200)
+
+
 class Readiness(BaseModel):
     """Each dependency's check: ``ok`` or ``error: <short reason>``."""
 
@@ -187,11 +212,90 @@ def readyz() -> JSONResponse:
     return JSONResponse(checks, status_code=200 if is_ready(checks) else 503)
 
 
-@health_router.get("/metrics", summary="Prometheus metrics",
+@health_router.head("/readyz", summary="Readiness, status only (load balancers send HEAD)",
+                    response_class=Response,
+                    responses={503: {"description": "A check failed (GET names it)"}})
+def readyz_head() -> Response:
+    """200 with no body when every check passes, 503 otherwise."""
+    return Response(status_code=200 if is_ready(check_readiness()) else 503)
+
+
+@health_router.get("/metrics", summary="Prometheus metrics, the queues' included",
                    response_class=Response)
 def metrics() -> Response:
-    """The default Prometheus registry in the text exposition format."""
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    """This process's metrics and every registry queue's counts (``queue_depth`` by queue
+    and state, ``queue_jobs_total`` by outcome) in the Prometheus text format: the same
+    text a worker's health port serves."""
+    return Response(exposition(), media_type=CONTENT_TYPE)
+
+
+class BodySizeLimit:
+    """ASGI middleware: a request whose body is over MAX_BODY_BYTES is answered 413 in the
+    error shape before any route reads it.
+
+    A declared Content-Length decides at once (the server delivers no more than it
+    declares). A chunked body is read here, up to the limit, and handed on whole.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on, or answer 413 when its body is too large."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = get_settings().max_body_bytes
+        headers = dict(scope["headers"])
+        declared = headers.get(b"content-length")
+        if declared is not None:
+            if declared.isdigit() and int(declared) > limit:
+                await self._too_large(scope, receive, send, limit)
+                return
+            await self.app(scope, receive, send)
+            return
+        if b"transfer-encoding" not in headers:  # no body at all
+            await self.app(scope, receive, send)
+            return
+        body = await self._read_up_to(receive, limit)
+        if body is None:
+            await self._too_large(scope, receive, send, limit)
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    @staticmethod
+    async def _read_up_to(receive: Receive, limit: int) -> bytes | None:
+        """The whole body, or None as soon as it passes ``limit`` bytes."""
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+    @staticmethod
+    async def _too_large(scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        response = JSONResponse(error_body("payload_too_large",
+                                           f"the request body may hold at most {limit} "
+                                           "bytes (MAX_BODY_BYTES)"), status_code=413)
+        await response(scope, receive, send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives ``body`` as one message, then defers to ``receive``."""
+    pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replay() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replay
 
 
 def _routers() -> list[APIRouter]:
@@ -230,6 +334,7 @@ def create_app(extra_routers: Iterable[APIRouter] = ()) -> FastAPI:
     app.add_exception_handler(RedisConnectionError, _redis_error)
     app.add_exception_handler(RedisTimeoutError, _redis_error)
     app.add_exception_handler(Exception, _unexpected)
+    app.add_middleware(BodySizeLimit)
     for router in [*_routers(), *extra_routers]:
         app.include_router(router)
     return app

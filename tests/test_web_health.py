@@ -4,11 +4,15 @@ against real PostgreSQL and Redis (and servers stopped for real when a test need
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -17,11 +21,14 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel
 from sqlalchemy import text
 
-from herald import db
+from herald import db, jobs
 from herald.connections import reset_redis_client
 from herald.health import serve_worker_health
+from herald.jobs import actor, enqueue
 from herald.settings import reset_settings
 from herald.web import api_error, create_app
+from tests.support.services import find_free_port
+from tests.support.waiting import wait_for
 
 #: ``configure(NAME=value, …)``: see the fixture.
 Configure = Callable[..., None]
@@ -278,3 +285,90 @@ def test_readyz_answers_within_bound_when_every_dependency_hangs(configure: Conf
     assert status == 503
     assert elapsed < READYZ_BOUND_S
     assert all(body[name].startswith("error: ") for name in ("database", "redis", "broker"))
+
+
+def test_head_on_health_routes_answers_the_status_with_no_body(services_up: None,
+                                                              client: TestClient) -> None:
+    # When a load balancer probes with HEAD
+    for path in ("/healthz", "/readyz"):
+        response = client.head(path)
+        # Then the status is the GET's, with no body
+        assert (response.status_code, response.content) == (200, b""), path
+
+
+def test_head_readyz_is_503_when_a_dependency_is_down(configure: Configure, redis_url: str,
+                                                      client: TestClient) -> None:
+    configure(DATABASE_URL=f"postgresql://postgres@127.0.0.1:{closed_port()}/herald",
+              REDIS_URL=redis_url, BROKER="redis")
+
+    response = client.head("/readyz")
+
+    assert (response.status_code, response.content) == (503, b"")
+
+
+class Probe(BaseModel):
+    n: int
+
+
+#: A job function on a registry queue that nothing else in the tests uses.
+probe = actor(queue="supplier-dispatch", payload=Probe, name="t-web-metrics-probe")(
+    lambda job: None)
+
+
+@pytest.fixture
+def web_process(configure: Configure, database_url: str, redis_url: str,
+                tmp_path: Path) -> Iterator[str]:
+    """``herald web`` in a process of its own on a free port (its base URL); it shares the
+    test's database, Redis and a queue prefix of the test's own, and has never enqueued
+    anything."""
+    configure(DATABASE_URL=database_url, REDIS_URL=redis_url, BROKER="redis",
+              QUEUE_PREFIX=f"web{time.monotonic_ns()}", LOG_LEVEL="WARNING")
+    jobs.reset_brokers()  # the test's own enqueues use the new prefix
+    port = find_free_port()
+    log = tmp_path / "web.log"
+    with log.open("wb") as stderr:
+        process = subprocess.Popen([sys.executable, "-m", "herald.cli", "web", "--host",
+                                    "127.0.0.1", "--port", str(port)], env=dict(os.environ),
+                                   stdout=subprocess.DEVNULL, stderr=stderr)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: _answers(f"{base}/healthz") or process.poll() is not None,
+                 timeout=30, what="herald web")
+        assert process.poll() is None, log.read_text()[-2000:]
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        jobs.reset_brokers()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return http_get(url)[0] == 200
+    except OSError:
+        return False
+
+
+def test_the_web_process_serves_the_queue_counts_on_metrics(web_process: str) -> None:
+    # Given jobs waiting and delayed on a registry queue, enqueued by another process
+    for n in range(3):
+        enqueue(probe, Probe(n=n))
+    for n in range(2):
+        enqueue(probe, Probe(n=n), delay=timedelta(hours=1))
+
+    # When Prometheus scrapes the web process
+    status, content_type, body = http_get(f"{web_process}/metrics")
+
+    # Then its text has the queue counts by queue and state, as a worker's port has them
+    assert status == 200 and content_type.startswith("text/plain")
+    text = body.decode()
+    assert 'queue_depth{queue="supplier-dispatch",state="waiting"} 3.0' in text
+    assert 'queue_depth{queue="supplier-dispatch",state="delayed"} 2.0' in text
+    assert 'queue_depth{queue="notification-email",state="waiting"} 0.0' in text
+    assert 'queue_jobs_total{outcome="completed",queue="supplier-dispatch"} 0.0' in text
+
+
+def test_the_web_process_answers_head_over_real_http(web_process: str) -> None:
+    request = urllib.request.Request(f"{web_process}/healthz", method="HEAD")
+    with urllib.request.urlopen(request, timeout=READYZ_BOUND_S) as response:
+        assert (response.status, response.read()) == (200, b"")

@@ -93,10 +93,11 @@ def _trigger_all(run: str) -> None:
         MockProvider.script(f"crash{n}@example.com", "transient:1")
 
     def one(n: int) -> None:
-        kind = ("payment.receipt", ["email"]) if n % 2 else ("account.welcome", ["sms"])
+        receipt = {"amount": "10.00", "currency": "SAR", "order_id": f"o-{n}"}
+        kind = ("payment.receipt", ["email"], receipt) if n % 2 else ("account.welcome",
+                                                                      ["sms"], {})
         trigger_event(account_id=accounts[n % ACCOUNTS], type=kind[0], occurrence=f"{run}-{n}",
-                      channels=kind[1], data={"amount": "10.00", "currency": "SAR",
-                                              "order_id": f"o-{n}"})
+                      channels=kind[1], data=kind[2])
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         list(pool.map(one, range(EVENTS)))
