@@ -1,0 +1,153 @@
+"""Scripts sent again after a lost reply: Redis ran the first send, the client timed out
+waiting for its answer and sent it again. The second send must change nothing more and
+answer as the first would have, or a RabbitMQ job is never published.
+
+Each test has a Redis server of its own, paused for writes (``CLIENT PAUSE … WRITE``)
+longer than the client waits for a reply: the first send is held, the client gives up and
+sends again, and when the pause ends Redis runs both, in order.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from herald import jobs
+from herald.broker import LedgerBroker
+from herald.connections import new_redis_client
+from herald.jobs import enqueue, get_broker, get_ledger, queue, use_broker
+from herald.ledger import Finish, Ledger, new_token
+from herald.registry import get_spec
+from herald.settings import get_settings
+from herald.worker import running_worker
+from tests.integration.conftest import reset_herald, wait_for
+from tests.integration.lanes import basic, events
+
+#: How long the client waits for a reply (s), and how long Redis holds writes (ms).
+REPLY_TIMEOUT_S = 0.3
+PAUSE_MS = 700
+
+
+@pytest.fixture(params=["redis", "rabbitmq"])
+def kind(request: pytest.FixtureRequest, private_redis_url: str,
+         monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """herald on a Redis server of the test's own, with each broker."""
+    env = {"QUEUE_PREFIX": f"lost{uuid.uuid4().hex[:8]}", "LOG_LEVEL": "WARNING",
+           "REDIS_URL": private_redis_url, "BROKER": "redis"}
+    if request.param == "rabbitmq":
+        env["BROKER"] = "rabbitmq"
+        env["RABBITMQ_URL"] = request.getfixturevalue("rabbitmq_url")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    reset_herald()
+    import tests.integration.lanes  # noqa: F401  (declares the test lanes and actors)
+
+    if request.param == "rabbitmq":
+        get_broker().declare_queue("t-basic", ensure=True)
+        get_broker().flush("t-basic")
+    yield request.param
+    reset_herald()
+
+
+def impatient(kind: str) -> Ledger:
+    """Make herald's broker one whose Redis client waits only REPLY_TIMEOUT_S for a reply
+    (and, as always, sends a command again when it timed out)."""
+    ledger = Ledger(new_redis_client(socket_timeout=REPLY_TIMEOUT_S),
+                    get_settings().queue_prefix)
+    if kind == "rabbitmq":
+        from herald.rabbit import HeraldRabbitmqBroker
+
+        use_broker(HeraldRabbitmqBroker(url=get_settings().rabbitmq_url, ledger=ledger))
+    else:
+        use_broker(LedgerBroker(ledger))
+    return ledger
+
+
+def script_runs(server: redis.Redis) -> int:
+    """Scripts the server ran (EVALSHA calls) since its statistics were reset."""
+    return int(server.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def hold_writes(server: redis.Redis) -> None:
+    """Reset the script count and hold every write for PAUSE_MS."""
+    server.config_resetstat()
+    server.client_pause(PAUSE_MS, all=False)
+
+
+def normal_broker() -> None:
+    """Back to herald's own broker and client (patient), for the worker."""
+    get_broker().close()
+    reset_herald()
+    jobs.get_broker()
+
+
+def test_an_enqueue_sent_again_after_a_lost_reply_is_added_once_and_runs(
+        kind: str, private_redis_url: str) -> None:
+    server = redis.Redis.from_url(private_redis_url)
+    impatient(kind)
+    enqueue(basic, {"key": "warm"}, job_id="job-warm")  # the add script is loaded
+    # Given Redis holds writes longer than the client waits for a reply
+    hold_writes(server)
+    # When a job is enqueued (the add is sent, times out, is sent again)
+    result = enqueue(basic, {"key": "lost"}, job_id="job-lost")
+    assert script_runs(server) >= 2
+    # Then the call still says the job was added (not a duplicate of itself)
+    assert result.status == "added"
+    assert "duplicated" not in get_ledger().metrics("t-basic")
+    # and a worker runs it once (on RabbitMQ: its message was published)
+    normal_broker()
+    with running_worker(["t-basic"]):
+        wait_for(lambda: queue("t-basic").get("job-lost").state == "completed",
+                 what="the job to run")
+    assert sorted(e["key"] for e in events("start")) == ["lost", "warm"]
+
+
+def test_a_retry_sent_again_after_a_lost_reply_says_so_and_runs_the_job(
+        kind: str, private_redis_url: str) -> None:
+    server = redis.Redis.from_url(private_redis_url)
+    # Given a job that failed for good
+    enqueue(basic, {"key": "p", "permanent": True}, job_id="job-p")
+    with running_worker(["t-basic"]):
+        wait_for(lambda: queue("t-basic").get("job-p").state == "failed")
+    impatient(kind)
+    assert not queue("t-basic").retry("job-none")  # the retry script is loaded
+    hold_writes(server)
+    # When it is retried (the retry is sent, times out, is sent again)
+    assert queue("t-basic").retry("job-p")
+    assert script_runs(server) >= 2
+    # Then it runs again (on RabbitMQ: its message was published)
+    normal_broker()
+    with running_worker(["t-basic"]):
+        wait_for(lambda: len(events("start")) == 2, what="the retried run")
+        wait_for(lambda: queue("t-basic").get("job-p").state == "failed")
+    assert queue("t-basic").get("job-p").attempts_started == 1
+
+
+def test_a_failed_attempt_reported_again_after_a_lost_reply_is_still_retried(
+        kind: str, private_redis_url: str) -> None:
+    if kind != "rabbitmq":
+        pytest.skip("the consumer reports ends on its own connection, never sent twice")
+    server = redis.Redis.from_url(private_redis_url)
+    ledger, spec = impatient(kind), get_spec("t-basic")
+    # Given a run of a job, claimed as the RabbitMQ middleware claims it
+    enqueue(basic, {"key": "r"}, job_id="job-r")
+    verdict, (_, _, token) = ledger.start(spec, "job-r", queue("t-basic").get("job-r").message_id)
+    assert verdict == "start"
+    ledger.cycle(spec, external=True)  # the cycle script is loaded
+    hold_writes(server)
+    # When its failure is reported (sent, times out, sent again)
+    next_message = new_token()
+    result = ledger.cycle(spec, external=True, finishes=[Finish(
+        job_id="job-r", token=token, outcome=Finish.FAILED, value="boom",
+        next_token=next_message)])
+    assert script_runs(server) >= 2
+    # Then the answer is still "retry at run_at" (so the next message is published), and
+    # the failure counted once
+    [end] = result.finished
+    assert end.result == "retry"
+    assert server.zscore(ledger.base("t-basic") + "delayed", "job-r") == end.run_at_ms
+    job = queue("t-basic").get("job-r")
+    assert (job.state, job.attempts_made, job.message_id) == ("delayed", 1, next_message)
