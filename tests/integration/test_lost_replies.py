@@ -2,13 +2,15 @@
 waiting for its answer and sent it again. The second send must change nothing more and
 answer as the first would have, or a RabbitMQ job is never published.
 
-Each test has a Redis server of its own, paused for writes (``CLIENT PAUSE … WRITE``)
-longer than the client waits for a reply: the first send is held, the client gives up and
-sends again, and when the pause ends Redis runs both, in order.
+Each test has a Redis server of its own, kept busy by a long script for longer than the
+client waits for a reply: the first send waits unread, the client gives up and sends it
+again, and when the server is free it runs both, in order. (``CLIENT PAUSE`` would not
+do: Redis drops a paused command whose client hung up.)
 """
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -26,9 +28,16 @@ from herald.worker import running_worker
 from tests.integration.conftest import reset_herald, wait_for
 from tests.integration.lanes import basic, events
 
-#: How long the client waits for a reply (s), and how long Redis holds writes (ms).
+#: How long the client waits for a reply (s), and how long Redis is kept busy (ms): long
+#: enough that the first send times out, short enough that a later one is answered.
 REPLY_TIMEOUT_S = 0.3
-PAUSE_MS = 700
+BUSY_MS = 800
+#: Keeps the server busy for ARGV[1] ms.
+BUSY = """
+local function ms() local t = redis.call('TIME') return t[1] * 1000 + t[2] / 1000 end
+local start = ms()
+repeat until ms() - start >= tonumber(ARGV[1])
+"""
 
 
 @pytest.fixture(params=["redis", "rabbitmq"])
@@ -71,10 +80,25 @@ def script_runs(server: redis.Redis) -> int:
     return int(server.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
 
 
-def hold_writes(server: redis.Redis) -> None:
-    """Reset the script count and hold every write for PAUSE_MS."""
+def keep_busy(server: redis.Redis) -> threading.Thread:
+    """Reset the script count, then keep the server busy for BUSY_MS; returns once it
+    is busy (a ping goes unanswered). Join the thread to wait for the end."""
     server.config_resetstat()
-    server.client_pause(PAUSE_MS, all=False)
+    busy = threading.Thread(target=server.eval, args=(BUSY, 0, BUSY_MS))
+    busy.start()
+    url = server.connection_pool.connection_kwargs
+    probe = redis.Redis(host=url["host"], port=url["port"], socket_timeout=0.05)
+
+    def unanswered() -> bool:
+        try:
+            probe.ping()
+        except redis.TimeoutError:
+            return True
+        return False
+
+    wait_for(unanswered, timeout=5, what="the server to be busy")
+    probe.close()
+    return busy
 
 
 def normal_broker() -> None:
@@ -90,9 +114,10 @@ def test_an_enqueue_sent_again_after_a_lost_reply_is_added_once_and_runs(
     impatient(kind)
     enqueue(basic, {"key": "warm"}, job_id="job-warm")  # the add script is loaded
     # Given Redis holds writes longer than the client waits for a reply
-    hold_writes(server)
+    busy = keep_busy(server)
     # When a job is enqueued (the add is sent, times out, is sent again)
     result = enqueue(basic, {"key": "lost"}, job_id="job-lost")
+    busy.join()
     assert script_runs(server) >= 2
     # Then the call still says the job was added (not a duplicate of itself)
     assert result.status == "added"
@@ -114,9 +139,10 @@ def test_a_retry_sent_again_after_a_lost_reply_says_so_and_runs_the_job(
         wait_for(lambda: queue("t-basic").get("job-p").state == "failed")
     impatient(kind)
     assert not queue("t-basic").retry("job-none")  # the retry script is loaded
-    hold_writes(server)
+    busy = keep_busy(server)
     # When it is retried (the retry is sent, times out, is sent again)
     assert queue("t-basic").retry("job-p")
+    busy.join()
     assert script_runs(server) >= 2
     # Then it runs again (on RabbitMQ: its message was published)
     normal_broker()
@@ -137,12 +163,13 @@ def test_a_failed_attempt_reported_again_after_a_lost_reply_is_still_retried(
     verdict, (_, _, token) = ledger.start(spec, "job-r", queue("t-basic").get("job-r").message_id)
     assert verdict == "start"
     ledger.cycle(spec, external=True)  # the cycle script is loaded
-    hold_writes(server)
+    busy = keep_busy(server)
     # When its failure is reported (sent, times out, sent again)
     next_message = new_token()
     result = ledger.cycle(spec, external=True, finishes=[Finish(
         job_id="job-r", token=token, outcome=Finish.FAILED, value="boom",
         next_token=next_message)])
+    busy.join()
     assert script_runs(server) >= 2
     # Then the answer is still "retry at run_at" (so the next message is published), and
     # the failure counted once
