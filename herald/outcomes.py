@@ -3,7 +3,8 @@
 The :class:`LedgerMiddleware` runs on both brokers. It records how each run ended on the
 message (``options["herald_finish"]``); the Redis ledger broker's consumer batches those
 into its next round trip, while on RabbitMQ the middleware claims the job before it runs
-(each run fenced by a token of its own) and writes the outcome itself before the message is acked.
+(each run fenced by a token of its own) and writes the outcome itself before the message
+is acked.
 """
 
 from __future__ import annotations
