@@ -197,8 +197,8 @@ class LedgerMiddleware(Middleware):
         if getattr(broker, "external_ledger", False):
             self._stop.clear()
             lanes = worker.consumer_whitelist
-            interval = extend_interval([get_spec(lane) for lane in lanes] if lanes
-                                       else all_specs())
+            specs = [spec for spec in all_specs() if not lanes or spec.name in lanes]
+            interval = extend_interval(specs or all_specs())
             self._heartbeat = threading.Thread(target=self._extend_locks,
                                                args=(broker, interval),
                                                name="herald-lock-heartbeat", daemon=True)
