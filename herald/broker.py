@@ -26,7 +26,13 @@ from dramatiq.middleware import CurrentMessage, MiddlewareError, TimeLimit
 
 from herald.connections import dedicated_connection
 from herald.ledger import Finish, Ledger, NewJob, new_token, now_ms
-from herald.outcomes import LedgerMiddleware, info_enabled, report, run_exhausted_hook
+from herald.outcomes import (
+    LedgerMiddleware,
+    extend_interval,
+    info_enabled,
+    report,
+    run_exhausted_hook,
+)
 from herald.registry import QueueSpec, get_spec
 
 log = logging.getLogger("herald.broker")
@@ -264,7 +270,7 @@ class LedgerConsumer(Consumer):
         self.lane = lane
         self.timeout_s = max(timeout_ms, 10) / 1000
         self.buffer: collections.deque[MessageProxy] = collections.deque()
-        self.extend_every_s = lane.spec.lock_duration.total_seconds() / 3
+        self.extend_every_s = extend_interval([lane.spec])
         # the consumer thread's own connection: its round trips skip the pool's layers
         self.connection: Any = None
         #: set when a fetch drained the wait set: once its jobs are handed out, block on
@@ -469,6 +475,10 @@ class LedgerConsumer(Consumer):
         with lane.lock:
             lane.blocking = True
             pending = bool(lane.done or lane.pending)
+            if lane.inflight:
+                # wake up in time to extend the locks of the runs still going
+                next_extend = lane.last_extend + self.extend_every_s - time.monotonic()
+                timeout_s = min(timeout_s, next_extend)
         try:
             if not pending:
                 # on the consumer's own connection, like its cycles: no pool checkout

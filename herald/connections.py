@@ -7,6 +7,10 @@ on a unix socket under ``./.herald/`` (reused by every herald process on the mac
 Producers fail fast (a few short retries) so an HTTP request never hangs on a dead
 Redis; consumers turn connection errors into Dramatiq's ``ConnectionClosed`` and the
 worker restarts them forever (seed 003: a blocking reader must never kill the process).
+
+A retry after a timeout sends a command again that Redis may already have run (its reply
+was lost, not the command). herald's scripts are written for that: sent a second time,
+each changes nothing more and gives the first send's answer (``herald/lua/``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 This module knows queues and jobs, nothing about what the jobs do. On the Redis broker
 the ledger *is* the broker (its wait set is what workers fetch from); on RabbitMQ the
 messages travel through RabbitMQ and the ledger records their state and fences them with
-the attempt token. Scripts live in ``herald/lua/`` and run with EVALSHA (Redis 6.2+).
+the token of each run. Scripts live in ``herald/lua/`` and run with EVALSHA (Redis 6.2+).
 """
 
 from __future__ import annotations
@@ -88,6 +88,7 @@ class NewJob:
     max_started_attempts: int | None = None
     remove_on_complete: bool = False
     remove_on_fail: bool = False
+    #: RabbitMQ: the id of the message that will carry the job ("" on the Redis broker).
     token: str = ""
 
 
@@ -111,7 +112,11 @@ class Job:
     stacktrace: str | None
     return_value: Any
     dedup_id: str | None
+    #: The fence token of the job's latest run: unique for good (no later run, retries
+    #: included, ever has it), so a run that outlived its lock cannot finish a later one.
     token: str | None
+    #: RabbitMQ: the id of the message that carries the job's current attempt.
+    message_id: str | None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -182,7 +187,7 @@ def now_ms() -> int:
 
 
 def new_token() -> str:
-    """A fresh attempt token (RabbitMQ messages carry it as their message id)."""
+    """A fresh message id (RabbitMQ messages carry one per attempt)."""
     return uuid.uuid4().hex
 
 
@@ -335,22 +340,25 @@ class Ledger:
         """Run a script on a dedicated connection (EVALSHA, loading it when Redis lost it)."""
         return run_script_on(connection, self._scripts[name], args=args)
 
-    def start(self, spec: QueueSpec, job_id: str, token: str) -> tuple[str, Any]:
+    def start(self, spec: QueueSpec, job_id: str, message_id: str) -> tuple[str, Any]:
         """Claim a job whose message another broker delivered: ("start", (attempts made,
-        attempts started)), ("drop", None), ("later", ms) or ("failed", reason)."""
+        attempts started, run token)), ("drop", None), ("later", ms) or ("failed", (reason,
+        run token)). The run token, unique to this start, fences the run's finish and
+        lock extensions; a redelivered message that takes over a stalled run gets a new
+        one."""
         rate_max, window_ms = (0, 0)
         if spec.rate_limit is not None:
             rate_max, window_ms = spec.rate_limit[0], _ms(spec.rate_limit[1])
         raw = self._scripts["start"](args=[self.base(spec.name), now_ms(),
-                                           _ms(spec.lock_duration), job_id, token,
+                                           _ms(spec.lock_duration), job_id, message_id,
                                            rate_max, window_ms])
         verdict = _text(raw[0])
         if verdict == "start":
-            return "start", (int(raw[1]), int(raw[2]))
+            return "start", (int(raw[1]), int(raw[2]), _text(raw[3]))
         if verdict == "later":
             return "later", int(raw[1])
         if verdict == "failed":
-            return "failed", _text(raw[1])
+            return "failed", (_text(raw[1]), _text(raw[2]))
         return "drop", None
 
     # -- reading --------------------------------------------------------------------------
@@ -402,7 +410,8 @@ class Ledger:
                    run_at=_dt(f.get("run_at")), failed_reason=f.get("fr") or None,
                    stacktrace=f.get("st") or None,
                    return_value=json.loads(f["rv"]) if f.get("rv") else None,
-                   dedup_id=f.get("dd") or None, token=f.get("tok") or None)
+                   dedup_id=f.get("dd") or None, token=f.get("tok") or None,
+                   message_id=f.get("msg") or None)
 
     def is_paused(self, queue: str) -> bool:
         """True while the queue is paused."""
@@ -427,9 +436,12 @@ class Ledger:
         return [job for job in self._jobs(queue, ids) if job is not None] if ids else []
 
     # -- operating ------------------------------------------------------------------------
-    def retry(self, queue: str, job_id: str, token: str = "") -> bool:
-        """Retry a failed job in place; False when the job is not failed."""
-        return bool(self._scripts["retry"](args=[self.base(queue), now_ms(), job_id, token]))
+    def retry(self, queue: str, job_id: str, message_id: str = "") -> bool:
+        """Retry a failed job in place; False when the job is not failed. ``message_id``
+        names the message that will carry it (RabbitMQ). Sent again after a lost reply
+        (a client retry on a timeout), the call still answers True."""
+        return bool(self._scripts["retry"](args=[self.base(queue), now_ms(), job_id,
+                                                 message_id]))
 
     def remove(self, queue: str, job_ids: Sequence[str]) -> int:
         """Remove jobs that are not active; their dedup keys are released. Returns how many."""

@@ -3,7 +3,8 @@
 The :class:`LedgerMiddleware` runs on both brokers. It records how each run ended on the
 message (``options["herald_finish"]``); the Redis ledger broker's consumer batches those
 into its next round trip, while on RabbitMQ the middleware claims the job before it runs
-(fenced by the attempt token) and writes the outcome itself before the message is acked.
+(each run fenced by a token of its own) and writes the outcome itself before the message
+is acked.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 import threading
 import time
 import traceback
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import dramatiq
@@ -21,7 +23,7 @@ from dramatiq.middleware import Middleware, SkipMessage
 from herald import metrics
 from herald.errors import Defer, Permanent
 from herald.ledger import Finish, new_token, now_ms
-from herald.registry import get_spec
+from herald.registry import QueueSpec, all_specs, get_spec
 
 if TYPE_CHECKING:
     from dramatiq.broker import MessageProxy
@@ -35,6 +37,9 @@ ACTOR_OPTIONS = frozenset({"payload_model", "attempts", "backoff", "backoff_base
                            "max_started_attempts", "remove_on_complete", "remove_on_fail"})
 #: Longest stack trace kept on a job record.
 STACK_LIMIT = 8000
+#: Lock extensions per lock duration: a live run's lock always has two thirds of its
+#: duration left after a beat, so one late beat never makes it look stalled.
+BEATS_PER_LOCK = 3
 
 
 #: Return values as JSON, compact; unknown types as their ``str`` (one encoder for all runs:
@@ -42,10 +47,23 @@ STACK_LIMIT = 8000
 _encode_result = json.JSONEncoder(default=str, separators=(",", ":")).encode
 
 
+def run_token(message: MessageProxy) -> str:
+    """The token that fences the run ``message`` carries: the one the ledger's claim
+    issued (RabbitMQ), else the message id (the Redis broker names each run's message by
+    its token). Only the job's latest run holds it; any other run's end is stale."""
+    return message.options.get("herald_token") or message.message_id
+
+
+def extend_interval(specs: Iterable[QueueSpec]) -> float:
+    """Seconds between lock extensions of runs of these queues: a third of the shortest
+    lock, so a live run's lock never runs out between two extensions."""
+    return min(spec.lock_duration.total_seconds() for spec in specs) / BEATS_PER_LOCK
+
+
 def finish_for(message: MessageProxy, *, result: Any = None,
                exception: BaseException | None = None) -> Finish:
     """The :class:`Finish` that reports this run's end to the ledger."""
-    job_id, token, actor = message.options["job_id"], message.message_id, message.actor_name
+    job_id, token, actor = message.options["job_id"], run_token(message), message.actor_name
     if exception is None:
         return Finish(job_id=job_id, token=token, outcome=Finish.COMPLETED,
                       value="null" if result is None else _encode_result(result), actor=actor)
@@ -148,20 +166,25 @@ class LedgerMiddleware(Middleware):
             broker.publish_copy(message, delay_ms=max(int(detail), 10))
             raise SkipMessage("not now")
         if verdict == "failed":
-            finish = Finish(job_id=job_id, token=message.message_id, outcome=Finish.EXCEEDED,
-                            value=str(detail))
+            reason, token = detail
+            finish = Finish(job_id=job_id, token=token, outcome=Finish.EXCEEDED, value=reason)
             self._settle(broker, message, finish)
-            run_exhausted_hook(message.actor_name, message.args[0], str(detail))
-            raise SkipMessage(str(detail))
-        message.options["attempts_made"], message.options["attempts_started"] = detail
+            run_exhausted_hook(message.actor_name, message.args[0], reason)
+            raise SkipMessage(reason)
+        made, started, token = detail
+        message.options.update(attempts_made=made, attempts_started=started,
+                               herald_token=token)
         with self._running_lock:
-            self._running[(spec.name, job_id)] = (message.message_id, spec.name)
+            self._running[(spec.name, job_id)] = (token, spec.name)
 
     def _settle(self, broker: HeraldRabbitmqBroker, message: MessageProxy,
                 finish: Finish) -> None:
         spec = get_spec(message.queue_name)
+        key = (spec.name, finish.job_id)
         with self._running_lock:
-            self._running.pop((spec.name, finish.job_id), None)
+            # a run that outlived its lock must not stop the heartbeat of the run after it
+            if self._running.get(key, (finish.token,))[0] == finish.token:
+                self._running.pop(key, None)
         result = broker.ledger.cycle(spec, finishes=[finish], external=True)
         for finished in result.finished:
             report(spec.name, finished.job_id, finished.result, message.actor_name,
@@ -173,16 +196,21 @@ class LedgerMiddleware(Middleware):
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         if getattr(broker, "external_ledger", False):
             self._stop.clear()
-            self._heartbeat = threading.Thread(target=self._extend_locks, args=(broker,),
+            lanes = worker.consumer_whitelist
+            specs = [spec for spec in all_specs() if not lanes or spec.name in lanes]
+            interval = extend_interval(specs or all_specs())
+            self._heartbeat = threading.Thread(target=self._extend_locks,
+                                               args=(broker, interval),
                                                name="herald-lock-heartbeat", daemon=True)
             self._heartbeat.start()
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         self._stop.set()
 
-    def _extend_locks(self, broker: HeraldRabbitmqBroker) -> None:
-        # a third of the shortest lock, so a live run never looks stalled
-        while not self._stop.wait(1.0):
+    def _extend_locks(self, broker: HeraldRabbitmqBroker, interval: float) -> None:
+        """Extend the lock of every run of this process each ``interval`` seconds (see
+        :func:`extend_interval`), until the worker shuts down."""
+        while not self._stop.wait(interval):
             with self._running_lock:
                 running = dict(self._running)
             by_queue: dict[str, list[tuple[str, str]]] = {}

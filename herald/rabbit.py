@@ -1,8 +1,9 @@
 """RabbitMQ carries the messages; the Redis ledger records state and fences each run.
 
-Every message's id is its job's current attempt token. Before a run the ledger claims the
-job with that token (:meth:`Ledger.start`), so a redelivered or duplicated message is
-acknowledged and dropped; retries and deferrals publish a fresh message with a new token
+Every message's id names its job's current attempt. Before a run the ledger claims the job
+with that id (:meth:`Ledger.start`), so a redelivered or duplicated message is
+acknowledged and dropped, and hands out a token unique to that run, which its finish and
+lock extensions carry; retries and deferrals publish a fresh message with a new id
 through Dramatiq's delay queue. Priority travels as RabbitMQ's ``x-max-priority``.
 """
 
@@ -56,7 +57,7 @@ class HeraldRabbitmqBroker(RabbitmqBroker):
     def publish_copy(self, message: Any, *, delay_ms: int, token: str | None = None) -> None:
         """Publish the message again later, under ``token`` (or the same one)."""
         options = {k: v for k, v in message.options.items()
-                   if k not in ("eta", "herald_finish", "redeliveries")}
+                   if k not in ("eta", "herald_finish", "herald_token", "redeliveries")}
         copy = dramatiq.Message(queue_name=message.queue_name.removesuffix(".DQ"),
                                 actor_name=message.actor_name, args=message.args,
                                 kwargs=message.kwargs, options=options,

@@ -123,14 +123,6 @@ class QueueSpec:
         if problems:
             raise ValueError(f"QueueSpec {self.name!r}: " + "; ".join(problems))
 
-    def backoff_for(self, attempt: int) -> timedelta:
-        """The wait before attempt ``attempt`` (2 = the first retry)."""
-        if self.backoff is Backoff.NONE or attempt < 2:
-            return timedelta(0)
-        if self.backoff is Backoff.FIXED:
-            return self.backoff_base
-        return self.backoff_base * (2 ** (attempt - 2))
-
 
 def builtin_specs(settings: Settings) -> list[QueueSpec]:
     """The queues of SPEC section 3, with the environment's overrides applied."""

@@ -3,9 +3,12 @@
 -- ARGV: now_ms, number of groups, then per group: base, n, actor, cfg (see parse_cfg),
 --   max started (0 = unbounded), then per job 7 fields:
 --   id, data, priority, run_at_ms, dedup_id ("" = none), retry_failed ("1"/"0"),
---   token ("" = none)
+--   message id ("" = none: the Redis broker's jobs have no message of their own)
 -- Returns per job, groups in order: {status, job id} with status
---   added|duplicated|deduplicated|retried.
+--   added|duplicated|deduplicated|retried. The same call sent again after its reply was
+--   lost (a client retry on a timeout) carries the same now_ms, so a job it added or
+--   retried (stamped ts or rt = now_ms) reports added or retried again, and the caller
+--   still publishes the job's message.
 local now, groups = tonumber(ARGV[1]), tonumber(ARGV[2])
 local o = 2
 local results = {}
@@ -23,13 +26,18 @@ local function add_group()
     local dd, retry_failed, token = ARGV[o + 5], ARGV[o + 6], ARGV[o + 7]
     o = o + 7
     local jk = base .. "job:" .. id
-    local state = redis.call("HGET", jk, "state")
+    local job = redis.call("HMGET", jk, "state", "ts", "rt")
+    local state = job[1]
     local status
     if state then
       status = "duplicated"
-      if state == "failed" and retry_failed == "1" then
+      if job[2] == ARGV[1] then
+        status = "added" -- this very call, sent again
+      elseif job[3] == ARGV[1] then
+        status = "retried"
+      elseif state == "failed" and retry_failed == "1" then
         redis.call("ZREM", base .. "failed", id)
-        redis.call("HSET", jk, "am", 0, "as", 0, "tok", token)
+        redis.call("HSET", jk, "am", 0, "as", 0, "msg", token, "rt", now)
         redis.call("HDEL", jk, "ft", "fr", "st", "rv")
         if dd ~= "" and redis.call("SET", base .. "dedup:" .. dd, id, "NX") then
           redis.call("HSET", jk, "dd", dd)
@@ -55,7 +63,7 @@ local function add_group()
         -- optional fields only when set: fewer arguments on the common path
         if max_started ~= "0" then fields[13] = "msa"; fields[14] = max_started end
         if dd ~= "" then fields[#fields + 1] = "dd"; fields[#fields + 1] = dd end
-        if token ~= "" then fields[#fields + 1] = "tok"; fields[#fields + 1] = token end
+        if token ~= "" then fields[#fields + 1] = "msg"; fields[#fields + 1] = token end
         if delayed then fields[#fields + 1] = "run_at"; fields[#fields + 1] = run_at end
         redis.call("HSET", jk, unpack(fields))
         if delayed then

@@ -5,8 +5,11 @@
 --   delayed   zset  job id -> run at (ms)
 --   completed zset  job id -> finished at (ms)
 --   failed    zset  job id -> finished at (ms)
---   job:<id>  hash  the job record: actor, data, prio, ts, cfg, state, [msa, am, as, pt, ft,
---                   tok, dd, run_at, fr, st, rv] (an absent counter is 0)
+--   job:<id>  hash  the job record: actor, data, prio, ts, cfg, state, [msa, am, as, rn, pt,
+--                   ft, rt, tok, msg, dd, run_at, fr, st, rv] (an absent counter is 0); rn
+--                   counts every start for good, rt is when it was last retried in place,
+--                   tok the fence token of its latest run, msg the id of its current
+--                   message (RabbitMQ)
 --   dedup:<d> string the id of the job holding dedup id d
 --   meta      hash  paused flag; seq counter
 --   metrics   hash  completed, failed, retried, deferred, stalled, deduplicated, duplicated
@@ -83,6 +86,15 @@ local function finish_job(base, jk, id, now, outcome, remove, dd)
     redis.call("HSET", jk, "state", outcome, "ft", now)
     redis.call("ZADD", base .. outcome, now, id)
   end
+end
+
+-- The number and fence token of a job's next run. The token is unique for good: rn counts
+-- every start and nothing resets it (a retry resets the attempt counters, not rn), so a
+-- run that outlived its lock can never finish or fail a later run. Records from before rn
+-- existed count on from their attempts started.
+local function next_run(id, runs, starts)
+  local n = tonumber(runs or starts or "0") + 1
+  return n, id .. "#" .. n
 end
 
 local function backoff_ms(kind, base_ms, attempt)

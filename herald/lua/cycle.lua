@@ -6,7 +6,8 @@
 --   failed keep age ms (-1 = no limit),
 --   then per done job 2 fields: id, token (completed with no return value: the common
 --     case, reported back only when stale)
---   then per finished job 6 fields: id, token, outcome, value, stack, next token
+--   then per finished job 6 fields: id, token, outcome, value, stack, next token (the id
+--     of the message that carries the next attempt, external only)
 --     c = completed (value = return value JSON), f = failed attempt (value = message),
 --     p = permanent failure (value = message), d = deferred (value = delay ms),
 --     r = released unstarted (worker shutdown), x = exceeded max_started_attempts
@@ -44,11 +45,22 @@ local function reschedule(jk, id, delay, next_token, prio)
   if external then
     -- the broker holds the message until run_at; the ledger only records the state
     redis.call("ZADD", base .. "delayed", run_at, id)
-    redis.call("HSET", jk, "state", "delayed", "run_at", run_at, "tok", next_token)
+    redis.call("HSET", jk, "state", "delayed", "run_at", run_at, "msg", next_token)
   else
     enqueue_job(base, jk, id, now, run_at, prio)
   end
   return run_at
+end
+
+-- A finish sent again after its reply was lost (a client retry on a timeout): when its
+-- first send rescheduled the job under next_token, give the same answer again, so the
+-- caller still publishes the next message; anything else is stale.
+local function rescheduled_already(jk, outcome, next_token)
+  local job = redis.call("HMGET", jk, "state", "msg", "run_at")
+  if job[1] == "delayed" and job[2] == next_token then
+    return (outcome == "d" and "deferred" or "retry"), tonumber(job[3])
+  end
+  return "stale", 0
 end
 
 local finished, unlock, completed = {}, {}, {}
@@ -125,6 +137,8 @@ for _ = 1, n_finish do
         result = "retry"
       end
     end
+  elseif external and next_token ~= "" then
+    result, run_at = rescheduled_already(jk, outcome, next_token)
   end
   finished[#finished + 1] = {id, result, run_at}
 end
@@ -188,7 +202,7 @@ if not external then
       local id = popped[i]
       local jk = base .. "job:" .. id
       local job = redis.call("HMGET", jk, "actor", "data", "am", "as", "prio", "ts", "msa",
-        "cfg", "dd")
+        "cfg", "dd", "rn")
       if job[1] then
         local starts = tonumber(job[4] or "0") + 1
         local max_started = tonumber(job[7] or "0")
@@ -200,8 +214,9 @@ if not external then
           -- reported so the actor's exhausted hook can record the end durably
           finished[#finished + 1] = {id, "exhausted", 0, job[1], job[2], reason}
         else
-          local token = id .. "#" .. starts
-          redis.call("HSET", jk, "as", starts, "state", "active", "pt", now, "tok", token)
+          local run, token = next_run(id, job[10], job[4])
+          redis.call("HSET", jk, "as", starts, "rn", run, "state", "active", "pt", now,
+            "tok", token)
           locks[#locks + 1] = now + lock_ms
           locks[#locks + 1] = id
           started[#started + 1] = {id, job[1], job[2], token, tonumber(job[3] or "0"), starts,

@@ -25,7 +25,7 @@ for i = 1, #chunk, 2 do
   local jk = base .. "job:" .. id
   local job = redis.call("HMGET", jk, "actor", "data", "prio")
   local token = prefix .. "-" .. (issued + #rows + 1)
-  redis.call("HSET", jk, "tok", token)
+  redis.call("HSET", jk, "msg", token)
   rows[#rows + 1] = {id, job[1], job[2], tonumber(job[3] or "5"), token}
   last = chunk[i + 1]
 end

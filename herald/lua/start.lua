@@ -1,17 +1,20 @@
 -- Start a job whose message another broker (RabbitMQ) delivered.
--- ARGV: base, now, lock_ms, id, token, rate_max (0 = none), rate_window_ms
--- Returns {"start", attempts made, attempts started} to run it, {"drop"} when the message
--- is not the job's current one (or the job is gone or finished), {"later", ms} when the
--- message must come back later (queue paused, rate limit reached, or a live run holds the
--- lock), {"failed", reason} when the job exceeded max_started_attempts (it is then active
--- and the caller finishes it as a permanent failure).
+-- ARGV: base, now, lock_ms, id, message id, rate_max (0 = none), rate_window_ms
+-- Returns {"start", attempts made, attempts started, run token} to run it, {"drop"} when
+-- the message is not the job's current one (or the job is gone or finished), {"later", ms}
+-- when the message must come back later (queue paused, rate limit reached, or a live run
+-- holds the lock), {"failed", reason, run token} when the job exceeded
+-- max_started_attempts (it is then active and the caller finishes it as a permanent
+-- failure under that token). The run token, not the message id, fences the run: a
+-- message redelivered after a stall starts a run of its own.
 local base, now, lock_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local id, token = ARGV[4], ARGV[5]
+local id, message = ARGV[4], ARGV[5]
 local rate_max, rate_window = tonumber(ARGV[6]), tonumber(ARGV[7])
 local jk = base .. "job:" .. id
-local job = redis.call("HMGET", jk, "state", "tok", "am", "as", "msa")
+local job = redis.call("HMGET", jk, "state", "msg", "am", "as", "msa", "rn", "tok")
 local state = job[1]
-if not state or job[2] ~= token then return {"drop"} end
+-- records written before msg existed kept the message id in tok
+if not state or (job[2] or job[7]) ~= message then return {"drop"} end
 if state == "active" then
   local deadline = tonumber(redis.call("ZSCORE", base .. "active", id) or "0")
   if deadline > now then return {"later", deadline - now} end
@@ -32,14 +35,15 @@ if rate_max > 0 then
 end
 local starts = tonumber(job[4] or "0") + 1
 local max_started = tonumber(job[5] or "0")
-redis.call("HSET", jk, "as", starts)
+local run, token = next_run(id, job[6], job[4])
 redis.call("ZREM", base .. "wait", id)
 redis.call("ZREM", base .. "delayed", id)
-redis.call("HSET", jk, "state", "active", "pt", now)
+redis.call("HSET", jk, "as", starts, "rn", run, "state", "active", "pt", now, "tok", token,
+  "msg", message)
 redis.call("ZADD", base .. "active", now + lock_ms, id)
 if max_started > 0 and starts > max_started then
   -- the caller finishes it as a permanent failure with this reason
   return {"failed", "job started " .. starts .. " times, more than max_started_attempts (" ..
-    max_started .. ")"}
+    max_started .. ")", token}
 end
-return {"start", job[3] or "0", starts}
+return {"start", job[3] or "0", starts, token}

@@ -17,7 +17,8 @@ from pydantic import BaseModel
 from herald.connections import redis_client
 from herald.errors import Defer, Permanent
 from herald.jobs import actor
-from herald.registry import Keep, QueueSpec, Retention, declare
+from herald.outcomes import run_token
+from herald.registry import Backoff, Keep, QueueSpec, Retention, declare
 from herald.schedules import Schedule, schedule
 from herald.settings import get_settings
 
@@ -36,6 +37,11 @@ declare(QueueSpec(name="t-timed", concurrency=2, attempts=1,
                   time_limit=timedelta(milliseconds=500)))
 declare(QueueSpec(name="t-aged", concurrency=2, attempts=1,
                   retention=Retention(completed=Keep(age=SECOND), failed=Keep(count=10))))
+declare(QueueSpec(name="t-brief", concurrency=2, attempts=1, lock_duration=SECOND))
+declare(QueueSpec(name="t-exp", attempts=4, backoff_base=timedelta(milliseconds=100)))
+declare(QueueSpec(name="t-fixed", attempts=4, backoff=Backoff.FIXED,
+                  backoff_base=timedelta(milliseconds=150)))
+declare(QueueSpec(name="t-none", attempts=4, backoff=Backoff.NONE))
 declare(QueueSpec(name="t-kept", concurrency=4, attempts=1,
                   retention=Retention(completed=Keep(count=5), failed=Keep(count=3))))
 
@@ -49,6 +55,9 @@ class Step(BaseModel):
     permanent: bool = False
     defer_ms: int = 0
     defer_times: int = 0
+    #: wait for the test to open this step's gate (see :func:`open_gate`), then fail
+    #: if it said "fail", else go on
+    gated: bool = False
 
 
 def events_key() -> str:
@@ -65,6 +74,30 @@ def record(kind: str, key: str, **extra: object) -> None:
     redis_client().rpush(events_key(), json.dumps(event))
 
 
+def gate_key(key: str) -> str:
+    return f"{get_settings().queue_prefix}:test:gate:{key}"
+
+
+def open_gate(key: str, verdict: str = "pass") -> None:
+    """Let gated runs of step ``key`` go on ("pass") or fail ("fail"); :func:`close_gate`
+    makes later runs wait again."""
+    redis_client().set(gate_key(key), verdict)
+
+
+def close_gate(key: str) -> None:
+    redis_client().delete(gate_key(key))
+
+
+def _wait_at_gate(key: str) -> None:
+    deadline = time.monotonic() + 60
+    while (verdict := redis_client().get(gate_key(key))) is None:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the gate of {key} never opened")
+        time.sleep(0.02)
+    if verdict == b"fail":
+        raise RuntimeError(f"{key} failed at its gate")
+
+
 def events(kind: str | None = None) -> list[dict]:
     """Every recorded event, oldest first (optionally of one kind)."""
     raw = redis_client().lrange(events_key(), 0, -1)
@@ -76,7 +109,10 @@ def _run(job: Step) -> dict:
     message = CurrentMessage.get_current_message()
     made = message.options["attempts_made"] if message else 0
     started = message.options["attempts_started"] if message else 0
-    record("start", job.key)
+    # the run's token, as the worker reports the run's end under it
+    record("start", job.key, token=run_token(message) if message else None)
+    if job.gated:
+        _wait_at_gate(job.key)
     deadline = time.monotonic() + job.sleep_s
     while time.monotonic() < deadline:  # short naps: a time limit can interrupt between them
         time.sleep(min(0.05, max(deadline - time.monotonic(), 0)))
@@ -127,6 +163,30 @@ def stall(job: Step) -> dict:
 @actor(queue="t-timed", payload=Step)
 def timed(job: Step) -> dict:
     """Same, with a 500 ms time limit per run."""
+    return _run(job)
+
+
+@actor(queue="t-brief", payload=Step)
+def brief(job: Step) -> dict:
+    """Same, with a 1 s lock."""
+    return _run(job)
+
+
+@actor(queue="t-exp", payload=Step)
+def exp(job: Step) -> dict:
+    """Same, retried after 100, 200, 400 ms."""
+    return _run(job)
+
+
+@actor(queue="t-fixed", payload=Step)
+def fixed(job: Step) -> dict:
+    """Same, retried after 150 ms each time."""
+    return _run(job)
+
+
+@actor(queue="t-none", payload=Step)
+def nobackoff(job: Step) -> dict:
+    """Same, retried at once."""
     return _run(job)
 
 

@@ -1,19 +1,41 @@
-"""Job ids, deduplication, retries, deferrals and bad input, on every broker setup."""
+"""Job ids, deduplication, retries, fencing, deferrals and bad input, on every broker setup."""
 
 from __future__ import annotations
 
-import itertools
 import json
-import time
 from datetime import timedelta
 
 import pytest
 
+from herald.broker import message_for
 from herald.errors import InvalidPayload
-from herald.jobs import enqueue, enqueue_groups, enqueue_many, get_ledger, queue
+from herald.jobs import (
+    JobActor,
+    enqueue,
+    enqueue_groups,
+    enqueue_many,
+    get_broker,
+    get_ledger,
+    queue,
+)
+from herald.ledger import Finish, new_token, now_ms
+from herald.registry import QueueSpec, get_spec
 from herald.worker import running_worker
 from tests.integration.conftest import HeraldOn, wait_for
-from tests.integration.lanes import basic, events, other, stall, timed
+from tests.integration.lanes import (
+    basic,
+    brief,
+    close_gate,
+    events,
+    exp,
+    fixed,
+    nobackoff,
+    open_gate,
+    other,
+    prio,
+    stall,
+    timed,
+)
 
 
 def finished(name: str, job_id: str) -> bool:
@@ -90,21 +112,6 @@ def test_dedup_key_released_by_terminal_failure_and_by_remove(herald_on: HeraldO
     # removing the old failed record must not release the key the new job holds
     assert queue("t-basic").remove(doomed.job_id)
     assert enqueue(basic, {"key": "w"}, dedup_id="k1").status == "deduplicated"
-
-
-def test_retries_follow_the_registry_backoff_exactly(herald_on: HeraldOn) -> None:
-    # Given t-basic: 3 attempts, exponential base 1 s; a job failing twice
-    enqueue(basic, {"key": "r", "fail_times": 2}, job_id="job-r")
-    with running_worker(["t-basic"]):
-        wait_for(lambda: finished("t-basic", "job-r"), timeout=30)
-    starts = [e["t"] for e in events("start")]
-    gaps = [b - a for a, b in itertools.pairwise(starts)]
-    assert len(starts) == 3
-    assert 0.9 <= gaps[0] <= 1.1 + 0.15, gaps  # 1 s ±10% (+ scheduling slack)
-    assert 1.8 <= gaps[1] <= 2.2 + 0.15, gaps  # 2 s ±10%
-    job = queue("t-basic").get("job-r")
-    assert (job.state, job.attempts_made, job.attempts_started) == ("completed", 2, 3)
-    assert job.return_value == {"key": "r"}
 
 
 def test_exhausted_attempts_fail_with_the_last_error(herald_on: HeraldOn) -> None:
@@ -217,31 +224,162 @@ def test_a_job_that_keeps_deferring_ends_at_max_started_attempts(herald_on: Hera
         ("forever", True)]
 
 
-def test_a_redelivered_message_runs_the_job_once(herald_on: HeraldOn) -> None:
-    enqueue(basic, {"key": "once", "sleep_s": 0.3}, job_id="job-once")
-    ledger = get_ledger()
-    if herald_on.kind == "rabbitmq":
-        # When the broker delivers the job's message a second time
-        from herald.broker import message_for
-        from herald.jobs import get_broker
 
-        token = ledger.client.hget(ledger.base("t-basic") + "job:job-once", "tok").decode()
-        duplicate = message_for("t-basic", "basic", {"key": "once", "sleep_s": 0.3},
-                                job_id="job-once", token=token)
-        get_broker().publish(duplicate, priority=5)
-    with running_worker(["t-basic"]):
-        wait_for(lambda: finished("t-basic", "job-once"))
-        if herald_on.kind != "rabbitmq":
-            # When a worker reports a run under a token that is no longer the job's
-            # (what a stalled worker's late message would do), it is ignored
-            from herald.ledger import Finish
-            from herald.registry import get_spec
 
-            stale = ledger.cycle(get_spec("t-basic"), finishes=[Finish(
-                job_id="job-once", token="job-once#1", outcome=Finish.FAILED, value="late")])
-            assert [f.result for f in stale.finished] == ["stale"]
+def _text(value: object) -> object:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def assert_stale_and_harmless(herald_on: HeraldOn, name: str, job_id: str,
+                              token: str) -> None:
+    """Report a run's end under ``token`` every way a worker can (a plain completion, a
+    return value, a failed attempt, a permanent failure): each is reported stale and the
+    job's record stays exactly as it was."""
+    ledger, spec = get_ledger(), get_spec(name)
+    external = herald_on.kind == "rabbitmq"
+    before = queue(name).get(job_id)
+    finished = ledger.cycle_raw(spec, ledger.cycle_config(spec), done=[(job_id, token)],
+                                external=external)[0]
+    assert [[_text(field) for field in row] for row in finished] == [[job_id, "stale", 0]]
+    for outcome, value in ((Finish.COMPLETED, '{"late": true}'), (Finish.FAILED, "late"),
+                           (Finish.PERMANENT, "late")):
+        late = Finish(job_id=job_id, token=token, outcome=outcome, value=value,
+                      next_token=new_token())
+        result = ledger.cycle(spec, finishes=[late], external=external)
+        assert [(f.job_id, f.result) for f in result.finished] == [(job_id, "stale")]
+    assert queue(name).get(job_id) == before
+
+
+@pytest.mark.parametrize("how", ["q.retry", "retry_failed"])
+def test_a_run_from_before_a_retry_cannot_end_the_run_after_it(herald_on: HeraldOn,
+                                                               how: str) -> None:
+    # Given a job whose first life failed for good (t-other: one attempt)
+    open_gate("z", "fail")
+    enqueue(other, {"key": "z", "gated": True}, job_id="job-z")
+    with running_worker(["t-other"]):
+        wait_for(lambda: finished("t-other", "job-z"), what="the first life to fail")
+        first_life = events("start")[0]["token"]
+        # When it is retried in place and its second life is running
+        close_gate("z")
+        if how == "q.retry":
+            assert queue("t-other").retry("job-z")
         else:
-            wait_for(lambda: ledger.metrics("t-basic").get("completed") == 1)
-            time.sleep(0.5)  # the duplicate, if it were to run, would have by now
-    assert [e["key"] for e in events("start")] == ["once"]
-    assert queue("t-basic").get("job-once").state == "completed"
+            assert enqueue(other, {"key": "z", "gated": True}, job_id="job-z",
+                           retry_failed=True).status == "retried"
+        wait_for(lambda: len(events("start")) == 2, what="the second life to start")
+        running = queue("t-other").get("job-z")
+        assert (running.state, running.attempts_made, running.attempts_started) == (
+            "active", 0, 1)
+        # Then whatever the first life reports now (a zombie of it) is stale and harmless
+        assert_stale_and_harmless(herald_on, "t-other", "job-z", first_life)
+        # and the second life still completes normally
+        open_gate("z")
+        wait_for(lambda: finished("t-other", "job-z"), what="the second life to end")
+    job = queue("t-other").get("job-z")
+    assert (job.state, job.attempts_made, job.attempts_started, job.return_value) == (
+        "completed", 0, 1, {"key": "z"})
+    assert [e["key"] for e in events("done")] == ["z"]
+
+
+def test_a_run_that_outlived_its_lock_cannot_end_the_run_that_took_over(
+        herald_on: HeraldOn) -> None:
+    # Given a run of a job (1 s lock) that stopped extending its lock: a worker that hung
+    enqueue(brief, {"key": "s", "gated": True}, job_id="job-s")
+    ledger, spec = get_ledger(), get_spec("t-brief")
+    if herald_on.kind == "rabbitmq":  # claimed the way the RabbitMQ middleware claims
+        verdict, (_, _, hung) = ledger.start(spec, "job-s",
+                                             queue("t-brief").get("job-s").message_id)
+        assert verdict == "start"
+    else:  # fetched the way the Redis broker's consumer fetches
+        [run] = ledger.cycle(spec, fetch=1).started
+        hung = run.token
+    lock = ledger.client.zscore(ledger.base("t-brief") + "active", "job-s")
+    wait_for(lambda: now_ms() > lock, what="the hung run's lock to run out")
+    # When a worker restarts the job and the new run is going
+    with running_worker(["t-brief"]):
+        wait_for(lambda: events("start"), what="the restart")
+        assert queue("t-brief").get("job-s").state == "active"
+        # Then the hung run's end, arriving now, is stale and harmless
+        assert_stale_and_harmless(herald_on, "t-brief", "job-s", hung)
+        open_gate("s")
+        wait_for(lambda: finished("t-brief", "job-s"), what="the new run to end")
+    job = queue("t-brief").get("job-s")
+    assert (job.state, job.attempts_started, job.return_value) == (
+        "completed", 2, {"key": "s"})
+    assert ledger.metrics("t-brief")["stalled"] == 1
+
+
+def test_a_duplicated_message_runs_its_job_once(herald_on: HeraldOn) -> None:
+    if herald_on.kind != "rabbitmq":
+        pytest.skip("only RabbitMQ delivers a job's message more than once")
+    # Given a job, and RabbitMQ delivering its message a second time (t-prio runs one job
+    # at a time, in order)
+    enqueue(prio, {"key": "once"}, job_id="job-once")
+    current = queue("t-prio").get("job-once").message_id
+    get_broker().publish(message_for("t-prio", "prio", {"key": "once"}, job_id="job-once",
+                                     token=current), priority=5)
+    # and a sentinel job queued behind both
+    enqueue(prio, {"key": "sentinel"}, job_id="job-sentinel")
+    with running_worker(["t-prio"]):
+        wait_for(lambda: finished("t-prio", "job-sentinel"), what="the sentinel")
+    # Then the job ran once before the sentinel, and never again
+    assert [e["key"] for e in events("start")] == ["once", "sentinel"]
+    assert queue("t-prio").get("job-once").attempts_started == 1
+
+
+def _start_attempt(herald_on: HeraldOn, spec: QueueSpec, job_id: str, message_id: str,
+                   ) -> str:
+    """Start the job's next attempt as a worker does (the Redis broker's consumer: once
+    it is due); returns the run's token."""
+    ledger = get_ledger()
+    if herald_on.kind == "rabbitmq":  # RabbitMQ holds the message until it is due
+        verdict, (_, _, token) = ledger.start(spec, job_id, message_id)
+        assert verdict == "start"
+        return token
+    started = wait_for(lambda: ledger.cycle(spec, fetch=1).started, timeout=10,
+                       what="the attempt to fall due")
+    assert [run.id for run in started] == [job_id]
+    return started[0].token
+
+
+@pytest.mark.parametrize(("target", "delays"), [(exp, [100, 200, 400]),
+                                                (fixed, [150, 150, 150]),
+                                                (nobackoff, [0, 0, 0])],
+                         ids=["exponential", "fixed", "none"])
+def test_each_failed_attempt_is_scheduled_after_the_queues_backoff(
+        herald_on: HeraldOn, target: JobActor, delays: list[int]) -> None:
+    # Given a job of a queue with 4 attempts
+    name = target.queue
+    ledger, spec = get_ledger(), get_spec(name)
+    delayed = ledger.base(name) + "delayed"
+    external = herald_on.kind == "rabbitmq"
+    enqueue(target, {"key": "b"}, job_id="job-b")
+    message = queue(name).get("job-b").message_id or ""
+    for attempt, delay in enumerate(delays, start=1):
+        # When an attempt fails
+        token = _start_attempt(herald_on, spec, "job-b", message)
+        message = new_token()
+        before = now_ms()
+        [end] = ledger.cycle(spec, external=external, finishes=[Finish(
+            job_id="job-b", token=token, outcome=Finish.FAILED, value=f"attempt {attempt}",
+            next_token=message)]).finished
+        after = now_ms()
+        # Then the next one is scheduled the backoff after the failure, to the millisecond
+        # of the round trip that reported it
+        assert end.result == "retry"
+        assert before + delay <= end.run_at_ms <= after + delay, (attempt, delay)
+        job = queue(name).get("job-b")
+        assert (job.attempts_made, job.failed_reason) == (attempt, f"attempt {attempt}")
+        if delay or external:  # scheduled (RabbitMQ: the broker holds the message till then)
+            assert ledger.client.zscore(delayed, "job-b") == end.run_at_ms
+            assert job.state == "delayed"
+        else:  # no backoff: waiting again at once
+            assert ledger.client.zscore(delayed, "job-b") is None
+            assert job.state == "waiting"
+    # and the last attempt's failure is final
+    token = _start_attempt(herald_on, spec, "job-b", message)
+    [end] = ledger.cycle(spec, external=external, finishes=[Finish(
+        job_id="job-b", token=token, outcome=Finish.FAILED, value="attempt 4")]).finished
+    assert end.result == "failed"
+    assert (queue(name).get("job-b").state, queue(name).get("job-b").attempts_made) == (
+        "failed", 4)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
-from herald.jobs import enqueue, enqueue_many, queue
+from herald.jobs import enqueue, enqueue_many, get_ledger, queue
+from herald.ledger import now_ms
+from herald.worker import LaneWorker, running_worker
 from tests.integration.conftest import HeraldOn, wait_for
-from tests.integration.lanes import basic, events, limited, stall
+from tests.integration.lanes import basic, brief, events, limited, open_gate, stall
 
 
 def stop(process) -> None:
@@ -23,10 +26,12 @@ def test_killed_worker_job_restarts_after_its_lock_expires(herald_on: HeraldOn) 
     first = herald_on.spawn_worker("t-stall")
     try:
         wait_for(lambda: events("start"), timeout=30, what="first start")
-        # When the worker is killed mid-job
+        # When the worker is killed mid-job, its last extension of the lock standing
         os.kill(first.pid, signal.SIGKILL)
         first.wait(timeout=10)
-        killed_at = time.time()
+        ledger = get_ledger()
+        lock_deadline = ledger.client.zscore(ledger.base("t-stall") + "active", "job-crash")
+        assert lock_deadline is not None
         second = herald_on.spawn_worker("t-stall")
         try:
             # Then another worker restarts it once the lock expired, and it completes
@@ -36,11 +41,12 @@ def test_killed_worker_job_restarts_after_its_lock_expires(herald_on: HeraldOn) 
             stop(second)
     finally:
         stop(first)
+    # Then the restart waited for the killed run's lock and counts as a start
     job = queue("t-stall").get("job-crash")
     assert job.attempts_started == 2
     assert job.attempts_made == 0
-    restart = events("start")[1]
-    assert restart["t"] >= killed_at - 1.5  # not before the first lock could expire
+    assert job.processed_at.timestamp() * 1000 >= lock_deadline
+    assert [e["attempts_started"] for e in events("start")] == [1, 2]
 
 
 def test_long_job_keeps_its_lock(herald_on: HeraldOn) -> None:
@@ -94,3 +100,74 @@ def test_sigterm_lets_the_running_job_finish(herald_on: HeraldOn) -> None:
     assert code == 0
     assert queue("t-basic").get("job-drain").state == "completed"
     assert b"ignored" in worker.stderr.read()
+
+
+def test_a_run_longer_than_its_1s_lock_keeps_it_and_is_never_restarted(
+        herald_on: HeraldOn) -> None:
+    # Given a lane with a 1 s lock and a job that runs 3 s
+    enqueue(brief, {"key": "long", "sleep_s": 3}, job_id="job-long")
+    ledger = get_ledger()
+    active = ledger.base("t-brief") + "active"
+    left: list[float] = []
+
+    def watch_the_lock() -> bool:
+        deadline = ledger.client.zscore(active, "job-long")
+        if deadline is not None:
+            left.append(deadline - now_ms())
+        job = queue("t-brief").get("job-long")
+        return job.state in ("completed", "failed")
+
+    # When a worker runs it
+    with running_worker(["t-brief"]):
+        wait_for(watch_the_lock, timeout=30, every=0.01, what="the long job to end")
+    # Then its lock never came near running out (the worker extends it every third of
+    # the lock), so nothing could take it for stalled; it ran once and completed
+    assert len(left) > 100
+    assert min(left) > 1000 / 3, min(left)
+    job = queue("t-brief").get("job-long")
+    assert (job.state, job.attempts_started) == ("completed", 1)
+    assert [e["key"] for e in events("start")] == ["long"]
+
+
+def test_jobs_fetched_but_not_started_at_shutdown_are_handed_back(herald_on: HeraldOn,
+                                                                   ) -> None:
+    # Given a worker (t-basic: 4 slots) stopping while one run still goes on, its idle
+    # threads gone
+    enqueue(basic, {"key": "busy", "gated": True}, job_id="job-busy")
+    worker = LaneWorker(["t-basic"])
+    worker.start()
+    stopping = threading.Thread(target=worker.stop)
+    try:
+        wait_for(lambda: events("start"), what="the busy run")
+        stopping.start()
+        wait_for(lambda: sum(t.is_alive() for t in worker.worker.workers) == 1,
+                 what="the idle threads to stop")
+        # When jobs arrive and its consumer, still up, fetches them into free slots
+        enqueue_many(basic, [({"key": f"late{i}"}, {"job_id": f"late{i}"})
+                             for i in range(3)])
+        if herald_on.kind != "rabbitmq":  # the ledger sees the Redis broker's fetches
+            wait_for(lambda: queue("t-basic").counts()["active"] == 4,
+                     what="the late jobs fetched")
+        else:  # RabbitMQ hands them to the consumer: none left ready in the queue
+            wait_for(lambda: _ready("t-basic") == 0, what="the late jobs delivered")
+    finally:
+        open_gate("busy")
+        stopping.join(timeout=60)
+    assert not stopping.is_alive()
+    # Then none of them started, and each is waiting again, no attempt spent
+    assert [e["key"] for e in events("start")] == ["busy"]
+    for i in range(3):
+        job = queue("t-basic").get(f"late{i}")
+        assert (job.state, job.attempts_started) == ("waiting", 0), job
+    # and another worker runs each once, as a first attempt
+    with running_worker(["t-basic"]):
+        wait_for(lambda: queue("t-basic").counts()["completed"] == 4, what="all four done")
+    assert sorted(e["key"] for e in events("start")) == ["busy", "late0", "late1", "late2"]
+    assert [queue("t-basic").get(f"late{i}").attempts_started for i in range(3)] == [1, 1, 1]
+
+
+def _ready(name: str) -> int:
+    """Messages of queue ``name`` RabbitMQ holds ready (not handed to a consumer)."""
+    from herald.jobs import get_broker
+
+    return get_broker().get_queue_message_counts(name)[0]

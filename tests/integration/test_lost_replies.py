@@ -1,0 +1,184 @@
+"""Scripts sent again after a lost reply: Redis ran the first send, the client timed out
+waiting for its answer and sent it again. The second send must change nothing more and
+answer as the first would have, or a RabbitMQ job is never published.
+
+Each test has a Redis server of its own, kept busy by a long script for longer than the
+client waits for a reply: the first send waits unread, the client gives up and sends it
+again, and when the server is free it runs both, in order. (``CLIENT PAUSE`` would not
+do: Redis drops a paused command whose client hung up.)
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from herald import jobs
+from herald.broker import LedgerBroker
+from herald.connections import new_redis_client
+from herald.jobs import enqueue, get_broker, get_ledger, queue, use_broker
+from herald.ledger import Finish, Ledger, new_token
+from herald.registry import get_spec
+from herald.settings import get_settings
+from herald.worker import running_worker
+from tests.integration.conftest import reset_herald, wait_for
+from tests.integration.lanes import basic, events
+
+#: How long the client waits for a reply (s), and how long Redis is kept busy (ms): long
+#: enough that the first send times out, short enough that a later one is answered.
+REPLY_TIMEOUT_S = 0.3
+BUSY_MS = 800
+#: Keeps the server busy for ARGV[1] ms.
+BUSY = """
+local function ms() local t = redis.call('TIME') return t[1] * 1000 + t[2] / 1000 end
+local start = ms()
+repeat until ms() - start >= tonumber(ARGV[1])
+"""
+
+
+@pytest.fixture(params=["redis", "rabbitmq"])
+def kind(request: pytest.FixtureRequest, private_redis_url: str,
+         monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """herald on a Redis server of the test's own, with each broker."""
+    env = {"QUEUE_PREFIX": f"lost{uuid.uuid4().hex[:8]}", "LOG_LEVEL": "WARNING",
+           "REDIS_URL": private_redis_url, "BROKER": "redis"}
+    if request.param == "rabbitmq":
+        env["BROKER"] = "rabbitmq"
+        env["RABBITMQ_URL"] = request.getfixturevalue("rabbitmq_url")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    reset_herald()
+    import tests.integration.lanes  # noqa: F401  (declares the test lanes and actors)
+
+    if request.param == "rabbitmq":
+        get_broker().declare_queue("t-basic", ensure=True)
+        get_broker().flush("t-basic")
+    yield request.param
+    reset_herald()
+
+
+def impatient(kind: str) -> Ledger:
+    """Make herald's broker one whose Redis client waits only REPLY_TIMEOUT_S for a reply
+    (and, as always, sends a command again when it timed out)."""
+    ledger = Ledger(new_redis_client(socket_timeout=REPLY_TIMEOUT_S),
+                    get_settings().queue_prefix)
+    if kind == "rabbitmq":
+        from herald.rabbit import HeraldRabbitmqBroker
+
+        use_broker(HeraldRabbitmqBroker(url=get_settings().rabbitmq_url, ledger=ledger))
+    else:
+        use_broker(LedgerBroker(ledger))
+    return ledger
+
+
+def script_runs(server: redis.Redis) -> int:
+    """Scripts the server ran to the end (EVALSHA calls that did not fail, say for a
+    script it did not have) since its statistics were reset."""
+    stats = server.info("commandstats").get("cmdstat_evalsha", {})
+    return (int(stats.get("calls", 0)) - int(stats.get("failed_calls", 0))
+            - int(stats.get("rejected_calls", 0)))
+
+
+def keep_busy(server: redis.Redis) -> threading.Thread:
+    """Reset the script count, then keep the server busy for BUSY_MS; returns once it
+    is busy (a ping goes unanswered). Join the thread to wait for the end."""
+    server.config_resetstat()
+    busy = threading.Thread(target=server.eval, args=(BUSY, 0, BUSY_MS))
+    busy.start()
+    url = server.connection_pool.connection_kwargs
+    probe = redis.Redis(host=url["host"], port=url["port"], socket_timeout=0.05)
+
+    def unanswered() -> bool:
+        try:
+            probe.ping()
+        except redis.TimeoutError:
+            return True
+        return False
+
+    wait_for(unanswered, timeout=5, what="the server to be busy")
+    probe.close()
+    return busy
+
+
+def normal_broker() -> None:
+    """Back to herald's own broker and client (patient), for the worker."""
+    get_broker().close()
+    reset_herald()
+    jobs.get_broker()
+
+
+def test_an_enqueue_sent_again_after_a_lost_reply_is_added_once_and_runs(
+        kind: str, private_redis_url: str) -> None:
+    server = redis.Redis.from_url(private_redis_url)
+    impatient(kind)
+    enqueue(basic, {"key": "warm"}, job_id="job-warm")  # the add script is loaded
+    # Given Redis holds writes longer than the client waits for a reply
+    busy = keep_busy(server)
+    # When a job is enqueued (the add is sent, times out, is sent again)
+    result = enqueue(basic, {"key": "lost"}, job_id="job-lost")
+    busy.join()
+    assert script_runs(server) >= 2
+    # Then the call still says the job was added (not a duplicate of itself)
+    assert result.status == "added"
+    assert "duplicated" not in get_ledger().metrics("t-basic")
+    # and a worker runs it once (on RabbitMQ: its message was published)
+    normal_broker()
+    with running_worker(["t-basic"]):
+        wait_for(lambda: queue("t-basic").get("job-lost").state == "completed",
+                 what="the job to run")
+    assert sorted(e["key"] for e in events("start")) == ["lost", "warm"]
+
+
+def test_a_retry_sent_again_after_a_lost_reply_still_says_it_retried(
+        kind: str, private_redis_url: str) -> None:
+    server = redis.Redis.from_url(private_redis_url)
+    # Given a job that failed for good
+    enqueue(basic, {"key": "p", "permanent": True}, job_id="job-p")
+    with running_worker(["t-basic"]):
+        wait_for(lambda: queue("t-basic").get("job-p").state == "failed")
+    ledger = impatient(kind)
+    assert not ledger.retry("t-basic", "job-none")  # the retry script is loaded
+    busy = keep_busy(server)
+    # When it is retried in place, as q.retry does (sent, times out, sent again)
+    message = new_token() if kind == "rabbitmq" else ""
+    retried = ledger.retry("t-basic", "job-p", message)
+    busy.join()
+    assert script_runs(server) >= 2
+    # Then the answer is still True (q.retry publishes the job's message on it), and the
+    # job waits for its new life
+    assert retried
+    job = queue("t-basic").get("job-p")
+    assert (job.state, job.attempts_made, job.attempts_started) == ("waiting", 0, 0)
+    assert job.message_id == (message or None)
+
+
+def test_a_failed_attempt_reported_again_after_a_lost_reply_is_still_retried(
+        kind: str, private_redis_url: str) -> None:
+    if kind != "rabbitmq":
+        pytest.skip("the consumer reports ends on its own connection, never sent twice")
+    server = redis.Redis.from_url(private_redis_url)
+    ledger, spec = impatient(kind), get_spec("t-basic")
+    # Given a run of a job, claimed as the RabbitMQ middleware claims it
+    enqueue(basic, {"key": "r"}, job_id="job-r")
+    verdict, (_, _, token) = ledger.start(spec, "job-r", queue("t-basic").get("job-r").message_id)
+    assert verdict == "start"
+    ledger.cycle(spec, external=True)  # the cycle script is loaded
+    busy = keep_busy(server)
+    # When its failure is reported (sent, times out, sent again)
+    next_message = new_token()
+    result = ledger.cycle(spec, external=True, finishes=[Finish(
+        job_id="job-r", token=token, outcome=Finish.FAILED, value="boom",
+        next_token=next_message)])
+    busy.join()
+    assert script_runs(server) >= 2
+    # Then the answer is still "retry at run_at" (so the next message is published), and
+    # the failure counted once
+    [end] = result.finished
+    assert end.result == "retry"
+    assert server.zscore(ledger.base("t-basic") + "delayed", "job-r") == end.run_at_ms
+    job = queue("t-basic").get("job-r")
+    assert (job.state, job.attempts_made, job.message_id) == ("delayed", 1, next_message)
