@@ -88,7 +88,7 @@ def test_a_delivery_its_template_cannot_render_fails_terminal_without_retrying(
         "failed_terminal", "render_failed", None, 0)
     job = queue(EMAIL).get(delivery_id)
     assert (job.attempts_made, job.failed_reason) == (
-        1, "payment.receipt event data is missing required keys: order_id")
+        1, "payment.receipt event data: order_id: Field required")
     assert MockProvider.sends() == []
 
 
