@@ -41,6 +41,7 @@ from herald.ledger import (
     JobState,
     Ledger,
     NewJob,
+    Reissued,
     new_token,
     now_ms,
 )
@@ -279,17 +280,24 @@ def _check_target(target: object) -> None:
 
 def _submit(groups: Sequence[tuple[JobActor[Any], Sequence[NewJob]]]) -> list[list[AddResult]]:
     """Add groups of validated jobs (one actor each) in one round trip; on RabbitMQ, then
-    publish the messages of those added."""
+    publish the messages of those added or retried, and of those duplicated that were
+    waiting or delayed (their message may never have gone out: a publish that failed
+    after the add)."""
     broker = get_broker()
     results = get_ledger().add_groups([(target.queue, jobs) for target, jobs in groups])
     external = getattr(broker, "external_ledger", False)
     now = now_ms()
     for (target, jobs), group_results in zip(groups, results, strict=True):
         for job, result in zip(jobs, group_results, strict=True):
-            if external and result.status in (AddStatus.ADDED, AddStatus.RETRIED):
-                _publish(broker, target.queue, job.actor, json.loads(job.data),
-                         job_id=job.id, token=job.token, priority=job.priority,
-                         delay_ms=max(job.run_at_ms - now, 0))
+            # a reissued duplicate goes out as the ledger holds it: its own payload and
+            # what is left of its delay
+            sent: NewJob | Reissued | None = (
+                job if external and result.status in (AddStatus.ADDED, AddStatus.RETRIED)
+                else result.reissued)
+            if sent is not None:
+                _publish(broker, target.queue, sent.actor, json.loads(sent.data),
+                         job_id=job.id, token=job.token, priority=sent.priority,
+                         delay_ms=max(sent.run_at_ms - now, 0))
             elif result.status is AddStatus.DEDUPLICATED:
                 log.warning(
                     "add deduplicated", extra={"queue": target.queue, "job_id": result.job_id,
