@@ -328,7 +328,10 @@ def enqueue(target: JobActor[Any], payload: dict[str, Any] | BaseModel, *,
 
     A job id that exists and is live or completed reports ``duplicated``; a held
     ``dedup_id`` reports ``deduplicated`` (with the holder's id); ``retry_failed`` retries
-    a retained failed job in place (``retried``).
+    a retained failed job in place (``retried``). On RabbitMQ a ``duplicated`` job that is
+    waiting or delayed gets a fresh message (its own payload, the rest of its delay): its
+    first may never have gone out, if publishing failed after the add. An older message
+    that did go out is dropped on arrival, so the job still runs once.
     """
     _check_target(target)
     token = new_token() if _external() else ""
