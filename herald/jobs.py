@@ -406,7 +406,11 @@ class Queue:
         return self.ledger.jobs(self.name, JobState(state), page=page, per_page=per_page)
 
     def retry(self, job_id: str) -> bool:
-        """Run a failed job again (counters reset); False for any other state."""
+        """Run a failed job again (counters reset); False for any other state.
+
+        On RabbitMQ, should publishing its message fail after the retry, the job waits
+        with none: enqueueing its id again publishes one (see :func:`enqueue`).
+        """
         if _external():
             job = self.get(job_id)
             if job is None or job.state is not JobState.FAILED:
