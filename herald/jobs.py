@@ -41,6 +41,7 @@ from herald.ledger import (
     JobState,
     Ledger,
     NewJob,
+    Reissued,
     new_token,
     now_ms,
 )
@@ -279,17 +280,24 @@ def _check_target(target: object) -> None:
 
 def _submit(groups: Sequence[tuple[JobActor[Any], Sequence[NewJob]]]) -> list[list[AddResult]]:
     """Add groups of validated jobs (one actor each) in one round trip; on RabbitMQ, then
-    publish the messages of those added."""
+    publish the messages of those added or retried, and of those duplicated that were
+    waiting or delayed (their message may never have gone out: a publish that failed
+    after the add)."""
     broker = get_broker()
     results = get_ledger().add_groups([(target.queue, jobs) for target, jobs in groups])
     external = getattr(broker, "external_ledger", False)
     now = now_ms()
     for (target, jobs), group_results in zip(groups, results, strict=True):
         for job, result in zip(jobs, group_results, strict=True):
-            if external and result.status in (AddStatus.ADDED, AddStatus.RETRIED):
-                _publish(broker, target.queue, job.actor, json.loads(job.data),
-                         job_id=job.id, token=job.token, priority=job.priority,
-                         delay_ms=max(job.run_at_ms - now, 0))
+            # a reissued duplicate goes out as the ledger holds it: its own payload and
+            # what is left of its delay
+            sent: NewJob | Reissued | None = (
+                job if external and result.status in (AddStatus.ADDED, AddStatus.RETRIED)
+                else result.reissued)
+            if sent is not None:
+                _publish(broker, target.queue, sent.actor, json.loads(sent.data),
+                         job_id=job.id, token=job.token, priority=sent.priority,
+                         delay_ms=max(sent.run_at_ms - now, 0))
             elif result.status is AddStatus.DEDUPLICATED:
                 log.warning(
                     "add deduplicated", extra={"queue": target.queue, "job_id": result.job_id,
@@ -320,7 +328,10 @@ def enqueue(target: JobActor[Any], payload: dict[str, Any] | BaseModel, *,
 
     A job id that exists and is live or completed reports ``duplicated``; a held
     ``dedup_id`` reports ``deduplicated`` (with the holder's id); ``retry_failed`` retries
-    a retained failed job in place (``retried``).
+    a retained failed job in place (``retried``). On RabbitMQ a ``duplicated`` job that is
+    waiting or delayed gets a fresh message (its own payload, the rest of its delay): its
+    first may never have gone out, if publishing failed after the add. An older message
+    that did go out is dropped on arrival, so the job still runs once.
     """
     _check_target(target)
     token = new_token() if _external() else ""
@@ -395,7 +406,11 @@ class Queue:
         return self.ledger.jobs(self.name, JobState(state), page=page, per_page=per_page)
 
     def retry(self, job_id: str) -> bool:
-        """Run a failed job again (counters reset); False for any other state."""
+        """Run a failed job again (counters reset); False for any other state.
+
+        On RabbitMQ, should publishing its message fail after the retry, the job waits
+        with none: enqueueing its id again publishes one (see :func:`enqueue`).
+        """
         if _external():
             job = self.get(job_id)
             if job is None or job.state is not JobState.FAILED:

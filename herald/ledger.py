@@ -32,6 +32,9 @@ STALL_CHECK_MS = 1000
 ADD_CHUNK = 1000
 #: Records touched per script call by drain, clean and obliterate.
 BULK_CHUNK = 1000
+#: How long a remove's answer is kept for the same call sent again after its reply was
+#: lost (ms): far longer than a client waits before sending again.
+REPLY_KEPT_MS = 600_000
 
 
 class JobState(StrEnum):
@@ -61,14 +64,28 @@ class AddStatus(StrEnum):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Reissued:
+    """The message a duplicate add gave a waiting or delayed job (RabbitMQ): the job's own
+    actor, payload (JSON) and priority, and when it runs (0: now)."""
+
+    actor: str
+    data: str
+    priority: int
+    run_at_ms: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class AddResult:
     """The outcome of one add: the status and the id of the job it concerns.
 
-    For ``deduplicated`` the id is the job that holds the dedup key.
+    For ``deduplicated`` the id is the job that holds the dedup key. ``reissued`` is set
+    when a ``duplicated`` job (waiting or delayed, RabbitMQ) now awaits the message named
+    by the add's token, which the caller must publish.
     """
 
     status: AddStatus
     job_id: str
+    reissued: Reissued | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -217,6 +234,14 @@ def _text(value: bytes | str | None) -> str | None:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def _reissued_result(row: Sequence[Any]) -> AddResult:
+    """An add script's row for a duplicate that now awaits a new message (see add.lua)."""
+    status, job_id, actor, data, priority, run_at = row
+    return AddResult(status=AddStatus(_text(status)), job_id=_text(job_id) or "",
+                     reissued=Reissued(actor=_text(actor) or "", data=_text(data) or "null",
+                                       priority=int(priority), run_at_ms=int(run_at)))
+
+
 class Ledger:
     """Job records of every queue under one key prefix, on one Redis client."""
 
@@ -264,8 +289,10 @@ class Ledger:
                          "1" if job.retry_failed else "0", job.token]
         raw = iter(self._scripts["add"](args=args, client=client) if client is not None
                    else self._run_own("add", args))
-        return [[AddResult(status=AddStatus(_text(status)), job_id=_text(job_id) or "")
-                 for status, job_id in itertools.islice(raw, len(jobs))]
+        # a plain row is {status, id}; a longer one is rare (see _reissued_result)
+        return [[AddResult(status=AddStatus(_text(row[0])), job_id=_text(row[1]) or "")
+                 if len(row) == 2 else _reissued_result(row)
+                 for row in itertools.islice(raw, len(jobs))]
                 for _, jobs in groups]
 
     # -- consuming ------------------------------------------------------------------------
@@ -345,13 +372,14 @@ class Ledger:
         attempts started, run token)), ("drop", None), ("later", ms) or ("failed", (reason,
         run token)). The run token, unique to this start, fences the run's finish and
         lock extensions; a redelivered message that takes over a stalled run gets a new
-        one."""
+        one. Sent again after a lost reply (a client retry on a timeout), the call answers
+        as its first send did: the claim id it carries is its own."""
         rate_max, window_ms = (0, 0)
         if spec.rate_limit is not None:
             rate_max, window_ms = spec.rate_limit[0], _ms(spec.rate_limit[1])
         raw = self._scripts["start"](args=[self.base(spec.name), now_ms(),
                                            _ms(spec.lock_duration), job_id, message_id,
-                                           rate_max, window_ms])
+                                           rate_max, window_ms, new_token()])
         verdict = _text(raw[0])
         if verdict == "start":
             return "start", (int(raw[1]), int(raw[2]), _text(raw[3]))
@@ -444,10 +472,13 @@ class Ledger:
                                                  message_id]))
 
     def remove(self, queue: str, job_ids: Sequence[str]) -> int:
-        """Remove jobs that are not active; their dedup keys are released. Returns how many."""
+        """Remove jobs that are not active; their dedup keys are released. Returns how many.
+        Sent again after a lost reply (a client retry on a timeout), the call answers the
+        first send's count and removes nothing more (not even a job re-added meanwhile)."""
         if not job_ids:
             return 0
-        return int(self._scripts["remove"](args=[self.base(queue), *job_ids]))
+        return int(self._scripts["remove"](args=[self.base(queue), new_token(),
+                                                 REPLY_KEPT_MS, *job_ids]))
 
     def set_paused(self, queue: str, paused: bool) -> None:
         """Pause or resume the queue (workers stop or start taking its jobs)."""

@@ -6,9 +6,14 @@
 --   message id ("" = none: the Redis broker's jobs have no message of their own)
 -- Returns per job, groups in order: {status, job id} with status
 --   added|duplicated|deduplicated|retried. The same call sent again after its reply was
---   lost (a client retry on a timeout) carries the same now_ms, so a job it added or
---   retried (stamped ts or rt = now_ms) reports added or retried again, and the caller
---   still publishes the job's message.
+--   lost (a client retry on a timeout) carries the same now_ms and message id, so a job it
+--   added or retried (stamped ts or rt = now_ms, msg = its message id) reports added or
+--   retried again, and the caller still publishes the job's message.
+--   On RabbitMQ (a message id given) a duplicate that is waiting or delayed may have no
+--   message at all (its producer failed to publish it): the job's current message becomes
+--   the one given, and the row is {"duplicated", job id, actor, data, priority, run_at ms
+--   or 0} so the caller publishes it, with the job's own payload and remaining delay. An
+--   older message of the job, if it went out after all, is dropped on arrival.
 local now, groups = tonumber(ARGV[1]), tonumber(ARGV[2])
 local o = 2
 local results = {}
@@ -31,10 +36,12 @@ local function add_group()
     local status
     if state then
       status = "duplicated"
-      if job[2] == ARGV[1] then
-        status = "added" -- this very call, sent again
-      elseif job[3] == ARGV[1] then
-        status = "retried"
+      local row = {status, id}
+      if (job[2] == ARGV[1] or job[3] == ARGV[1])
+          and (token == "" or redis.call("HGET", jk, "msg") == token) then
+        -- this very call, sent again
+        status = job[2] == ARGV[1] and "added" or "retried"
+        row[1] = status
       elseif state == "failed" and retry_failed == "1" then
         redis.call("ZREM", base .. "failed", id)
         redis.call("HSET", jk, "am", 0, "as", 0, "msg", token, "rt", now)
@@ -44,8 +51,14 @@ local function add_group()
         end
         enqueue_job(base, jk, id, now, run_at)
         status = "retried"
+        row[1] = status
+      elseif token ~= "" and (state == "waiting" or state == "delayed") then
+        redis.call("HSET", jk, "msg", token)
+        local rec = redis.call("HMGET", jk, "actor", "data", "prio", "run_at")
+        row = {status, id, rec[1], rec[2], tonumber(rec[3] or "5"),
+          tonumber(rec[4] or "") or 0}
       end
-      results[#results + 1] = {status, id}
+      results[#results + 1] = row
     else
       local holder = false
       if dd ~= "" then

@@ -6,15 +6,17 @@
 --   completed zset  job id -> finished at (ms)
 --   failed    zset  job id -> finished at (ms)
 --   job:<id>  hash  the job record: actor, data, prio, ts, cfg, state, [msa, am, as, rn, pt,
---                   ft, rt, tok, msg, dd, run_at, fr, st, rv] (an absent counter is 0); rn
---                   counts every start for good, rt is when it was last retried in place,
---                   tok the fence token of its latest run, msg the id of its current
---                   message (RabbitMQ)
+--                   ft, rt, tok, msg, cl, dd, run_at, fr, st, rv] (an absent counter is
+--                   0); rn counts every start for good, rt is when it was last retried in
+--                   place, tok the fence token of its latest run, msg the id of its current
+--                   message and cl the id of the claim that started its latest run
+--                   (RabbitMQ)
 --   dedup:<d> string the id of the job holding dedup id d
 --   meta      hash  paused flag; seq counter
 --   metrics   hash  completed, failed, retried, deferred, stalled, deduplicated, duplicated
 --   marker    list  wake-ups for consumers blocked waiting for work
 --   limiter   string jobs started in the current rate-limit window (expires with it)
+--   removed:<c> string what remove call c answered (expires; see remove.lua)
 local PRIORITY_SHIFT = 1099511627776 -- 2^40
 local MARKER_CAP = 63
 

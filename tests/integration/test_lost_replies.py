@@ -26,7 +26,7 @@ from herald.registry import get_spec
 from herald.settings import get_settings
 from herald.worker import running_worker
 from tests.integration.conftest import reset_herald, wait_for
-from tests.integration.lanes import basic, events
+from tests.integration.lanes import basic, events, stall
 
 #: How long the client waits for a reply (s), and how long Redis is kept busy (ms): long
 #: enough that the first send times out, short enough that a later one is answered.
@@ -182,3 +182,81 @@ def test_a_failed_attempt_reported_again_after_a_lost_reply_is_still_retried(
     assert server.zscore(ledger.base("t-basic") + "delayed", "job-r") == end.run_at_ms
     job = queue("t-basic").get("job-r")
     assert (job.state, job.attempts_made, job.message_id) == ("delayed", 1, next_message)
+
+
+def test_a_remove_sent_again_after_a_lost_reply_still_counts_what_it_removed(
+        kind: str, private_redis_url: str) -> None:
+    server = redis.Redis.from_url(private_redis_url)
+    # Given two waiting jobs
+    enqueue(basic, {"key": "a"}, job_id="job-a")
+    enqueue(basic, {"key": "b"}, job_id="job-b")
+    ledger = impatient(kind)
+    assert ledger.remove("t-basic", ["job-none"]) == 0  # the remove script is loaded
+    busy = keep_busy(server)
+    # When both are removed (sent, times out, sent again)
+    removed = ledger.remove("t-basic", ["job-a", "job-b"])
+    busy.join()
+    assert script_runs(server) >= 2
+    # Then the answer counts both (drain and clean add these answers up), and both are gone
+    assert removed == 2
+    assert (queue("t-basic").get("job-a"), queue("t-basic").get("job-b")) == (None, None)
+    assert queue("t-basic").counts()["waiting"] == 0
+
+
+def test_a_claim_sent_again_after_a_lost_reply_starts_the_run_it_claimed(
+        kind: str, private_redis_url: str) -> None:
+    if kind != "rabbitmq":
+        pytest.skip("only RabbitMQ's middleware claims a job per delivered message")
+    server = redis.Redis.from_url(private_redis_url)
+    ledger, spec = impatient(kind), get_spec("t-basic")
+    # Given a job whose message was delivered
+    enqueue(basic, {"key": "c"}, job_id="job-c")
+    message = queue("t-basic").get("job-c").message_id
+    assert ledger.start(spec, "job-none", message)[0] == "drop"  # the start script is loaded
+    busy = keep_busy(server)
+    # When the job is claimed as the RabbitMQ middleware claims it (sent, times out, sent
+    # again)
+    verdict, detail = ledger.start(spec, "job-c", message)
+    busy.join()
+    assert script_runs(server) >= 2
+    # Then the claim still says start (not "later": the run does not wait out its own
+    # lock), under the token the job holds, with one start counted and no stall
+    assert verdict == "start"
+    made, started, token = detail
+    job = queue("t-basic").get("job-c")
+    assert (made, started) == (0, 1)
+    assert (job.state, job.attempts_started, job.token) == ("active", 1, token)
+    assert "stalled" not in ledger.metrics("t-basic")
+    # and the run's end, under that token, completes the job
+    [end] = ledger.cycle(spec, external=True, finishes=[Finish(
+        job_id="job-c", token=token, outcome=Finish.COMPLETED, value="null")]).finished
+    assert end.result == "completed"
+
+
+def test_a_claim_past_max_started_attempts_sent_again_still_fails_the_job(
+        kind: str, private_redis_url: str) -> None:
+    if kind != "rabbitmq":
+        pytest.skip("only RabbitMQ's middleware claims a job per delivered message")
+    server = redis.Redis.from_url(private_redis_url)
+    ledger, spec = impatient(kind), get_spec("t-stall")  # max_started_attempts 3
+    # Given a job started three times already (each run deferred itself)
+    enqueue(stall, {"key": "x"}, job_id="job-x")
+    message = queue("t-stall").get("job-x").message_id
+    for _ in range(3):
+        verdict, (_, _, token) = ledger.start(spec, "job-x", message)
+        assert verdict == "start"
+        message = new_token()
+        ledger.cycle(spec, external=True, finishes=[Finish(
+            job_id="job-x", token=token, outcome=Finish.DEFERRED, value="0",
+            next_token=message)])
+    busy = keep_busy(server)
+    # When its message is claimed once more (sent, times out, sent again)
+    verdict, detail = ledger.start(spec, "job-x", message)
+    busy.join()
+    assert script_runs(server) >= 2
+    # Then both sends answer "failed", under the token of the fourth start, counted once
+    assert verdict == "failed"
+    reason, token = detail
+    assert reason == "job started 4 times, more than max_started_attempts (3)"
+    job = queue("t-stall").get("job-x")
+    assert (job.state, job.attempts_started, job.token) == ("active", 4, token)
