@@ -117,8 +117,10 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
 
 # -- up -------------------------------------------------------------------------------
-def _graceful_manager(printer: Any, grace: timedelta) -> Any:
-    """A honcho Manager that waits ``grace`` (not honcho's 5 s) before SIGKILL."""
+def _graceful_manager(printer: Any, grace: timedelta, stops: StopSignals) -> Any:
+    """A honcho Manager that waits ``grace`` (not honcho's 5 s) before SIGKILL, and that
+    a stop signal arriving while its processes start (``stops`` holds one that came just
+    before its loop took the signals over) stops them all once started."""
     from honcho.manager import Manager
 
     class GracefulManager(Manager):  # type: ignore[misc]
@@ -126,8 +128,14 @@ def _graceful_manager(printer: Any, grace: timedelta) -> Any:
             super().__init__(printer)
             self._terminated_at: float | None = None
             self._killed = False
+            self._stop_pending = False
 
         def terminate(self) -> None:
+            if not self._all_started():
+                # honcho signals a process by the pid it reports once started (before
+                # that it fails with KeyError): stop them when the last one has reported
+                self._stop_pending = True
+                return
             if self._terminated_at is None:
                 self._terminated_at = time.monotonic()
             super().terminate()
@@ -138,6 +146,19 @@ def _graceful_manager(printer: Any, grace: timedelta) -> Any:
                 return
             self._killed = True
             super().kill()
+
+        def _start(self) -> None:
+            super()._start()
+            if stops.exit_code is not None:
+                self.returncode = stops.exit_code
+                self.terminate()
+
+        def _system_print(self, data: str) -> None:
+            # honcho prints "<name> started" right after recording that process's pid
+            super()._system_print(data)
+            if self._stop_pending and self._all_started():
+                self._stop_pending = False
+                self.terminate()
 
     return GracefulManager()
 
@@ -265,7 +286,7 @@ def _run_manager(processes: dict[str, str], environments: dict[str, dict[str, st
 
     if stops.exit_code is not None:
         return stops.exit_code
-    manager = _graceful_manager(Printer(sys.stdout), UP_SHUTDOWN_GRACE)
+    manager = _graceful_manager(Printer(sys.stdout), UP_SHUTDOWN_GRACE, stops)
     for name, command in processes.items():
         manager.add_process(name, exec_form(command), env=environments[name], cwd=cwd)
     try:
