@@ -80,7 +80,8 @@ from qrcode.constants import ERROR_CORRECT_M
 from herald.errors import Permanent
 from providers.base import Attachment
 
-#: The repository's template directory.
+#: The template directory beside the ``actors`` package: the checkout's ``templates/``, or
+#: the copy a wheel installs next to ``actors/`` (pyproject.toml lists it as package data).
 TEMPLATES_DIR = Path(__file__).resolve().parents[1] / "templates"
 #: Where the notification templates live, relative to :data:`TEMPLATES_DIR`.
 NOTIFICATIONS_DIR = "notifications"

@@ -50,6 +50,8 @@ RELEASE_PROCESS = "release"
 #: How long ``herald up`` lets its processes drain after SIGTERM before killing them
 #: (Heroku's own grace period).
 UP_SHUTDOWN_GRACE = timedelta(seconds=30)
+#: The signals that stop ``herald up`` (honcho passes them on to each process as SIGTERM).
+UP_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: How long ``herald queues`` waits for Redis before leaving the live counts out.
 QUEUES_REDIS_TIMEOUT = timedelta(seconds=1)
 #: Characters that make a Procfile command more than one simple command (no ``exec``).
@@ -115,8 +117,10 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
 
 # -- up -------------------------------------------------------------------------------
-def _graceful_manager(printer: Any, grace: timedelta) -> Any:
-    """A honcho Manager that waits ``grace`` (not honcho's 5 s) before SIGKILL."""
+def _graceful_manager(printer: Any, grace: timedelta, stops: StopSignals) -> Any:
+    """A honcho Manager that waits ``grace`` (not honcho's 5 s) before SIGKILL, and that
+    a stop signal arriving while its processes start (``stops`` holds one that came just
+    before its loop took the signals over) stops them all once started."""
     from honcho.manager import Manager
 
     class GracefulManager(Manager):  # type: ignore[misc]
@@ -124,8 +128,14 @@ def _graceful_manager(printer: Any, grace: timedelta) -> Any:
             super().__init__(printer)
             self._terminated_at: float | None = None
             self._killed = False
+            self._stop_pending = False
 
         def terminate(self) -> None:
+            if not self._all_started():
+                # honcho signals a process by the pid it reports once started (before
+                # that it fails with KeyError): stop them when the last one has reported
+                self._stop_pending = True
+                return
             if self._terminated_at is None:
                 self._terminated_at = time.monotonic()
             super().terminate()
@@ -136,6 +146,19 @@ def _graceful_manager(printer: Any, grace: timedelta) -> Any:
                 return
             self._killed = True
             super().kill()
+
+        def _start(self) -> None:
+            super()._start()
+            if stops.exit_code is not None:
+                self.returncode = stops.exit_code
+                self.terminate()
+
+        def _system_print(self, data: str) -> None:
+            # honcho prints "<name> started" right after recording that process's pid
+            super()._system_print(data)
+            if self._stop_pending and self._all_started():
+                self._stop_pending = False
+                self.terminate()
 
     return GracefulManager()
 
@@ -178,8 +201,10 @@ def exec_form(command: str) -> str:
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     """``herald up``: the release process first, then the others, in one terminal.
 
-    On the embedded default the embedded Redis is started before the processes (and
-    stopped after them when ``herald up`` started it).
+    On the embedded default ``herald up`` owns the embedded Redis when it finds none
+    running: it starts it before the processes (they share it) and stops it after they
+    all ended, unless another process still uses it. A SIGTERM/SIGINT at any moment ends
+    it that way, with honcho's exit code (143/130).
     """
     from honcho.environ import parse_procfile
 
@@ -194,41 +219,81 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
         processes = {name: processes[name] for name in args.names}
     environments = process_environments(list(processes), settings)
     cwd = os.getcwd()  # where the embedded default's .herald/ and herald.db live
+    stops = StopSignals()
     started_embedded = False
-    if settings.embedded_redis:
-        from herald.connections import ensure_embedded_redis
-        from herald.demo import embedded_redis_running
-
-        started_embedded = not embedded_redis_running()
-        ensure_embedded_redis()
     try:
-        return _run_processes(processes, environments, cwd)
+        if settings.embedded_redis:
+            from herald.connections import start_embedded_redis
+
+            started_embedded = start_embedded_redis()
+        return _run_processes(processes, environments, cwd, stops)
     finally:
         if started_embedded:
-            from herald.connections import stop_embedded_redis
+            _stop_embedded_redis()
 
-            stop_embedded_redis()
+
+def _stop_embedded_redis() -> None:
+    from herald.connections import embedded_socket_path, stop_embedded_redis
+
+    if not stop_embedded_redis(unless_in_use=True):
+        print(f"herald: left the embedded Redis running ({embedded_socket_path()}): "
+              "another process still uses it", file=sys.stderr)
+
+
+class StopSignals:
+    """SIGTERM/SIGINT received while no honcho loop handles them (while the embedded Redis
+    starts, between the release and the other processes): recorded, so that ``herald up``
+    starts nothing more and still cleans up, instead of dying on the spot."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self.hold()
+
+    def hold(self) -> None:
+        """Record the stop signals from now on (until a honcho loop takes them over)."""
+        for signum in UP_STOP_SIGNALS:
+            signal.signal(signum, self._record)
+
+    def _record(self, signum: int, frame: object) -> None:
+        self.received.append(signum)
+
+    @property
+    def exit_code(self) -> int | None:
+        """The exit code of the first stop signal received (as honcho's: 128 + signal)."""
+        return 128 + self.received[0] if self.received else None
 
 
 def _run_processes(processes: dict[str, str], environments: dict[str, dict[str, str]],
-                   cwd: str) -> int:
-    from honcho.printer import Printer
-
+                   cwd: str, stops: StopSignals) -> int:
     release = processes.pop(RELEASE_PROCESS, None)
     if release is not None:
-        manager = _graceful_manager(Printer(sys.stdout), UP_SHUTDOWN_GRACE)
-        manager.add_process(RELEASE_PROCESS, exec_form(release),
-                            env=environments[RELEASE_PROCESS], cwd=cwd)
-        manager.loop()
-        if manager.returncode != 0:
-            return _fail(f"{RELEASE_PROCESS} failed (exit code {manager.returncode}); "
-                         "not starting the other processes", manager.returncode or 1)
+        returncode = _run_manager({RELEASE_PROCESS: release}, environments, cwd, stops)
+        if stops.exit_code is not None:
+            return stops.exit_code
+        if returncode != 0:
+            return _fail(f"{RELEASE_PROCESS} failed (exit code {returncode}); "
+                         "not starting the other processes", returncode)
     if not processes:
         return 0
-    manager = _graceful_manager(Printer(sys.stdout), UP_SHUTDOWN_GRACE)
+    return _run_manager(processes, environments, cwd, stops)
+
+
+def _run_manager(processes: dict[str, str], environments: dict[str, dict[str, str]],
+                 cwd: str, stops: StopSignals) -> int:
+    """Run ``processes`` under one honcho manager until all ended; none when a stop
+    signal came first."""
+    from honcho.printer import Printer
+
+    if stops.exit_code is not None:
+        return stops.exit_code
+    manager = _graceful_manager(Printer(sys.stdout), UP_SHUTDOWN_GRACE, stops)
     for name, command in processes.items():
         manager.add_process(name, exec_form(command), env=environments[name], cwd=cwd)
-    manager.loop()
+    try:
+        manager.loop()
+    finally:
+        # honcho leaves its handlers installed, bound to this manager once it has ended
+        stops.hold()
     return int(manager.returncode or 0)
 
 

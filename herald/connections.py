@@ -39,6 +39,9 @@ CONNECT_TIMEOUT_S = 2.0
 COMMAND_RETRIES = 2
 #: Seconds the embedded server gets to come up.
 EMBEDDED_START_TIMEOUT_S = 10.0
+#: Seconds the clients of processes that just ended get to disconnect before the embedded
+#: server counts as used by someone else (and is left running).
+EMBEDDED_CLIENTS_GONE_S = 2.0
 
 _lock = threading.Lock()
 _shared: redis.Redis | None = None
@@ -59,17 +62,25 @@ def ensure_embedded_redis(directory: Path = EMBEDDED_DIR) -> Path:
     Returns the socket path. Safe to call from several processes at once (a lock file
     serialises the start).
     """
+    start_embedded_redis(directory)
+    return embedded_socket_path(directory)
+
+
+def start_embedded_redis(directory: Path = EMBEDDED_DIR) -> bool:
+    """Start the embedded server unless one already answers; True when this call started it
+    (so the caller may stop it, see :func:`stop_embedded_redis`)."""
     socket_path = embedded_socket_path(directory)
     if _answers(socket_path):
-        return socket_path
+        return False
     directory.mkdir(parents=True, exist_ok=True)
     # redis-server unlinks an existing socket before binding, so two processes starting
     # at once would both run a server: serialise the start on a lock file
     with open(directory / "redis.lock", "w") as lock_file:
         fcntl.flock(lock_file, fcntl.LOCK_EX)
-        if not _answers(socket_path):
-            _start_embedded(directory, socket_path)
-    return socket_path
+        if _answers(socket_path):
+            return False
+        _start_embedded(directory, socket_path)
+    return True
 
 
 def _start_embedded(directory: Path, socket_path: Path) -> None:
@@ -97,15 +108,39 @@ def _start_embedded(directory: Path, socket_path: Path) -> None:
     raise RuntimeError(f"the embedded Redis did not start; see {directory / 'redis.log'}")
 
 
-def stop_embedded_redis(directory: Path = EMBEDDED_DIR) -> None:
-    """Shut the embedded server down (saving its data) if it runs."""
+def stop_embedded_redis(directory: Path = EMBEDDED_DIR, *, unless_in_use: bool = False,
+                        ) -> bool:
+    """Shut the embedded server down (saving its data) if it runs; True unless left running.
+
+    With ``unless_in_use`` a server that still has clients is left running: they belong
+    to other processes (another herald command on this directory). Clients of processes
+    that have just ended get :data:`EMBEDDED_CLIENTS_GONE_S` to disconnect first.
+    """
     socket_path = embedded_socket_path(directory)
     if not _answers(socket_path):
-        return
-    with contextlib.suppress(redis.ConnectionError):
-        # no retries: the server closing the connection is the expected answer
-        redis.Redis(unix_socket_path=str(socket_path), socket_timeout=5,
-                    retry=Retry(ExponentialBackoff(), 0)).shutdown(save=True)
+        return True
+    # no retries: the server closing the connection is the expected answer to SHUTDOWN
+    client = redis.Redis(unix_socket_path=str(socket_path), socket_timeout=5,
+                         retry=Retry(ExponentialBackoff(), 0))
+    try:
+        if unless_in_use and not _only_client_left(client):
+            return False
+        with contextlib.suppress(redis.ConnectionError):
+            client.shutdown(save=True)
+        return True
+    finally:
+        client.close()
+
+
+def _only_client_left(client: redis.Redis) -> bool:
+    """Whether ``client``'s connection is the server's only one within the grace period."""
+    own = client.client_id()
+    deadline = time.monotonic() + EMBEDDED_CLIENTS_GONE_S
+    while any(int(entry["id"]) != own for entry in client.client_list()):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def embedded_redis_running(directory: Path = EMBEDDED_DIR) -> bool:

@@ -25,7 +25,7 @@ import redis
 from sqlmodel import Session, create_engine, select
 
 from herald.cli import describe_spec, exec_form, format_keep, format_span, process_environments
-from herald.connections import embedded_redis_running
+from herald.connections import embedded_redis_running, stop_embedded_redis
 from herald.registry import DAY, Keep, QueueSpec, Retention, builtin_specs
 from herald.settings import Settings
 from tests.support.waiting import wait_for
@@ -242,6 +242,8 @@ class UserSession:
     """What a user's ``herald up`` session left behind, and its output."""
 
     output: str
+    #: The exit code of ``herald up`` itself.
+    returncode: int
     #: The queued email and SMS deliveries: id → channel.
     queued: dict[str, str]
     receipt_id: str
@@ -291,7 +293,7 @@ def user_session(tmp_path: Path, env: dict[str, str]) -> UserSession:
             process.kill()
             process.wait()
     assert len(queued) == 4, queued  # email and SMS of two welcome events
-    return UserSession(output=output, queued=queued,
+    return UserSession(output=output, returncode=process.returncode, queued=queued,
                        receipt_id=receipt.json()["receipt_id"])
 
 
@@ -304,6 +306,114 @@ def test_up_stops_every_process_with_0_on_sigterm(tmp_path: Path,
     stopped = dict(re.findall(r"(\S+) stopped \(rc=(-?\d+)\)", session.output))
     assert stopped == {"release": "0", "web": "0", "worker-demo": "0"}, session.output
     assert "Traceback" not in session.output, session.output
+
+
+def embedded_servers(directory: Path) -> list[int]:
+    """The pids of the redis-server processes whose working directory (their ``--dir``,
+    the embedded default's ``.herald/``) lies under ``directory``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            # redis-server retitles itself: "<path>/redis-server unixsocket:<socket>"
+            program = (entry / "cmdline").read_bytes().replace(b"\0", b" ").split(b" ")[0]
+            where = Path(os.readlink(entry / "cwd"))
+        except OSError:  # not a process, or one that has just ended
+            continue
+        if program.endswith(b"/redis-server") and where.is_relative_to(directory):
+            pids.append(int(entry.name))
+    return pids
+
+
+def no_embedded_server_left(directory: Path) -> None:
+    """Wait until no embedded redis-server of ``directory`` runs (it saves, then exits)."""
+    wait_for(lambda: not embedded_servers(directory), timeout=QUICK_S,
+             what=f"the embedded redis-server under {directory} to exit")
+
+
+@pytest.fixture
+def leftover_redis_stopped(tmp_path: Path) -> object:
+    """Stops whatever embedded Redis a test's ``herald up`` left in ``tmp_path`` (when it
+    failed to, or was meant to) once the test has looked."""
+    yield
+    stop_embedded_redis(tmp_path / ".herald")
+
+
+def start_up(tmp_path: Path, procfile: str) -> subprocess.Popen[str]:
+    """``herald up`` on the embedded default (no Redis variable), in ``tmp_path``."""
+    (tmp_path / "Procfile").write_text(procfile)
+    return subprocess.Popen([*herald_command(), "up"], cwd=tmp_path,
+                            env=herald_env(WORKER_PORT="0"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def stop_up(process: subprocess.Popen[str]) -> tuple[int, str, str]:
+    """SIGTERM ``herald up``; its exit code, stdout and stderr once it ended."""
+    process.send_signal(signal.SIGTERM)
+    output, errors = process.communicate(timeout=QUICK_S)
+    return process.returncode, output, errors
+
+
+@pytest.mark.usefixtures("leftover_redis_stopped")
+def test_up_on_the_embedded_default_stops_the_redis_it_started(tmp_path: Path) -> None:
+    # Given a herald up session on the embedded default that served requests
+    # When it gets SIGTERM
+    session = user_session(tmp_path, herald_env())
+
+    # Then it ended as on any Redis: every process with 0, herald up with honcho's 143
+    stopped = dict(re.findall(r"(\S+) stopped \(rc=(-?\d+)\)", session.output))
+    assert stopped == {"release": "0", "web": "0", "worker-demo": "0"}, session.output
+    assert session.returncode == 143, session.output
+    # And the embedded Redis it started is gone with it
+    no_embedded_server_left(tmp_path)
+
+
+@pytest.mark.usefixtures("leftover_redis_stopped")
+def test_up_stopped_while_the_embedded_redis_starts_leaves_no_redis_running(
+        tmp_path: Path) -> None:
+    # Given herald up starting on the embedded default
+    process = start_up(tmp_path, "release: herald migrate\nworker-demo: herald worker demo\n")
+    try:
+        # When SIGTERM arrives the moment its embedded Redis appears, before any process
+        socket_path = tmp_path / ".herald" / "redis.sock"
+        wait_for(socket_path.exists, timeout=QUICK_S, every=0.005, what="the embedded Redis")
+        returncode, output, errors = stop_up(process)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+    # Then herald up ends as a stopped herald up does, and no redis-server is left behind
+    assert returncode == 143, f"{output}\n{errors}"
+    assert "Traceback" not in errors, errors
+    no_embedded_server_left(tmp_path)
+
+
+@pytest.mark.usefixtures("leftover_redis_stopped")
+def test_up_leaves_running_an_embedded_redis_another_process_uses(tmp_path: Path) -> None:
+    # Given herald up running on the embedded default, which it started
+    process = start_up(tmp_path, "worker-demo: herald worker demo\n")
+    other = None
+    try:
+        wait_for(lambda: embedded_answers(tmp_path), timeout=QUICK_S, what="the embedded Redis")
+        # And another process on the same directory using that Redis (a demo in another
+        # terminal, say: here this test's own connection)
+        other = redis.Redis(unix_socket_path=str(tmp_path / ".herald" / "redis.sock"))
+        assert other.set("mine", "still here")
+
+        # When herald up gets SIGTERM
+        returncode, output, errors = stop_up(process)
+
+        # Then the other process still has its Redis and its data, and herald up ends as
+        # usual, saying it left the Redis running
+        assert other.get("mine") == b"still here"
+        assert returncode == 143, f"{output}\n{errors}"
+        assert "left the embedded Redis running" in errors, errors
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if other is not None:
+            other.close()
 
 
 # -- herald demo ----------------------------------------------------------------------
