@@ -10,6 +10,7 @@ do: Redis drops a paused command whose client hung up.)
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 from collections.abc import Iterator
@@ -104,6 +105,17 @@ def keep_busy(server: redis.Redis) -> threading.Thread:
     return busy
 
 
+@contextlib.contextmanager
+def reply_lost(server: redis.Redis) -> Iterator[None]:
+    """The block's one script call is sent, its reply lost, and sent again: the server is
+    kept busy past the client's patience, and afterwards it must have run a script at
+    least twice (or the test proves nothing)."""
+    busy = keep_busy(server)
+    yield
+    busy.join()
+    assert script_runs(server) >= 2
+
+
 def normal_broker() -> None:
     """Back to herald's own broker and client (patient), for the worker."""
     get_broker().close()
@@ -117,11 +129,9 @@ def test_an_enqueue_sent_again_after_a_lost_reply_is_added_once_and_runs(
     impatient(kind)
     enqueue(basic, {"key": "warm"}, job_id="job-warm")  # the add script is loaded
     # Given Redis holds writes longer than the client waits for a reply
-    busy = keep_busy(server)
-    # When a job is enqueued (the add is sent, times out, is sent again)
-    result = enqueue(basic, {"key": "lost"}, job_id="job-lost")
-    busy.join()
-    assert script_runs(server) >= 2
+    with reply_lost(server):
+        # When a job is enqueued (the add is sent, times out, is sent again)
+        result = enqueue(basic, {"key": "lost"}, job_id="job-lost")
     # Then the call still says the job was added (not a duplicate of itself)
     assert result.status == "added"
     assert "duplicated" not in get_ledger().metrics("t-basic")
@@ -142,12 +152,10 @@ def test_a_retry_sent_again_after_a_lost_reply_still_says_it_retried(
         wait_for(lambda: queue("t-basic").get("job-p").state == "failed")
     ledger = impatient(kind)
     assert not ledger.retry("t-basic", "job-none")  # the retry script is loaded
-    busy = keep_busy(server)
-    # When it is retried in place, as q.retry does (sent, times out, sent again)
-    message = new_token() if kind == "rabbitmq" else ""
-    retried = ledger.retry("t-basic", "job-p", message)
-    busy.join()
-    assert script_runs(server) >= 2
+    with reply_lost(server):
+        # When it is retried in place, as q.retry does (sent, times out, sent again)
+        message = new_token() if kind == "rabbitmq" else ""
+        retried = ledger.retry("t-basic", "job-p", message)
     # Then the answer is still True (q.retry publishes the job's message on it), and the
     # job waits for its new life
     assert retried
@@ -167,14 +175,12 @@ def test_a_failed_attempt_reported_again_after_a_lost_reply_is_still_retried(
     verdict, (_, _, token) = ledger.start(spec, "job-r", queue("t-basic").get("job-r").message_id)
     assert verdict == "start"
     ledger.cycle(spec, external=True)  # the cycle script is loaded
-    busy = keep_busy(server)
-    # When its failure is reported (sent, times out, sent again)
-    next_message = new_token()
-    result = ledger.cycle(spec, external=True, finishes=[Finish(
-        job_id="job-r", token=token, outcome=Finish.FAILED, value="boom",
-        next_token=next_message)])
-    busy.join()
-    assert script_runs(server) >= 2
+    with reply_lost(server):
+        # When its failure is reported (sent, times out, sent again)
+        next_message = new_token()
+        result = ledger.cycle(spec, external=True, finishes=[Finish(
+            job_id="job-r", token=token, outcome=Finish.FAILED, value="boom",
+            next_token=next_message)])
     # Then the answer is still "retry at run_at" (so the next message is published), and
     # the failure counted once
     [end] = result.finished
@@ -192,11 +198,9 @@ def test_a_remove_sent_again_after_a_lost_reply_still_counts_what_it_removed(
     enqueue(basic, {"key": "b"}, job_id="job-b")
     ledger = impatient(kind)
     assert ledger.remove("t-basic", ["job-none"]) == 0  # the remove script is loaded
-    busy = keep_busy(server)
-    # When both are removed (sent, times out, sent again)
-    removed = ledger.remove("t-basic", ["job-a", "job-b"])
-    busy.join()
-    assert script_runs(server) >= 2
+    with reply_lost(server):
+        # When both are removed (sent, times out, sent again)
+        removed = ledger.remove("t-basic", ["job-a", "job-b"])
     # Then the answer counts both (drain and clean add these answers up), and both are gone
     assert removed == 2
     assert (queue("t-basic").get("job-a"), queue("t-basic").get("job-b")) == (None, None)
@@ -213,12 +217,10 @@ def test_a_claim_sent_again_after_a_lost_reply_starts_the_run_it_claimed(
     enqueue(basic, {"key": "c"}, job_id="job-c")
     message = queue("t-basic").get("job-c").message_id
     assert ledger.start(spec, "job-none", message)[0] == "drop"  # the start script is loaded
-    busy = keep_busy(server)
-    # When the job is claimed as the RabbitMQ middleware claims it (sent, times out, sent
-    # again)
-    verdict, detail = ledger.start(spec, "job-c", message)
-    busy.join()
-    assert script_runs(server) >= 2
+    with reply_lost(server):
+        # When the job is claimed as the RabbitMQ middleware claims it (sent, times out, sent
+        # again)
+        verdict, detail = ledger.start(spec, "job-c", message)
     # Then the claim still says start (not "later": the run does not wait out its own
     # lock), under the token the job holds, with one start counted and no stall
     assert verdict == "start"
@@ -249,11 +251,9 @@ def test_a_claim_past_max_started_attempts_sent_again_still_fails_the_job(
         ledger.cycle(spec, external=True, finishes=[Finish(
             job_id="job-x", token=token, outcome=Finish.DEFERRED, value="0",
             next_token=message)])
-    busy = keep_busy(server)
-    # When its message is claimed once more (sent, times out, sent again)
-    verdict, detail = ledger.start(spec, "job-x", message)
-    busy.join()
-    assert script_runs(server) >= 2
+    with reply_lost(server):
+        # When its message is claimed once more (sent, times out, sent again)
+        verdict, detail = ledger.start(spec, "job-x", message)
     # Then both sends answer "failed", under the token of the fourth start, counted once
     assert verdict == "failed"
     reason, token = detail
