@@ -73,9 +73,9 @@ def _absent_when_unset(schema: dict[str, Any]) -> None:
     schema.pop("default", None)
 
 
-def _unchanged(**constraints: Any) -> Any:
+def _unchanged() -> Any:
     """A PATCH field that may be left out but, given, may not be null."""
-    return Field(default=None, json_schema_extra=_absent_when_unset, **constraints)
+    return Field(default=None, json_schema_extra=_absent_when_unset)
 
 
 class AccountIn(BaseModel):

@@ -119,10 +119,11 @@ def _json_position(exc: RequestValidationError, error: dict[str, Any]) -> str:
 async def _validation_error(_request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     # Only location, message and type: the rejected input may hold personal data.
+    errors = exc.errors()
     problems = [{"loc": [str(part) for part in error.get("loc", ())],
                  "msg": str(error.get("msg", "")), "type": str(error.get("type", ""))}
-                for error in exc.errors()]
-    first_error = next(iter(exc.errors()), None)
+                for error in errors]
+    first_error = errors[0] if errors else None
     if first_error is not None and first_error.get("type") == "json_invalid":
         # the parser's own words ("Expecting ',' delimiter") quote no input
         reason = str((first_error.get("ctx") or {}).get("error", "")).lower()
@@ -178,17 +179,16 @@ async def _unexpected(_request: Request, exc: Exception) -> Response:
 health_router = APIRouter(tags=["health"])
 
 
-@health_router.get("/healthz", summary="Liveness: the process answers (no I/O)")
+#: Load balancers probe with HEAD: the GET's status and headers, no body (Starlette's
+#: responses send only the headers to a HEAD request).
+PROBE_METHODS = ["GET", "HEAD"]
+
+
+@health_router.api_route("/healthz", methods=PROBE_METHODS,
+                         summary="Liveness: the process answers (no I/O)")
 async def healthz() -> dict[str, str]:
     """Always ``{"status": "ok"}`` while the process serves requests."""
     return {"status": OK}
-
-
-@health_router.head("/healthz", summary="Liveness, status only (load balancers send HEAD)",
-                    response_class=Response)
-async def healthz_head() -> Response:
-    """200 with no body while the process serves requests."""
-    return Response(status_code=200)
 
 
 class Readiness(BaseModel):
@@ -199,8 +199,9 @@ class Readiness(BaseModel):
     broker: str
 
 
-@health_router.get(
+@health_router.api_route(
     "/readyz",
+    methods=PROBE_METHODS,
     summary="Readiness: database, Redis and broker",
     response_model=None,
     responses={200: {"model": Readiness, "description": "Every check passed"},
@@ -210,14 +211,6 @@ def readyz() -> JSONResponse:
     """Each dependency ``ok`` or ``error: …``; 200 when all pass, 503 otherwise."""
     checks = check_readiness()
     return JSONResponse(checks, status_code=200 if is_ready(checks) else 503)
-
-
-@health_router.head("/readyz", summary="Readiness, status only (load balancers send HEAD)",
-                    response_class=Response,
-                    responses={503: {"description": "A check failed (GET names it)"}})
-def readyz_head() -> Response:
-    """200 with no body when every check passes, 503 otherwise."""
-    return Response(status_code=200 if is_ready(check_readiness()) else 503)
 
 
 @health_router.get("/metrics", summary="Prometheus metrics, the queues' included",
