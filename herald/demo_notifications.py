@@ -104,21 +104,6 @@ def own_namespace() -> Iterator[str]:
         _reload_settings()
 
 
-@contextlib.contextmanager
-def lifted_rate_limits() -> Iterator[None]:
-    """The demo lanes without their provider rate limits for the block (this process)."""
-    from herald import registry
-
-    saved = [registry.get_spec(name) for name in LANES]
-    for spec in saved:
-        registry.declare(dataclasses.replace(spec, rate_limit=None))
-    try:
-        yield
-    finally:
-        for spec in saved:
-            registry.declare(spec)
-
-
 def _seed_accounts(run_id: str, count: int) -> list[str]:
     from actors.orchestration import create_account
     from providers.mock import MockProvider
@@ -200,7 +185,9 @@ def run_notifications(events: int, console: Console, *, batch_size: int | None =
     """Run the notification phase; returns 0 when every delivery it made ended final, its
     batch finished, every callback it posted was processed and the provider accepted
     exactly its deliveries recorded as sent or delivered (and nothing else)."""
-    with own_namespace() as prefix, lifted_rate_limits():
+    from herald.registry import redeclared
+
+    with own_namespace() as prefix, redeclared(LANES, rate_limit=None):
         return _run(events, console, batch_size or DEFAULT_BATCH_SIZE, prefix)
 
 

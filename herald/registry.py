@@ -8,11 +8,13 @@ EMAIL_WORKER_CONCURRENCY).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from enum import StrEnum
+from typing import Any
 
 from herald.errors import UnknownQueue
 from herald.settings import Settings, get_settings
@@ -181,6 +183,20 @@ def declare(spec: QueueSpec) -> QueueSpec:
     with _lock:
         _declared[spec.name] = spec
     return spec
+
+
+@contextlib.contextmanager
+def redeclared(names: Iterable[str], **changes: Any) -> Iterator[None]:
+    """Run the block with these queues' specs changed (``rate_limit=None`` lifts their
+    rate limits, say), in this process; the specs before it are declared again after."""
+    saved = [get_spec(name) for name in names]
+    for spec in saved:
+        declare(dataclasses.replace(spec, **changes))
+    try:
+        yield
+    finally:
+        for spec in saved:
+            declare(spec)
 
 
 def get_spec(name: str) -> QueueSpec:

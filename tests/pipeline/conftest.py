@@ -3,7 +3,6 @@ the registry's rate limits lifted (speed is measured in bench/, not here)."""
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from collections.abc import Iterator
 
@@ -39,15 +38,11 @@ def pipeline(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
     from providers.select import reset_providers
 
     reset_providers()
-    originals = [registry.get_spec(name) for name in NOTIFICATION_QUEUES]
-    for spec in originals:
-        registry.declare(dataclasses.replace(spec, rate_limit=None))
     with db.get_engine().begin() as connection:
         connection.execute(text("TRUNCATE deliveries, notifications, accounts, "
                                 "notification_batches, callback_receipts CASCADE"))
-    yield
-    for spec in originals:
-        registry.declare(spec)
+    with registry.redeclared(NOTIFICATION_QUEUES, rate_limit=None):
+        yield
     reset_providers()
     db.reset_engine()
     jobs.reset_brokers()
