@@ -31,9 +31,9 @@ from sqlmodel import Session, select
 
 from actors.orchestration import AccountNotFound, InvalidEvent, check_event, trigger_event
 from herald.db import session as db_session
-from herald.errors import Defer
-from herald.jobs import actor, enqueue, queue
-from herald.registry import NORMAL_PRIORITY
+from herald.queue import actor, enqueue, queue
+from herald.queue.errors import Defer
+from herald.queue.registry import NORMAL_PRIORITY
 from models import batches as transitions
 from models.base import ID_LENGTH, utcnow
 from models.batches import UNFINISHED_BATCH, Batch, BatchStatus

@@ -27,9 +27,9 @@ from pydantic import BaseModel, Field
 from sqlmodel import Session, select
 
 from herald.db import session as db_session
-from herald.errors import Permanent
-from herald.jobs import actor, enqueue
-from herald.registry import NORMAL_PRIORITY, SECOND
+from herald.queue import actor, enqueue
+from herald.queue.errors import Permanent
+from herald.queue.registry import NORMAL_PRIORITY, SECOND
 from models.base import utcnow
 from models.callbacks import (
     RESULT_APPLIED,
@@ -146,7 +146,7 @@ def _receipt(provider: str, event: CallbackEvent) -> CallbackReceipt:
 def normalise(job: CallbackJob) -> dict[str, Any]:
     """Apply one receipt to its delivery and mark it processed, in one transaction.
 
-    Missing receipt → :class:`~herald.errors.Permanent`; already processed → nothing.
+    Missing receipt → :class:`~herald.queue.errors.Permanent`; already processed → nothing.
     Unmatched and younger than :data:`CORRELATION_CUTOFF` → :class:`ReceiptUnmatched`
     (the queue retries); older → processed ``unmatched``.
     """

@@ -39,11 +39,11 @@ from actors.batches import enqueue_batch_run
 from actors.callbacks import enqueue_normalisation
 from actors.notifications import CHANNEL_QUEUES, enqueue_delivery
 from herald.db import session as db_session
-from herald.jobs import actor
-from herald.registry import NORMAL_PRIORITY
-from herald.schedules import Schedule, schedule
+from herald.queue import actor
+from herald.queue.registry import NORMAL_PRIORITY
+from herald.queue.schedules import Schedule, schedule
+from herald.queue.sweeps import register_sweep
 from herald.settings import get_settings
-from herald.sweeps import register_sweep
 from models.base import utcnow
 from models.batches import UNFINISHED_BATCH, Batch, BatchStatus
 from models.callbacks import CallbackReceipt, stamp_receipts

@@ -21,9 +21,9 @@ from sqlalchemy import Connection
 from actors.render import RenderError, render
 from herald.db import autocommit
 from herald.db import session as db_session
-from herald.errors import Defer, Permanent
-from herald.jobs import actor, enqueue, enqueue_groups
-from herald.registry import NOTIFICATION_RETENTION, SECOND, QueueSpec, declare, get_spec
+from herald.queue import actor, enqueue, enqueue_groups
+from herald.queue.errors import Defer, Permanent
+from herald.queue.registry import get_spec
 from models.notifications import (
     ClaimVerdict,
     Delivery,
@@ -37,12 +37,6 @@ from providers.base import Channel, OutboundMessage
 from providers.select import active_provider
 
 log = logging.getLogger("herald.notifications")
-
-#: The push lane (seed 000 keeps push off by default; FEATURE_PUSH turns it on).
-declare(QueueSpec(name="notification-push", concurrency=2, attempts=3, max_started_attempts=3,
-                  backoff_base=5 * SECOND, retention=NOTIFICATION_RETENTION,
-                  shutdown_timeout=5 * SECOND, priority_lanes=(1, 5),
-                  description="orchestration → send one persisted push delivery"))
 
 #: The queue of each channel that has one (in-app has none).
 CHANNEL_QUEUES = {"email": "notification-email", "sms": "notification-sms",

@@ -32,7 +32,7 @@ from actors.render import (
 )
 from herald.db import autocommit
 from herald.db import session as db_session
-from herald.registry import NORMAL_PRIORITY, URGENT_PRIORITY
+from herald.queue.registry import NORMAL_PRIORITY, URGENT_PRIORITY
 from herald.settings import get_settings
 from models.base import new_id, snapshot, utcnow
 from models.notifications import (

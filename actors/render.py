@@ -77,7 +77,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from qrcode.constants import ERROR_CORRECT_M
 
-from herald.errors import Permanent
+from herald.queue.errors import Permanent
 from providers.base import Attachment
 
 #: The template directory beside the ``actors`` package: the checkout's ``templates/``, or

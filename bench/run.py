@@ -86,7 +86,7 @@ def _herald_setup(url: str, prefix: str):
     from pydantic import BaseModel
 
     from herald import connections, jobs, settings
-    from herald.registry import Keep, QueueSpec, Retention, declare
+    from herald.queue.registry import Keep, QueueSpec, Retention, declare
 
     settings.reset_settings()
     connections.reset_redis_client()
@@ -109,7 +109,7 @@ def _herald_worker(url: str, prefix: str, seconds_limit: float) -> None:
 
     _herald_setup(url, prefix)
     logging.disable(logging.INFO)
-    from herald.worker import running_worker
+    from herald.queue.worker import running_worker
 
     with running_worker(["bench-herald"]):
         time.sleep(seconds_limit)
@@ -123,7 +123,7 @@ def herald_run(url: str, jobs: int, processes: int) -> dict[str, float]:
     prefix = f"bench{os.getpid()}x{processes}"
     noop = _herald_setup(url, prefix)
     logging.disable(logging.INFO)
-    from herald.jobs import enqueue, enqueue_many, queue
+    from herald.queue import enqueue, enqueue_many, queue
 
     redis.Redis.from_url(url).flushall()
     single = min(jobs, 5000)

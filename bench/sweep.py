@@ -79,8 +79,8 @@ def _fill(rows: int) -> None:
 
 
 def _reopen() -> None:
-    from herald.connections import redis_client
     from herald.db import get_engine
+    from herald.queue.redis import redis_client
 
     with get_engine().begin() as connection:
         connection.execute(text("UPDATE deliveries SET queued_at = NULL WHERE outcome = 'queued'"))

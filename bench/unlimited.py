@@ -3,7 +3,7 @@ lifted, so the end-to-end benchmark measures herald rather than the 30/min email
 
 import dataclasses
 
-from herald import registry
+from herald.queue import registry
 
 for _name in ("notification-email", "notification-sms"):
     registry.declare(dataclasses.replace(registry.get_spec(_name), rate_limit=None))

@@ -33,13 +33,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from herald.errors import UnknownQueue
+from herald.queue.errors import UnknownQueue
 from herald.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from herald.registry import Keep, QueueSpec
+    from herald.queue.registry import Keep, QueueSpec
 
 log = logging.getLogger("herald.cli")
 
@@ -98,10 +98,10 @@ def _fail(message: str, code: int = 1) -> int:
 
 def _check_queues(names: Sequence[str]) -> list[str] | None:
     """The queue names checked against the registry (all when none), None on a bad one."""
-    from herald.worker import lanes_or_all
+    from herald.queue.worker import queues_or_all
 
     try:
-        return lanes_or_all(names)
+        return queues_or_all(names)
     except UnknownQueue as error:
         _fail(str(error))
         return None
@@ -113,7 +113,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from herald import demo
 
     return demo.run(args.jobs, events=args.events, batch_size=args.batch_size,
-                    orders=args.orders, console=_console())
+                    console=_console())
 
 
 # -- up -------------------------------------------------------------------------------
@@ -223,7 +223,7 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     started_embedded = False
     try:
         if settings.embedded_redis:
-            from herald.connections import start_embedded_redis
+            from herald.queue.redis import start_embedded_redis
 
             started_embedded = start_embedded_redis()
         return _run_processes(processes, environments, cwd, stops)
@@ -233,7 +233,7 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _stop_embedded_redis() -> None:
-    from herald.connections import embedded_socket_path, stop_embedded_redis
+    from herald.queue.redis import embedded_socket_path, stop_embedded_redis
 
     if not stop_embedded_redis(unless_in_use=True):
         print(f"herald: left the embedded Redis running ({embedded_socket_path()}): "
@@ -317,16 +317,18 @@ def cmd_web(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     """``herald worker``: run lanes until SIGTERM/SIGINT, then drain. A taken
     ``WORKER_PORT`` stops it at start with one line saying so (exit code 1)."""
-    from herald.health import PortInUse
-    from herald.worker import run_worker_process
+    from herald.health import PortInUse, serve_worker_health
+    from herald.queue.worker import run_worker_process
 
     load_actor_modules(args.imports)
     lanes = _check_queues(args.lanes)
     if lanes is None:
         return USAGE_ERROR
     try:
-        return run_worker_process(lanes, imports=args.imports,
-                                  health_port=settings.worker_port)
+        port = settings.worker_port
+        return run_worker_process(
+            lanes, imports=args.imports,
+            health=None if port is None else lambda: serve_worker_health(port))
     except PortInUse as error:
         return _fail(f"the worker's health port {error.port} (WORKER_PORT) is already in "
                      "use, by another worker on this machine perhaps; set WORKER_PORT to a "
@@ -337,10 +339,10 @@ def run_clock(settings: Settings, imports: Sequence[str] = ()) -> int:
     """The clock process: fire the declared repeatable schedules until SIGTERM/SIGINT.
 
     Schedules are declared by the modules of ``actors`` (and ``imports``); see
-    :mod:`herald.schedules` for how several clocks share the work without double-firing.
+    :mod:`herald.queue.schedules` for how several clocks share the work without double-firing.
     """
-    from herald.schedules import run_clock as fire_schedules
-    from herald.schedules import stop_on_signal
+    from herald.queue.schedules import run_clock as fire_schedules
+    from herald.queue.schedules import stop_on_signal
 
     load_actor_modules(imports)
     fire_schedules(stop_on_signal())
@@ -384,7 +386,7 @@ def format_keep(keep: Keep) -> str:
 
 def describe_spec(spec: QueueSpec) -> dict[str, str]:
     """The registry columns of ``herald queues`` for one queue."""
-    from herald.registry import Backoff
+    from herald.queue.registry import Backoff
 
     if spec.rate_limit is None:
         rate = "—"
@@ -399,7 +401,6 @@ def describe_spec(spec: QueueSpec) -> dict[str, str]:
         "backoff": f"{backoff} {format_span(spec.backoff_base)}" if backoff else "none",
         "retention": (f"completed {format_keep(spec.retention.completed)} · "
                       f"failed {format_keep(spec.retention.failed)}"),
-        "priorities": ", ".join(str(p) for p in spec.priority_lanes),
         "lock": format_span(spec.lock_duration),
     }
 
@@ -411,7 +412,7 @@ def _redis_reachable(settings: Settings) -> bool:
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    from herald.connections import embedded_socket_path, new_redis_client
+    from herald.queue.redis import embedded_socket_path, new_redis_client
 
     timeout = QUEUES_REDIS_TIMEOUT.total_seconds()
     quick: dict[str, Any] = {"socket_connect_timeout": timeout, "socket_timeout": timeout,
@@ -437,9 +438,9 @@ def cmd_queues(args: argparse.Namespace, settings: Settings) -> int:
     import redis
     from rich.table import Table
 
-    from herald.connections import describe_redis
-    from herald.jobs import queue
-    from herald.registry import all_specs
+    from herald.queue import queue
+    from herald.queue.redis import describe_redis
+    from herald.queue.registry import all_specs
 
     load_actor_modules()
     specs = all_specs()
@@ -474,7 +475,7 @@ def cmd_queues(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
     """``herald sweep``: run the registered sweeps (all when none named) once."""
-    from herald.sweeps import registered_sweeps
+    from herald.queue.sweeps import registered_sweeps
 
     load_actor_modules()
     sweeps = registered_sweeps()
@@ -495,8 +496,8 @@ def cmd_clean(args: argparse.Namespace, settings: Settings) -> int:
     """``herald clean``: apply each queue's retention now; prints records removed."""
     import redis
 
-    from herald.connections import describe_redis
-    from herald.jobs import queue
+    from herald.queue import queue
+    from herald.queue.redis import describe_redis
 
     load_actor_modules()
     names = _check_queues(args.queues)
@@ -559,7 +560,6 @@ def build_parser() -> argparse.ArgumentParser:
                            "phase)")
     demo.add_argument("--batch-size", type=_batch_size,
                       help="accounts in the scheduled batch (default 20)")
-    demo.add_argument("--orders", type=_positive, help="store orders to place (not yet)")
     demo.set_defaults(handler=cmd_demo)
 
     up = commands.add_parser("up", help="run the Procfile's processes in one terminal")

@@ -5,7 +5,7 @@
 - **Readiness** (``/readyz``) asks the database, Redis and the broker, concurrently,
   and always answers within :data:`READINESS_TIMEOUT_S` — a dependency that hangs is
   reported as failed, it never hangs the probe.
-- **Metrics** (``/metrics``) is :func:`herald.metrics.exposition`: the process's metrics
+- **Metrics** (``/metrics``) is :func:`metrics_text`: the process's metrics
   and the ledger's queue metrics, as Prometheus text.
 
 The web process serves the same three routes through FastAPI (:mod:`herald.web`).
@@ -20,14 +20,15 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 import pika
 
-from herald.connections import redis_client
 from herald.db import check_database
-from herald.metrics import CONTENT_TYPE, exposition
+from herald.queue.metrics import CONTENT_TYPE, exposition
+from herald.queue.redis import redis_client
+from herald.queue.runtime import get_ledger
 from herald.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -42,12 +43,6 @@ RABBITMQ_TIMEOUT_S = 2.0
 REASON_MAX_CHARS = 120
 
 
-class Stoppable(Protocol):
-    """Something running in the background that can be stopped."""
-
-    def stop(self) -> None: ...
-
-
 def _reason(error: BaseException) -> str:
     # SQLAlchemy wraps the driver's error with SQL and a docs link; the driver's is the point.
     cause = getattr(error, "orig", None) or error
@@ -60,6 +55,12 @@ def _reason(error: BaseException) -> str:
     lines = str(cause).strip().splitlines()
     text = f"{type(cause).__name__}: {lines[0]}" if lines else type(cause).__name__
     return text[:REASON_MAX_CHARS]
+
+
+def metrics_text() -> bytes:
+    """This process's metrics and every registry queue's, in the Prometheus text format
+    (:data:`CONTENT_TYPE`): what the web app and the worker health servers serve."""
+    return exposition(get_ledger)
 
 
 def check_redis() -> None:
@@ -141,7 +142,7 @@ class _HealthHandler(BaseHTTPRequestHandler):
             checks = check_readiness()
             self._send_json(200 if is_ready(checks) else 503, checks)
         elif path == "/metrics":
-            self._send(200, exposition(), CONTENT_TYPE)
+            self._send(200, metrics_text(), CONTENT_TYPE)
         else:
             self._send_json(404, {"error": {"code": "not_found",
                                             "message": f"not found: GET {path}"}})

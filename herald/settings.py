@@ -41,12 +41,10 @@ class Settings(BaseSettings):
 
     dispatch_attempts: int = Field(default=3, ge=1)
     dispatch_backoff_ms: int = Field(default=1000, ge=0)
-    sysco_worker_concurrency: int = Field(default=1, ge=1)
     email_worker_concurrency: int = Field(default=4, ge=1)
 
     feature_esim_store: bool = False
     feature_push: bool = False
-    fx_refresh_interval_ms: int = Field(default=3_600_000, ge=1000)
 
     #: Active provider per service (seed 000 "Provider Limits"); mock sends nowhere real.
     email_provider: Literal["smtp", "onesignal", "mock"] = "mock"

@@ -40,7 +40,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from herald.connections import redis_client, thread_connections
+from herald.queue.redis import redis_client, thread_connections
 from herald.settings import Settings, get_settings
 from providers.base import (
     CallbackEvent,

@@ -24,9 +24,10 @@ import pytest
 import redis
 from sqlmodel import Session, create_engine, select
 
+from actors.queues import herald_queues
 from herald.cli import describe_spec, exec_form, format_keep, format_span, process_environments
-from herald.connections import embedded_redis_running, stop_embedded_redis
-from herald.registry import DAY, Keep, QueueSpec, Retention, builtin_specs
+from herald.queue.redis import embedded_redis_running, stop_embedded_redis
+from herald.queue.registry import DAY, Keep, QueueSpec, Retention
 from herald.settings import Settings
 from tests.support.waiting import wait_for
 
@@ -89,9 +90,7 @@ def demo_env(redis_url: str) -> dict[str, str]:
 def test_queues_lists_every_registry_queue_with_its_values(tmp_path: Path) -> None:
     # Given an override of one registry value and no Redis running
     env = herald_env(DISPATCH_ATTEMPTS="4")
-    from actors.demo import DEMO_SPEC
-
-    expected = [*builtin_specs(Settings(dispatch_attempts=4)), DEMO_SPEC]
+    expected = herald_queues(Settings(dispatch_attempts=4))
 
     # When the registry is listed
     result = run_herald("queues", cwd=tmp_path, env=env)
@@ -106,8 +105,10 @@ def test_queues_lists_every_registry_queue_with_its_values(tmp_path: Path) -> No
         assert cells[3] == str(spec.attempts), cells
     assert rows["supplier-dispatch"][3] == "4"
     assert rows["notification-email"][2] == "30 / 60s"
-    assert "live counts left out" in result.stdout
+    assert "live counts left out" in " ".join(result.stdout.split())
     assert not (tmp_path / ".herald" / "redis.sock").exists(), "queues must not start Redis"
+    # and the demo's queue is not one of them: it exists only while `herald demo` runs
+    assert "demo" not in rows, result.stdout
 
 
 def test_invalid_variable_stops_the_command_naming_it(tmp_path: Path) -> None:
@@ -127,6 +128,66 @@ def test_sweep_help_names_the_handoffs_sweep(tmp_path: Path) -> None:
     assert "handoffs" in sweep_line, result.stdout
 
 
+def test_a_worker_with_no_queues_named_runs_the_table_but_never_the_demo_queue(
+        tmp_path: Path, demo_env: dict[str, str]) -> None:
+    # Given a demo job waiting in Redis (as a `herald demo` run would leave one)
+    enqueue_demo_job = ("from herald.demo.jobs import DemoJob, crunch\n"
+                        "from herald.queue import enqueue\n"
+                        "print(enqueue(crunch, DemoJob(n=1), job_id='left-over').status)")
+    added = subprocess.run([sys.executable, "-c", enqueue_demo_job], env=demo_env,
+                           cwd=tmp_path, capture_output=True, text=True, timeout=QUICK_S)
+    assert added.stdout.strip() == "added", added.stderr
+
+    # When a production worker starts with no queues named
+    env = {**demo_env, "LOG_LEVEL": "INFO", "LOG_FORMAT": "json", "WORKER_PORT": "0"}
+    worker = subprocess.Popen([*herald_command(), "worker"], cwd=tmp_path, env=env,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        started = None
+        assert worker.stderr is not None
+        for line in worker.stderr:
+            record = json.loads(line) if line.startswith("{") else {}
+            if record.get("msg") == "worker started":
+                started = record
+                break
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=QUICK_S)
+
+    # Then it consumes every queue of the table and not the demo's: the job still waits
+    assert started is not None, "the worker never said it started"
+    consumed = set(started["queues"].split(","))
+    assert consumed == {spec.name for spec in herald_queues(Settings())}
+    check = ("from herald.queue.ledger import Ledger\n"
+             "from herald.queue.redis import redis_client\n"
+             "from herald.settings import get_settings\n"
+             "job = Ledger(redis_client(), get_settings().queue_prefix).get('demo', 'left-over')\n"
+             "print(job.state)")
+    state = subprocess.run([sys.executable, "-c", check], env=demo_env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=QUICK_S)
+    assert state.stdout.strip() == "waiting", state.stderr
+
+
+def test_the_procfile_runs_every_queue_that_has_an_actor_and_no_other(tmp_path: Path) -> None:
+    # Given the queues herald's actors run on (asked of a fresh process: no test's actors)
+    ask = ("from herald.cli import load_actor_modules\n"
+           "from herald.queue.actor import declared_actors\n"
+           "load_actor_modules()\n"
+           "print(' '.join(sorted({a.queue for a in declared_actors()})))")
+    answer = subprocess.run([sys.executable, "-c", ask], cwd=tmp_path, env=herald_env(),
+                            capture_output=True, text=True, timeout=QUICK_S)
+    with_actors = answer.stdout.split()
+    assert with_actors, answer.stderr
+
+    # When the Procfile's worker lines are read
+    procfile = (Path(__file__).parent.parent / "Procfile").read_text().splitlines()
+    run = [name for line in procfile if ": herald worker " in line
+           for name in line.split(": herald worker ", 1)[1].split()]
+
+    # Then each of those queues is on a line once, and no line runs a queue without one
+    assert sorted(run) == with_actors
+
+
 def test_a_second_worker_on_a_taken_port_says_so_in_one_line(
         tmp_path: Path, demo_env: dict[str, str]) -> None:
     # Given a port some other process (the first worker) is listening on
@@ -136,7 +197,7 @@ def test_a_second_worker_on_a_taken_port_says_so_in_one_line(
         port = taken.getsockname()[1]
 
         # When a worker is started with that WORKER_PORT
-        result = run_herald("worker", "demo", cwd=tmp_path,
+        result = run_herald("worker", "notification-email", cwd=tmp_path,
                             env={**demo_env, "WORKER_PORT": str(port)})
 
     # Then it stops at once with one line naming the port, the variable and the way out
@@ -495,9 +556,9 @@ DEMO_40_5_DELIVERIES = 40 // 4 * 8 + 5 * 2
 
 def test_demo_after_a_user_session_counts_and_touches_only_its_own_rows(
         tmp_path: Path, demo_env: dict[str, str], redis_url: str) -> None:
-    from herald.jobs import Queue
-    from herald.ledger import Ledger
-    from herald.registry import get_spec
+    from herald.queue import Queue
+    from herald.queue.ledger import Ledger
+    from herald.queue.registry import get_spec
     from models.callbacks import CallbackReceipt
     from models.notifications import Delivery
 
@@ -549,13 +610,12 @@ def test_demo_after_a_user_session_counts_and_touches_only_its_own_rows(
     client.close()
 
 
-def test_demo_sends_notifications_and_says_which_phases_are_not_there_yet(
+def test_demo_sends_notifications_through_every_phase(
         tmp_path: Path, demo_env: dict[str, str]) -> None:
     result = run_herald("demo", "--jobs", "20", "--events", "40", "--batch-size", "5",
-                        "--orders", "2", cwd=tmp_path, env=demo_env, timeout_s=DEMO_S)
+                        cwd=tmp_path, env=demo_env, timeout_s=DEMO_S)
 
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
-    assert "--orders 2 ignored" in result.stdout
     # the notification phase ran: every delivery final (callbacks made the sent ones
     # delivered), the scheduled batch finished, the lost jobs were repaired by the sweep
     deliveries = table_rows(result.stdout)

@@ -32,15 +32,15 @@ STEP_S = 300
 #: every Lua script the ledger loads; prints where each module came from and what it saw.
 RENDER_AND_LOAD = """
 import json, sys
-import actors.render, herald.ledger
+import actors.render, herald.queue.ledger
 from actors.render import render
 cases = json.loads(sys.argv[1])
 rendered = {}
 for name, channel, locale, data in cases:
     message = render(name, channel, locale, data)
     rendered[f"{name}/{channel}/{locale}"] = message.text
-scripts = {path.name: len(path.read_text()) for path in herald.ledger.LUA_DIR.glob("*.lua")}
-print(json.dumps({"render": actors.render.__file__, "ledger": herald.ledger.__file__,
+scripts = {path.name: len(path.read_text()) for path in herald.queue.ledger.LUA_DIR.glob("*.lua")}
+print(json.dumps({"render": actors.render.__file__, "ledger": herald.queue.ledger.__file__,
                   "rendered": rendered, "scripts": scripts}))
 """
 
@@ -93,7 +93,7 @@ def test_the_installed_wheel_renders_every_message_and_loads_every_script(
     assert Path(seen["ledger"]).is_relative_to(installed), seen["ledger"]
     assert sorted(seen["rendered"]) == sorted(f"{n}/{c}/{loc}" for n, c, loc, _ in cases)
     assert all(text.strip() for text in seen["rendered"].values()), seen["rendered"]
-    shipped = sorted(path.name for path in (REPO / "herald" / "lua").glob("*.lua"))
+    shipped = sorted(path.name for path in (REPO / "herald" / "queue" / "lua").glob("*.lua"))
     assert sorted(seen["scripts"]) == shipped
     assert all(seen["scripts"].values()), seen["scripts"]
 

@@ -11,7 +11,8 @@ import pytest
 from sqlalchemy import Engine, event, func, select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from herald import db, libpq
+from herald import db
+from herald.db import libpq
 from herald.settings import reset_settings
 from models.base import new_id, snapshot, utcnow
 from models.notifications import (

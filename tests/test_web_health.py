@@ -21,12 +21,13 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel
 from sqlalchemy import text
 
-from herald import db, jobs
-from herald.connections import reset_redis_client
+from herald import db
 from herald.health import serve_worker_health
-from herald.jobs import actor, enqueue
+from herald.queue import actor, enqueue, runtime
+from herald.queue.redis import reset_redis_client
 from herald.settings import reset_settings
-from herald.web import api_error, create_app
+from herald.web import create_app
+from herald.web.errors import api_error
 from tests.support.services import find_free_port
 from tests.support.waiting import wait_for
 
@@ -323,7 +324,7 @@ def web_process(configure: Configure, database_url: str, redis_url: str,
     anything."""
     configure(DATABASE_URL=database_url, REDIS_URL=redis_url, BROKER="redis",
               QUEUE_PREFIX=f"web{time.monotonic_ns()}", LOG_LEVEL="WARNING")
-    jobs.reset_brokers()  # the test's own enqueues use the new prefix
+    runtime.reset_brokers()  # the test's own enqueues use the new prefix
     port = find_free_port()
     log = tmp_path / "web.log"
     with log.open("wb") as stderr:
@@ -339,7 +340,7 @@ def web_process(configure: Configure, database_url: str, redis_url: str,
     finally:
         process.terminate()
         process.wait(timeout=30)
-        jobs.reset_brokers()
+        runtime.reset_brokers()
 
 
 def _answers(url: str) -> bool:

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from herald import connections, jobs, registry, settings
+from herald import settings
+from herald.queue import redis as queue_redis
+from herald.queue import registry, runtime
 from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,8 +43,8 @@ class HeraldOn:
 def reset_herald() -> None:
     """Forget every cached setting, client, broker and declared queue."""
     settings.reset_settings()
-    connections.reset_redis_client()
-    jobs.reset_brokers()
+    queue_redis.reset_redis_client()
+    runtime.reset_brokers()
 
 
 @pytest.fixture(params=["redis", "redis6", "rabbitmq"])
@@ -62,7 +64,7 @@ def herald_on(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
     reset_herald()
     import tests.integration.lanes  # noqa: F401  (declares the test lanes and actors)
 
-    broker = jobs.get_broker()
+    broker = runtime.get_broker()
     if kind == "rabbitmq":
         for spec in registry.all_specs():
             if spec.name.startswith("t-"):

@@ -14,12 +14,12 @@ from datetime import timedelta
 from dramatiq.middleware import CurrentMessage
 from pydantic import BaseModel
 
-from herald.connections import redis_client
-from herald.errors import Defer, Permanent
-from herald.jobs import actor
-from herald.outcomes import run_token
-from herald.registry import Backoff, Keep, QueueSpec, Retention, declare
-from herald.schedules import Schedule, schedule
+from herald.queue import actor
+from herald.queue.errors import Defer, Permanent
+from herald.queue.middleware import run_token
+from herald.queue.redis import redis_client
+from herald.queue.registry import Backoff, Keep, QueueSpec, Retention, declare
+from herald.queue.schedules import Schedule, schedule
 from herald.settings import get_settings
 
 SECOND = timedelta(seconds=1)

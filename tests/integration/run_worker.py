@@ -2,7 +2,7 @@
 
 import sys
 
-from herald.worker import run_worker_process
+from herald.queue.worker import run_worker_process
 
 if __name__ == "__main__":
     sys.exit(run_worker_process(sys.argv[1:], imports=["tests.integration.lanes"]))

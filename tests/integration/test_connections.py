@@ -15,9 +15,9 @@ import pytest
 import redis
 from redis.commands.core import Script
 
-from herald.connections import ThreadConnections, thread_connections
-from herald.jobs import enqueue, queue
-from herald.worker import running_worker
+from herald.queue import enqueue, queue
+from herald.queue.redis import ThreadConnections, thread_connections
+from herald.queue.worker import running_worker
 from tests.integration.conftest import reset_herald, wait_for
 from tests.integration.lanes import basic
 from tests.support.services import find_free_port

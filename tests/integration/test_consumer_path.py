@@ -6,8 +6,9 @@ from typing import Any
 
 import dramatiq
 
-from herald.jobs import enqueue, get_broker, get_ledger, queue
-from herald.registry import get_spec
+from herald.queue import enqueue, queue
+from herald.queue.registry import get_spec
+from herald.queue.runtime import get_broker, get_ledger
 from tests.integration.conftest import HeraldOn
 from tests.integration.lanes import basic
 

@@ -7,20 +7,13 @@ from datetime import timedelta
 
 import pytest
 
-from herald.broker import message_for
-from herald.errors import InvalidPayload
-from herald.jobs import (
-    JobActor,
-    enqueue,
-    enqueue_groups,
-    enqueue_many,
-    get_broker,
-    get_ledger,
-    queue,
-)
-from herald.ledger import Finish, new_token, now_ms
-from herald.registry import QueueSpec, get_spec
-from herald.worker import running_worker
+from herald.queue import JobActor, enqueue, enqueue_groups, enqueue_many, queue
+from herald.queue.broker import message_for
+from herald.queue.errors import InvalidPayload
+from herald.queue.ledger import RunEnd, new_token, now_ms
+from herald.queue.registry import QueueSpec, get_spec
+from herald.queue.runtime import get_broker, get_ledger
+from herald.queue.worker import running_worker
 from tests.integration.conftest import HeraldOn, wait_for
 from tests.integration.lanes import (
     basic,
@@ -241,9 +234,9 @@ def assert_stale_and_harmless(herald_on: HeraldOn, name: str, job_id: str,
     finished = ledger.cycle_raw(spec, ledger.cycle_config(spec), done=[(job_id, token)],
                                 external=external)[0]
     assert [[_text(field) for field in row] for row in finished] == [[job_id, "stale", 0]]
-    for outcome, value in ((Finish.COMPLETED, '{"late": true}'), (Finish.FAILED, "late"),
-                           (Finish.PERMANENT, "late")):
-        late = Finish(job_id=job_id, token=token, outcome=outcome, value=value,
+    for outcome, value in ((RunEnd.COMPLETED, '{"late": true}'), (RunEnd.FAILED, "late"),
+                           (RunEnd.PERMANENT, "late")):
+        late = RunEnd(job_id=job_id, token=token, outcome=outcome, value=value,
                       next_token=new_token())
         result = ledger.cycle(spec, finishes=[late], external=external)
         assert [(f.job_id, f.result) for f in result.finished] == [(job_id, "stale")]
@@ -360,8 +353,8 @@ def test_each_failed_attempt_is_scheduled_after_the_queues_backoff(
         token = _start_attempt(herald_on, spec, "job-b", message)
         message = new_token()
         before = now_ms()
-        [end] = ledger.cycle(spec, external=external, finishes=[Finish(
-            job_id="job-b", token=token, outcome=Finish.FAILED, value=f"attempt {attempt}",
+        [end] = ledger.cycle(spec, external=external, finishes=[RunEnd(
+            job_id="job-b", token=token, outcome=RunEnd.FAILED, value=f"attempt {attempt}",
             next_token=message)]).finished
         after = now_ms()
         # Then the next one is scheduled the backoff after the failure, to the millisecond
@@ -378,8 +371,8 @@ def test_each_failed_attempt_is_scheduled_after_the_queues_backoff(
             assert job.state == "waiting"
     # and the last attempt's failure is final
     token = _start_attempt(herald_on, spec, "job-b", message)
-    [end] = ledger.cycle(spec, external=external, finishes=[Finish(
-        job_id="job-b", token=token, outcome=Finish.FAILED, value="attempt 4")]).finished
+    [end] = ledger.cycle(spec, external=external, finishes=[RunEnd(
+        job_id="job-b", token=token, outcome=RunEnd.FAILED, value="attempt 4")]).finished
     assert end.result == "failed"
     assert (queue(name).get("job-b").state, queue(name).get("job-b").attempts_made) == (
         "failed", 4)

@@ -18,14 +18,14 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from herald import jobs
-from herald.broker import LedgerBroker
-from herald.connections import new_redis_client
-from herald.jobs import enqueue, get_broker, get_ledger, queue, use_broker
-from herald.ledger import Finish, Ledger, new_token
-from herald.registry import get_spec
+from herald.queue import enqueue, queue, runtime
+from herald.queue.broker import LedgerBroker
+from herald.queue.ledger import Finish, Ledger, new_token
+from herald.queue.redis import new_redis_client
+from herald.queue.registry import get_spec
+from herald.queue.runtime import get_broker, get_ledger, use_broker
+from herald.queue.worker import running_worker
 from herald.settings import get_settings
-from herald.worker import running_worker
 from tests.integration.conftest import reset_herald, wait_for
 from tests.integration.lanes import basic, events, stall
 
@@ -68,7 +68,7 @@ def impatient(kind: str) -> Ledger:
     ledger = Ledger(new_redis_client(socket_timeout=REPLY_TIMEOUT_S),
                     get_settings().queue_prefix)
     if kind == "rabbitmq":
-        from herald.rabbit import HeraldRabbitmqBroker
+        from herald.queue.rabbitmq import HeraldRabbitmqBroker
 
         use_broker(HeraldRabbitmqBroker(url=get_settings().rabbitmq_url, ledger=ledger))
     else:
@@ -127,7 +127,7 @@ def normal_broker() -> None:
     """Back to herald's own broker and client (patient), for the worker."""
     get_broker().close()
     reset_herald()
-    jobs.get_broker()
+    runtime.get_broker()
 
 
 def test_an_enqueue_sent_again_after_a_lost_reply_is_added_once_and_runs(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from herald.jobs import enqueue, queue
+from herald.queue import enqueue, queue
+from herald.queue.worker import running_worker
 from herald.web import create_app
-from herald.worker import running_worker
 from tests.integration.conftest import HeraldOn, wait_for
 from tests.integration.lanes import basic, events
 

@@ -7,11 +7,12 @@ import signal
 import threading
 import time
 
-from herald.jobs import enqueue, enqueue_many, get_ledger, queue
-from herald.ledger import now_ms
-from herald.worker import LaneWorker, running_worker
+from herald.queue import enqueue, enqueue_many, queue
+from herald.queue.ledger import now_ms
+from herald.queue.runtime import get_ledger
+from herald.queue.worker import QueueWorker, running_worker
 from tests.integration.conftest import HeraldOn, wait_for
-from tests.integration.lanes import basic, brief, events, limited, open_gate, stall
+from tests.integration.queues import basic, brief, events, limited, open_gate, stall
 
 
 def stop(process) -> None:
@@ -21,7 +22,7 @@ def stop(process) -> None:
 
 
 def test_killed_worker_job_restarts_after_its_lock_expires(herald_on: HeraldOn) -> None:
-    # Given a worker running a job on a lane with a 2 s lock
+    # Given a worker running a job on a queue with a 2 s lock
     enqueue(stall, {"key": "crash", "sleep_s": 1.5}, job_id="job-crash")
     first = herald_on.spawn_worker("t-stall")
     try:
@@ -104,7 +105,7 @@ def test_sigterm_lets_the_running_job_finish(herald_on: HeraldOn) -> None:
 
 def test_a_run_longer_than_its_1s_lock_keeps_it_and_is_never_restarted(
         herald_on: HeraldOn) -> None:
-    # Given a lane with a 1 s lock and a job that runs 3 s
+    # Given a queue with a 1 s lock and a job that runs 3 s
     enqueue(brief, {"key": "long", "sleep_s": 3}, job_id="job-long")
     ledger = get_ledger()
     active = ledger.base("t-brief") + "active"
@@ -134,7 +135,7 @@ def test_jobs_fetched_but_not_started_at_shutdown_are_handed_back(herald_on: Her
     # Given a worker (t-basic: 4 slots) stopping while one run still goes on, its idle
     # threads gone
     enqueue(basic, {"key": "busy", "gated": True}, job_id="job-busy")
-    worker = LaneWorker(["t-basic"])
+    worker = QueueWorker(["t-basic"])
     worker.start()
     stopping = threading.Thread(target=worker.stop)
     try:
@@ -168,6 +169,6 @@ def test_jobs_fetched_but_not_started_at_shutdown_are_handed_back(herald_on: Her
 
 def _ready(name: str) -> int:
     """Messages of queue ``name`` RabbitMQ holds ready (not handed to a consumer)."""
-    from herald.jobs import get_broker
+    from herald.queue.runtime import get_broker
 
     return get_broker().get_queue_message_counts(name)[0]

@@ -6,11 +6,10 @@ import collections
 import dataclasses
 from datetime import timedelta
 
-from herald import registry
-from herald.jobs import enqueue, enqueue_many, queue
-from herald.ledger import now_ms
-from herald.registry import Keep
-from herald.worker import running_worker
+from herald.queue import enqueue, enqueue_many, queue, registry
+from herald.queue.ledger import now_ms
+from herald.queue.registry import Keep
+from herald.queue.worker import running_worker
 from tests.integration.conftest import HeraldOn, wait_for
 from tests.integration.lanes import aged, basic, events, kept, other, prio
 

@@ -19,10 +19,10 @@ import pytest
 import redis
 
 import tests.integration.lanes  # noqa: F401  (declares the test schedules)
-from herald.connections import redis_client
-from herald.jobs import queue
-from herald.ledger import now_ms
-from herald.schedules import fire_due, run_clock, sync_schedules
+from herald.queue import queue
+from herald.queue.ledger import now_ms
+from herald.queue.redis import redis_client
+from herald.queue.schedules import fire_due, run_clock, sync_schedules
 from herald.settings import get_settings
 from tests.integration.conftest import REPO, HeraldOn, reset_herald, wait_for
 

@@ -18,8 +18,9 @@ from typing import Any
 import dramatiq
 import pytest
 
-from herald.jobs import enqueue, enqueue_groups, enqueue_many, get_ledger, queue
-from herald.worker import running_worker
+from herald.queue import enqueue, enqueue_groups, enqueue_many, queue
+from herald.queue.runtime import get_ledger
+from herald.queue.worker import running_worker
 from tests.integration.conftest import HeraldOn, reset_herald, wait_for
 from tests.integration.lanes import events, prio
 

@@ -9,7 +9,9 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import text
 
-from herald import connections, db, jobs, registry, settings
+from herald import db, settings
+from herald.queue import redis as queue_redis
+from herald.queue import registry, runtime
 
 NOTIFICATION_QUEUES = ("notification-email", "notification-sms", "notification-push")
 
@@ -31,8 +33,8 @@ def pipeline(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
                         "PUSH_PROVIDER": "mock", "LOG_LEVEL": "WARNING"}.items():
         monkeypatch.setenv(name, value)
     settings.reset_settings()
-    connections.reset_redis_client()
-    jobs.reset_brokers()
+    queue_redis.reset_redis_client()
+    runtime.reset_brokers()
     db.reset_engine()
     import actors.notifications  # noqa: F401  (declares the channel actors)
     from providers.select import reset_providers
@@ -45,6 +47,6 @@ def pipeline(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
         yield
     reset_providers()
     db.reset_engine()
-    jobs.reset_brokers()
-    connections.reset_redis_client()
+    runtime.reset_brokers()
+    queue_redis.reset_redis_client()
     settings.reset_settings()

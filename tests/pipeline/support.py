@@ -9,7 +9,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from herald import connections, db, jobs, settings
+from herald import db, settings
+from herald.queue import redis as queue_redis
+from herald.queue import runtime
 
 
 def account(client: TestClient, **fields: object) -> str:
@@ -51,8 +53,8 @@ def use_redis(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
     """Point herald at the Redis at ``url`` for the rest of the test."""
     monkeypatch.setenv("REDIS_URL", url)
     settings.reset_settings()
-    connections.reset_redis_client()
-    jobs.reset_brokers()
+    queue_redis.reset_redis_client()
+    runtime.reset_brokers()
 
 
 def sessions_waiting_on(holder_pid: int) -> int:

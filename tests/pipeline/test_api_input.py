@@ -19,9 +19,9 @@ from actors import orchestration
 from actors.render import SUPPORTED_LOCALES
 from herald import settings
 from herald.db import session as db_session
-from herald.jobs import queue
+from herald.queue import queue
+from herald.queue.worker import running_worker
 from herald.web import create_app
-from herald.worker import running_worker
 from models.notifications import Account, Delivery, Notification
 from providers.mock import MockProvider
 from tests.pipeline.conftest import NOTIFICATION_QUEUES

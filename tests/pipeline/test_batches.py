@@ -12,12 +12,13 @@ from sqlalchemy import func
 from sqlmodel import select
 
 from actors.batches import MAX_RECIPIENTS, enqueue_batch_run, run
-from herald import connections, jobs, settings
+from herald import settings
 from herald.db import session as db_session
-from herald.errors import Defer
-from herald.jobs import queue
+from herald.queue import queue, runtime
+from herald.queue import redis as queue_redis
+from herald.queue.errors import Defer
+from herald.queue.worker import running_worker
 from herald.web import create_app
-from herald.worker import running_worker
 from models.batches import Batch, start_batch
 from models.notifications import Notification
 from providers.mock import MockProvider
@@ -255,8 +256,8 @@ def test_with_redis_down_a_batch_is_accepted_and_finishes_not_fully_enqueued(
     # Given Redis unreachable
     monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{find_free_port()}/0")
     settings.reset_settings()
-    connections.reset_redis_client()
-    jobs.reset_brokers()
+    queue_redis.reset_redis_client()
+    runtime.reset_brokers()
     # When a batch is posted, it is still accepted and persisted as scheduled
     batch = post_batch(client, account_ids)
     assert read(client, batch["id"])["status"] == "scheduled"

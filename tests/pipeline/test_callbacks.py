@@ -21,11 +21,13 @@ from actors.callbacks import (
     normalise,
     normalise_callback,
 )
-from herald import connections, db, jobs
+from herald import db
 from herald.db import session as db_session
-from herald.jobs import get_ledger, queue
+from herald.queue import enqueue, queue, runtime
+from herald.queue import redis as queue_redis
+from herald.queue.runtime import get_ledger
+from herald.queue.worker import running_worker
 from herald.web import create_app
-from herald.worker import running_worker
 from models.base import utcnow
 from models.callbacks import CallbackReceipt
 from providers.mock import MockProvider, signed_callback
@@ -102,8 +104,8 @@ def processed(receipt_id: str) -> bool:
 
 def use_redis(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
     configure(monkeypatch, REDIS_URL=url)
-    connections.reset_redis_client()
-    jobs.reset_brokers()
+    queue_redis.reset_redis_client()
+    runtime.reset_brokers()
 
 
 # -- signatures ---------------------------------------------------------------------------
@@ -304,7 +306,7 @@ def test_an_unmatched_receipt_is_retried_until_30_minutes_old_then_marked_unmatc
 def test_a_job_for_a_receipt_that_does_not_exist_fails_at_once_and_leaves_no_record(
         pipeline: None, caplog: pytest.LogCaptureFixture) -> None:
     job_id = "notification-callback-gone"
-    jobs.enqueue(normalise_callback, {"receipt_id": "no-such-receipt"}, job_id=job_id)
+    enqueue(normalise_callback, {"receipt_id": "no-such-receipt"}, job_id=job_id)
     # When a worker runs it (its record is removed whichever way it ends)
     with caplog.at_level(logging.WARNING, logger="herald.jobs"), \
             running_worker([ORCHESTRATION]):

@@ -13,9 +13,9 @@ from sqlalchemy import text
 
 from herald import db
 from herald.db import session as db_session
-from herald.jobs import queue
+from herald.queue import queue
+from herald.queue.worker import running_worker
 from herald.web import create_app
-from herald.worker import running_worker
 from models.base import utcnow
 from models.notifications import Claim, ClaimVerdict, Delivery, Notification, claim_delivery
 from providers.mock import MockProvider

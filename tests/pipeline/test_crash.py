@@ -27,8 +27,10 @@ import redis
 from sqlalchemy import func
 from sqlmodel import select
 
-from herald import connections, jobs, settings
+from herald import settings
 from herald.db import session as db_session
+from herald.queue import redis as queue_redis
+from herald.queue import runtime
 from models.notifications import FINAL_OUTCOMES, Delivery
 from providers.mock import MockProvider
 from tests.support.waiting import wait_for
@@ -52,8 +54,8 @@ def crash_env(pipeline: None, monkeypatch: pytest.MonkeyPatch, private_redis_url
     monkeypatch.setenv("HANDOFF_SWEEP_AGE_S", "3")
     monkeypatch.setenv("HANDOFF_SWEEP_INTERVAL_S", "1")
     settings.reset_settings()
-    connections.reset_redis_client()
-    jobs.reset_brokers()
+    queue_redis.reset_redis_client()
+    runtime.reset_brokers()
     MockProvider.reset()
     yield private_redis_url
     MockProvider.reset()

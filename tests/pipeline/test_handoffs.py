@@ -11,10 +11,11 @@ import pytest
 
 from actors.handoffs import Window, reconcile_handoffs, stale_deliveries
 from actors.notifications import CHANNEL_QUEUES
-from herald import connections, jobs, settings
+from herald import settings
 from herald.db import session as db_session
-from herald.jobs import queue
-from herald.worker import running_worker
+from herald.queue import queue, runtime
+from herald.queue import redis as queue_redis
+from herald.queue.worker import running_worker
 from models.base import utcnow
 from models.batches import Batch
 from models.callbacks import CallbackReceipt
@@ -139,8 +140,8 @@ def test_a_failed_re_enqueue_is_logged_by_id_and_stays_eligible(
     # Given Redis unreachable
     monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
     settings.reset_settings()
-    connections.reset_redis_client()
-    jobs.reset_brokers()
+    queue_redis.reset_redis_client()
+    runtime.reset_brokers()
     with caplog.at_level(logging.WARNING, logger="herald.handoffs"):
         reconcile_handoffs()
     # Then the failure is logged with the delivery's id
@@ -273,7 +274,7 @@ def test_the_sweep_re_drives_unprocessed_receipts_and_rewrites_their_stamp(
 
 
 def test_the_clock_runs_the_sweep_at_start_and_every_minute(pipeline: None) -> None:
-    from herald.schedules import declared_schedules, run_clock
+    from herald.queue.schedules import declared_schedules, run_clock
 
     sweep = {s.name: s for s in declared_schedules()}["reconcile-handoffs"]
     assert sweep.every == timedelta(minutes=1)

@@ -9,7 +9,7 @@ from typing import Any
 
 from actors.handoffs import Scope, reconcile_handoffs
 from herald.db import session as db_session
-from herald.jobs import queue
+from herald.queue import queue
 from models.base import utcnow
 from models.batches import Batch
 from models.callbacks import CallbackReceipt

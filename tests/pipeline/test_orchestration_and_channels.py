@@ -15,12 +15,12 @@ from sqlalchemy import text
 
 from actors.notifications import DeliveryJob, deliver
 from herald import db, settings
-from herald.connections import redis_client
 from herald.db import session as db_session
-from herald.jobs import queue
-from herald.registry import get_spec
+from herald.queue import queue
+from herald.queue.redis import redis_client
+from herald.queue.registry import get_spec
+from herald.queue.worker import running_worker
 from herald.web import create_app
-from herald.worker import running_worker
 from models.notifications import Delivery, Outcome, claim_delivery, record_delivery_outcome
 from providers.mock import MockProvider
 from tests.pipeline.support import (

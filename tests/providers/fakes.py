@@ -23,7 +23,8 @@ from urllib.parse import parse_qs
 
 import pytest
 
-from herald import connections, settings
+from herald import settings
+from herald.queue import redis as queue_redis
 from providers import reset_providers
 
 #: A valid-looking E.164 number (the fakes accept ``+`` and 8–15 digits).
@@ -303,4 +304,4 @@ def forget_herald_state() -> None:
     """Drop cached settings, the shared Redis client and built providers."""
     reset_providers()
     settings.reset_settings()
-    connections.reset_redis_client()
+    queue_redis.reset_redis_client()

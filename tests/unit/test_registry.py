@@ -1,4 +1,4 @@
-"""The registry declares every queue of SPEC section 3 with the seeds' values."""
+"""herald's queue table declares every queue of docs/queue.md with its values."""
 
 from __future__ import annotations
 
@@ -6,23 +6,23 @@ from datetime import timedelta
 
 import pytest
 
-from herald.registry import DAY, HOUR, MINUTE, SECOND, Backoff, QueueSpec, builtin_specs
+from actors.queues import herald_queues
+from herald.queue.registry import DAY, HOUR, MINUTE, SECOND, Backoff, QueueSpec
 from herald.settings import Settings
 
-SPEC_QUEUES = {"notification-email", "notification-sms", "notification-orchestration",
+TABLE_QUEUES = {"notification-email", "notification-sms", "notification-push",
+                "notification-orchestration",
                "activation", "payment", "store-fulfillment", "package-sync",
                "esim-product-sync", "fx-refresh", "supplier-dispatch", "backorder-reroute",
                "email-retry"}
 
 
 def specs(**settings: object) -> dict[str, QueueSpec]:
-    return {s.name: s for s in builtin_specs(Settings(**settings))}
+    return {s.name: s for s in herald_queues(Settings(**settings))}
 
 
-def test_every_queue_of_the_spec_is_declared_and_described() -> None:
-    declared = specs()
-    assert set(declared) == SPEC_QUEUES
-    assert all(spec.description for spec in declared.values())
+def test_every_queue_of_the_table_is_declared() -> None:
+    assert set(specs()) == TABLE_QUEUES
 
 
 def test_a_spec_with_only_a_name_has_the_documented_defaults() -> None:
@@ -35,13 +35,12 @@ def test_a_spec_with_only_a_name_has_the_documented_defaults() -> None:
     completed, failed = spec.retention.completed, spec.retention.failed
     assert (completed.count, completed.age, completed.remove) == (1000, DAY, False)
     assert (failed.count, failed.age, failed.remove) == (5000, 7 * DAY, False)
-    # no time limit, no bound on starts, always on, unbounded drain, one normal lane
+    # no time limit, no bound on starts, unbounded drain
     assert (spec.lock_duration, spec.time_limit, spec.max_started_attempts,
-            spec.feature_gate, spec.shutdown_timeout, spec.priority_lanes) == (
-        30 * SECOND, None, None, None, None, (5,))
+            spec.shutdown_timeout) == (30 * SECOND, None, None, None)
 
 
-def test_notification_lanes_carry_seed_000s_values() -> None:
+def test_notification_queues_carry_their_documented_values() -> None:
     q = specs()
     email, sms, orchestration = (q["notification-email"], q["notification-sms"],
                                  q["notification-orchestration"])
@@ -54,10 +53,9 @@ def test_notification_lanes_carry_seed_000s_values() -> None:
     for spec in (email, sms, orchestration):
         assert spec.retention.completed.count == 500
         assert (spec.retention.failed.count, spec.retention.failed.age) == (5000, 7 * DAY)
-        assert spec.priority_lanes == (1, 5)
 
 
-def test_dispatch_lanes_follow_seed_003_and_its_environment() -> None:
+def test_dispatch_queues_follow_their_environment() -> None:
     q = specs(dispatch_attempts=4, dispatch_backoff_ms=250, email_worker_concurrency=6)
     dispatch, reroute = q["supplier-dispatch"], q["backorder-reroute"]
     assert (dispatch.concurrency, dispatch.attempts, dispatch.backoff_base,
@@ -67,13 +65,10 @@ def test_dispatch_lanes_follow_seed_003_and_its_environment() -> None:
     assert (reroute.concurrency, reroute.attempts) == (6, 3)
     retry = q["email-retry"]
     assert (retry.concurrency, retry.attempts, retry.backoff) == (4, 1, Backoff.NONE)
-    assert (q["fx-refresh"].feature_gate, q["esim-product-sync"].feature_gate) == (
-        "feature_esim_store", "feature_esim_store")
 
 
 @pytest.mark.parametrize("bad", [{"concurrency": 0}, {"attempts": 0},
-                                 {"rate_limit": (0, MINUTE)}, {"name": "a:b"},
-                                 {"priority_lanes": (0,)}])
+                                 {"rate_limit": (0, MINUTE)}, {"name": "a:b"}])
 def test_a_spec_with_a_bad_value_is_refused(bad: dict) -> None:
     with pytest.raises(ValueError, match="QueueSpec"):
         QueueSpec(**{"name": "x", **bad})

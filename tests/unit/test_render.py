@@ -40,7 +40,7 @@ from actors.render import (
     resolve_locale,
     validate_event_data,
 )
-from herald.errors import Permanent
+from herald.queue.errors import Permanent
 
 ARABIC = re.compile(r"[\u0600-\u06FF]")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

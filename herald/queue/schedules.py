@@ -31,10 +31,12 @@ from typing import Any
 import redis
 from croniter import croniter
 
-from herald.connections import redis_client
-from herald.jobs import JobActor, enqueue, get_ledger
-from herald.ledger import LUA_DIR, now_ms
-from herald.registry import all_specs
+from herald.queue.actor import JobActor
+from herald.queue.ledger import LUA_DIR, now_ms
+from herald.queue.producer import enqueue
+from herald.queue.redis import redis_client
+from herald.queue.registry import all_specs
+from herald.queue.runtime import get_ledger
 from herald.settings import Settings, get_settings
 
 log = logging.getLogger("herald.clock")

@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 
 from actors import callbacks
 from herald.settings import get_settings
-from herald.web import RETRY_AFTER_S, api_error
+from herald.web.errors import RETRY_AFTER_S, api_error
 from providers.base import CallbackRequest, InvalidCallback, InvalidSignature
 
 router = APIRouter(prefix="/v1", tags=["callbacks"])

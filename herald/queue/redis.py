@@ -10,7 +10,7 @@ worker restarts them forever (seed 003: a blocking reader must never kill the pr
 
 A retry after a timeout sends a command again that Redis may already have run (its reply
 was lost, not the command). herald's scripts are written for that: sent a second time,
-each changes nothing more and gives the first send's answer (``herald/lua/``).
+each changes nothing more and gives the first send's answer (``herald/queue/lua/``).
 """
 
 from __future__ import annotations

@@ -1,20 +1,21 @@
 """``herald demo``: push a few thousand jobs through the real worker and show what happened.
 
 On the embedded default (no environment needed) the demo starts the embedded Redis,
-clears its own ``demo`` queue, enqueues the planned jobs of :mod:`actors.demo` in
+clears its own ``demo`` queue, enqueues the planned jobs of :mod:`herald.demo.jobs` in
 chunks, runs the real Dramatiq worker on the ``demo`` lane in this process with a
 progress bar, waits until no job is waiting, delayed or active, and ends with a table
 of jobs per queue × state. It succeeds (exit code 0) only when nothing is left
 non-terminal and the completed and failed counts are exactly those the plan predicts.
 A second run starts from a clean queue and succeeds the same way.
 
-Then the notification phase (:mod:`herald.demo_notifications`, ``--events N``; 0 skips
+Then the notification phase (:mod:`herald.demo.notifications`, ``--events N``; 0 skips
 it) drives real notification traffic through the channel workers, with a scheduled batch
 (``--batch-size``), provider callbacks and a lost-job phase the handoff sweep repairs, on
 Redis keys of its own and scoped to the rows it made: a user's own queued work in the
-same Redis and database is neither run, nor waited for, nor counted. The
-order phase (``--orders``) arrives with its lane; until then the option is accepted and
-reported as not yet part of the demo.
+same Redis and database is neither run, nor waited for, nor counted.
+
+The ``demo`` queue is declared by :mod:`herald.demo.jobs`, which only this command
+imports: a production worker or ``herald queues`` never sees it.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from herald.connections import describe_redis, embedded_redis_running, stop_embedded_redis
+from herald.queue.redis import describe_redis, embedded_redis_running, stop_embedded_redis
 from herald.settings import get_settings
 
 #: Jobs a demo run plans unless told otherwise.
@@ -79,22 +80,15 @@ def _deadline(jobs: int) -> timedelta:
 
 
 def run(jobs: int = DEFAULT_JOBS, *, events: int | None = None, batch_size: int | None = None,
-        orders: int | None = None, console: Console | None = None) -> int:
-    """Run the demo; returns the process exit code (0 only when every job ended as planned).
-
-    ``orders`` belongs to a phase a later lane adds; it is accepted now and reported as
-    ignored.
-    """
+        console: Console | None = None) -> int:
+    """Run the demo; returns the process exit code (0 only when every job ended as planned)."""
     console = console or Console()
     settings = get_settings()
-    if orders is not None:
-        console.print(f"[yellow]--orders {orders} ignored:[/] the order phase is not part "
-                      "of the demo yet")
     started_embedded = settings.embedded_redis and not embedded_redis_running()
     try:
         code = _run_jobs(jobs, console)
         if code == 0 and events != 0:
-            from herald.demo_notifications import run_notifications
+            from herald.demo.notifications import run_notifications
 
             with quiet_logs():
                 code = run_notifications(DEFAULT_EVENTS if events is None else events,
@@ -102,8 +96,8 @@ def run(jobs: int = DEFAULT_JOBS, *, events: int | None = None, batch_size: int 
         return code
     finally:
         if started_embedded:
-            from herald.connections import reset_redis_client
-            from herald.jobs import reset_brokers
+            from herald.queue.redis import reset_redis_client
+            from herald.queue.runtime import reset_brokers
 
             reset_brokers()
             reset_redis_client()
@@ -113,9 +107,9 @@ def run(jobs: int = DEFAULT_JOBS, *, events: int | None = None, batch_size: int 
 
 
 def _run_jobs(jobs: int, console: Console) -> int:
-    from actors import demo
-    from herald.jobs import enqueue_many, queue
-    from herald.worker import running_worker
+    from herald.demo import jobs as demo
+    from herald.queue import enqueue_many, queue
+    from herald.queue.worker import running_worker
 
     if not 1 <= jobs <= demo.MAX_DEMO_JOBS:
         console.print(f"[red]--jobs must be between 1 and {demo.MAX_DEMO_JOBS}[/]")

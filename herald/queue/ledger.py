@@ -3,7 +3,7 @@
 This module knows queues and jobs, nothing about what the jobs do. On the Redis broker
 the ledger *is* the broker (its wait set is what workers fetch from); on RabbitMQ the
 messages travel through RabbitMQ and the ledger records their state and fences them with
-the token of each run. Scripts live in ``herald/lua/`` and run with EVALSHA (Redis 6.2+).
+the token of each run. Scripts live in ``herald/queue/lua/`` and run with EVALSHA (Redis 6.2+).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Any
 
 import redis
 
-from herald.connections import run_script_on, thread_connections
-from herald.registry import Backoff, Keep, QueueSpec
+from herald.queue.redis import run_script_on, thread_connections
+from herald.queue.registry import Backoff, Keep, QueueSpec
 
 LUA_DIR = Path(__file__).parent / "lua"
 #: How often (at most) one queue's stalled jobs are looked for.
@@ -46,7 +46,7 @@ class JobState(StrEnum):
     DELAYED = "delayed"
     #: A worker runs it and holds its lock.
     ACTIVE = "active"
-    #: Finished successfully.
+    #: Verdict successfully.
     COMPLETED = "completed"
     #: Failed for good (attempts exhausted, a Permanent error, or too many starts).
     FAILED = "failed"
@@ -153,7 +153,7 @@ class StartedJob:
 # Not frozen: a frozen dataclass sets each field through object.__setattr__, and one of
 # these is built for every run that does not simply complete.
 @dataclasses.dataclass(kw_only=True, slots=True)
-class Finish:
+class RunEnd:
     """How one run ended, as the consumer reports it to the ledger."""
 
     #: Outcome codes of cycle.lua.
@@ -175,8 +175,8 @@ class Finish:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Finished:
-    """What the ledger made of a :class:`Finish`: completed|failed|retry|deferred|released|
+class Verdict:
+    """What the ledger made of a :class:`RunEnd`: completed|failed|retry|deferred|released|
     stale — or ``exhausted`` for a job failed at fetch for too many starts (with its actor,
     payload and reason, for the actor's exhausted hook)."""
 
@@ -192,7 +192,7 @@ class Finished:
 class CycleResult:
     """The answer of one consumer round trip."""
 
-    finished: list[Finished]
+    finished: list[Verdict]
     started: list[StartedJob]
     next_delayed_ms: int | None
     rate_limited_ms: int
@@ -306,7 +306,7 @@ class Ledger:
                 *_keep_args(spec.retention.completed), *_keep_args(spec.retention.failed)]
 
     def cycle_raw(self, spec: QueueSpec, config: Sequence[Any], *,
-                  done: Iterable[tuple[str, ...]] = (), finishes: Sequence[Finish] = (),
+                  done: Iterable[tuple[str, ...]] = (), finishes: Sequence[RunEnd] = (),
                   extend: Sequence[tuple[str, str]] = (), fetch: int = 0,
                   external: bool = False, connection: Any = None) -> Any:
         """One cycle script call, its reply left as Redis returned it (the consumer's hot
@@ -331,10 +331,10 @@ class Ledger:
             return self._run_own("cycle", args)
         return self.run_on(connection, "cycle", args)
 
-    def cycle(self, spec: QueueSpec, *, finishes: Sequence[Finish] = (),
+    def cycle(self, spec: QueueSpec, *, finishes: Sequence[RunEnd] = (),
               extend: Iterable[tuple[str, str]] = (), fetch: int = 0,
               external: bool = False, connection: Any = None) -> CycleResult:
-        """Finish runs, extend locks and (Redis broker) start up to ``fetch`` jobs, atomically.
+        """RunEnd runs, extend locks and (Redis broker) start up to ``fetch`` jobs, atomically.
 
         ``connection`` is a consumer's own connection (:meth:`run_on`): the hot path skips
         the client's pool, retry and response-callback layers.
@@ -343,7 +343,7 @@ class Ledger:
                              extend=list(extend), fetch=fetch, external=external,
                              connection=connection)
         finished_raw, started_raw, next_due, limited, _ = raw
-        finished = [Finished(job_id=_text(f[0]) or "", result=_text(f[1]) or "",
+        finished = [Verdict(job_id=_text(f[0]) or "", result=_text(f[1]) or "",
                              run_at_ms=int(f[2]), actor=_text(f[3]) if len(f) > 3 else "",
                              data=_text(f[4]) if len(f) > 4 else "",
                              reason=_text(f[5]) if len(f) > 5 else "")
@@ -360,7 +360,7 @@ class Ledger:
     def _run_own(self, name: str, args: Sequence[Any]) -> Any:
         """Run a script on this thread's own connection: a producer's adds and a worker
         thread's finishes skip the pool's checkout and the client's retry layers, which
-        cost as much as the round trip (:class:`herald.connections.ThreadConnections`)."""
+        cost as much as the round trip (:class:`herald.queue.redis.ThreadConnections`)."""
         return self._own.run_script(self._scripts[name], args=args)
 
     def run_on(self, connection: Any, name: str, args: Sequence[Any]) -> Any:

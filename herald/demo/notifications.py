@@ -68,7 +68,7 @@ NAMESPACE_SUFFIX = "-demo"
 
 
 def _reload_settings() -> None:
-    from herald.jobs import reset_brokers
+    from herald.queue.runtime import reset_brokers
     from herald.settings import reset_settings
 
     reset_settings()
@@ -83,7 +83,7 @@ def own_namespace() -> Iterator[str]:
     The notification lanes of that prefix start empty: a job an earlier, interrupted demo
     left there is not this run's.
     """
-    from herald.jobs import queue
+    from herald.queue import queue
     from herald.settings import get_settings
     from providers.mock import MockProvider
 
@@ -129,7 +129,7 @@ def _fire_events(run_id: str, events: int, accounts: list[str]) -> int:
     """Fire the events; every LOST_EVERY-th loses its channel jobs. Returns jobs lost."""
     from actors.notifications import CHANNEL_QUEUES
     from actors.orchestration import trigger_event
-    from herald.jobs import queue
+    from herald.queue import queue
 
     lost = 0
     for n in range(events):
@@ -185,7 +185,7 @@ def run_notifications(events: int, console: Console, *, batch_size: int | None =
     """Run the notification phase; returns 0 when every delivery it made ended final, its
     batch finished, every callback it posted was processed and the provider accepted
     exactly its deliveries recorded as sent or delivered (and nothing else)."""
-    from herald.registry import redeclared
+    from herald.queue.registry import redeclared
 
     with own_namespace() as prefix, redeclared(LANES, rate_limit=None):
         return _run(events, console, batch_size or DEFAULT_BATCH_SIZE, prefix)
@@ -200,8 +200,8 @@ def _run(events: int, console: Console, batch_size: int, prefix: str) -> int:
     from actors.handoffs import Scope
     from herald.db import migrate
     from herald.db import session as db_session
+    from herald.queue.worker import running_worker
     from herald.web import create_app
-    from herald.worker import running_worker
     from models.base import utcnow
     from models.callbacks import CallbackReceipt
     from models.notifications import Delivery

@@ -14,8 +14,9 @@ from typing import Any
 import dramatiq
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
-from herald.ledger import Ledger, new_token
-from herald.registry import get_spec
+from herald.queue.ledger import Ledger, new_token
+from herald.queue.middleware import default_middleware
+from herald.queue.registry import get_spec
 
 #: RabbitMQ priorities run 0..MAX_PRIORITY (higher first); herald's run 1 (urgent)..10.
 MAX_PRIORITY = 10
@@ -33,15 +34,13 @@ class HeraldRabbitmqBroker(RabbitmqBroker):
 
     def __init__(self, *, url: str, ledger: Ledger, middleware: list[Any] | None = None,
                  ) -> None:
-        from herald.broker import default_middleware
-
         super().__init__(url=url, max_priority=MAX_PRIORITY,
                          middleware=default_middleware() if middleware is None else middleware)
         self.ledger = ledger
 
     def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000) -> Any:
-        """A consumer whose prefetch is the lane's concurrency, so RabbitMQ never hands this
-        process more unacknowledged jobs of a lane than the lane may run at once.
+        """A consumer whose prefetch is the queue's concurrency, so RabbitMQ never hands this
+        process more unacknowledged jobs of a queue than the queue may run at once.
 
         Delay queues keep Dramatiq's large prefetch: they hold messages until their eta.
         """

@@ -15,26 +15,23 @@ import threading
 import time
 import traceback
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import dramatiq
-from dramatiq.middleware import Middleware, SkipMessage
+from dramatiq.middleware import CurrentMessage, Middleware, SkipMessage
 
-from herald import metrics
-from herald.errors import Defer, Permanent
-from herald.ledger import Finish, new_token, now_ms
-from herald.registry import QueueSpec, all_specs, get_spec
+from herald.queue import metrics
+from herald.queue.actor import exhausted_hook
+from herald.queue.dramatiq_internals import NO_TIME_LIMIT_MS, QueueTimeLimit
+from herald.queue.errors import Defer, Permanent
+from herald.queue.ledger import Ledger, RunEnd, new_token, now_ms
+from herald.queue.registry import QueueSpec, all_specs, get_spec
 
 if TYPE_CHECKING:
     from dramatiq.broker import MessageProxy
 
-    from herald.rabbit import HeraldRabbitmqBroker
-
 log = logging.getLogger("herald.jobs")
 
-#: Options our actors accept (Dramatiq rejects any other, so a typo fails at declaration).
-ACTOR_OPTIONS = frozenset({"payload_model", "attempts", "backoff", "backoff_base",
-                           "max_started_attempts", "remove_on_complete", "remove_on_fail"})
 #: Longest stack trace kept on a job record.
 STACK_LIMIT = 8000
 #: Lock extensions per lock duration: a live run's lock always has two thirds of its
@@ -61,20 +58,20 @@ def extend_interval(specs: Iterable[QueueSpec]) -> float:
 
 
 def finish_for(message: MessageProxy, *, result: Any = None,
-               exception: BaseException | None = None) -> Finish:
-    """The :class:`Finish` that reports this run's end to the ledger."""
+               exception: BaseException | None = None) -> RunEnd:
+    """The :class:`RunEnd` that reports this run's end to the ledger."""
     job_id, token, actor = message.options["job_id"], run_token(message), message.actor_name
     if exception is None:
-        return Finish(job_id=job_id, token=token, outcome=Finish.COMPLETED,
+        return RunEnd(job_id=job_id, token=token, outcome=RunEnd.COMPLETED,
                       value="null" if result is None else _encode_result(result), actor=actor)
     if isinstance(exception, Defer):
-        return Finish(job_id=job_id, token=token, outcome=Finish.DEFERRED,
+        return RunEnd(job_id=job_id, token=token, outcome=RunEnd.DEFERRED,
                       value=str(int(exception.delay.total_seconds() * 1000)),
                       next_token=new_token(), actor=actor)
     stack = "".join(traceback.format_exception(exception))[-STACK_LIMIT:]
     reason = str(exception) or type(exception).__name__
-    outcome = Finish.PERMANENT if isinstance(exception, Permanent) else Finish.FAILED
-    return Finish(job_id=job_id, token=token, outcome=outcome, value=reason, stack=stack,
+    outcome = RunEnd.PERMANENT if isinstance(exception, Permanent) else RunEnd.FAILED
+    return RunEnd(job_id=job_id, token=token, outcome=outcome, value=reason, stack=stack,
                   next_token=new_token(), actor=actor)
 
 
@@ -106,13 +103,21 @@ def info_enabled() -> bool:
 def run_exhausted_hook(actor: str, data: str | Any, reason: str) -> None:
     """Tell the actor that one of its jobs failed for good without running (too many
     starts), so it can record that durably; a failing hook is logged, never raised."""
-    from herald.jobs import exhausted_hook
-
     try:
         payload = json.loads(data) if isinstance(data, str) else data
         exhausted_hook(actor, payload, reason)
     except Exception:
         log.exception("exhausted hook failed", extra={"actor": actor})
+
+
+class ExternalLedgerBroker(Protocol):
+    """What the middleware needs of a broker whose messages live outside the ledger
+    (RabbitMQ): the ledger, and a way to send a message again later."""
+
+    ledger: Ledger
+
+    def publish_copy(self, message: Any, *, delay_ms: int, token: str | None = None) -> None:
+        """Publish ``message`` again after ``delay_ms``, under ``token`` when given."""
 
 
 class LedgerMiddleware(Middleware):
@@ -124,10 +129,6 @@ class LedgerMiddleware(Middleware):
         self._running_lock = threading.Lock()
         self._heartbeat: threading.Thread | None = None
         self._stop = threading.Event()
-
-    @property
-    def actor_options(self) -> set[str]:
-        return set(ACTOR_OPTIONS)
 
     # -- both brokers ---------------------------------------------------------------------
     def before_process_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
@@ -152,7 +153,7 @@ class LedgerMiddleware(Middleware):
             self._settle(broker, message, finish)  # type: ignore[arg-type]
 
     # -- RabbitMQ -------------------------------------------------------------------------
-    def _claim(self, broker: HeraldRabbitmqBroker, message: MessageProxy) -> None:
+    def _claim(self, broker: ExternalLedgerBroker, message: MessageProxy) -> None:
         spec = get_spec(message.queue_name)
         job_id = message.options.get("job_id")
         if not job_id:
@@ -167,7 +168,7 @@ class LedgerMiddleware(Middleware):
             raise SkipMessage("not now")
         if verdict == "failed":
             reason, token = detail
-            finish = Finish(job_id=job_id, token=token, outcome=Finish.EXCEEDED, value=reason)
+            finish = RunEnd(job_id=job_id, token=token, outcome=RunEnd.EXCEEDED, value=reason)
             self._settle(broker, message, finish)
             run_exhausted_hook(message.actor_name, message.args[0], reason)
             raise SkipMessage(reason)
@@ -177,8 +178,8 @@ class LedgerMiddleware(Middleware):
         with self._running_lock:
             self._running[(spec.name, job_id)] = (token, spec.name)
 
-    def _settle(self, broker: HeraldRabbitmqBroker, message: MessageProxy,
-                finish: Finish) -> None:
+    def _settle(self, broker: ExternalLedgerBroker, message: MessageProxy,
+                finish: RunEnd) -> None:
         spec = get_spec(message.queue_name)
         key = (spec.name, finish.job_id)
         with self._running_lock:
@@ -196,8 +197,8 @@ class LedgerMiddleware(Middleware):
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         if getattr(broker, "external_ledger", False):
             self._stop.clear()
-            lanes = worker.consumer_whitelist
-            specs = [spec for spec in all_specs() if not lanes or spec.name in lanes]
+            consumed = worker.consumer_whitelist
+            specs = [spec for spec in all_specs() if not consumed or spec.name in consumed]
             interval = extend_interval(specs or all_specs())
             self._heartbeat = threading.Thread(target=self._extend_locks,
                                                args=(broker, interval),
@@ -207,7 +208,7 @@ class LedgerMiddleware(Middleware):
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         self._stop.set()
 
-    def _extend_locks(self, broker: HeraldRabbitmqBroker, interval: float) -> None:
+    def _extend_locks(self, broker: ExternalLedgerBroker, interval: float) -> None:
         """Extend the lock of every run of this process each ``interval`` seconds (see
         :func:`extend_interval`), until the worker shuts down."""
         while not self._stop.wait(interval):
@@ -221,3 +222,8 @@ class LedgerMiddleware(Middleware):
                     broker.ledger.cycle(get_spec(queue), extend=entries, external=True)
                 except Exception:  # the next beat tries again; a stall is the fallback
                     log.warning("lock extension failed", extra={"queue": queue})
+
+
+def default_middleware() -> list[dramatiq.Middleware]:
+    """The middleware herald's brokers run: ledger outcomes, current message, time limits."""
+    return [CurrentMessage(), QueueTimeLimit(time_limit=NO_TIME_LIMIT_MS), LedgerMiddleware()]

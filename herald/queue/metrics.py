@@ -10,11 +10,20 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from herald.queue.registry import names
+
+if TYPE_CHECKING:
+    from herald.queue.ledger import Ledger
+
+#: Returns the ledger of this process (made on first use).
+LedgerGetter = Callable[[], "Ledger"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +51,9 @@ def observe_duration(queue: str, seconds: float) -> None:
 class LedgerCollector(Collector):
     """Reads the ledger's counters and counts of every registry queue at scrape time."""
 
+    def __init__(self, ledger: LedgerGetter) -> None:
+        self.ledger = ledger
+
     def describe(self) -> Iterator[Metric]:
         """The families :meth:`collect` yields, without values: registering the collector
         then reads nothing (the ledger may not exist yet, and Redis may be away)."""
@@ -59,12 +71,9 @@ class LedgerCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         """Every registry queue's outcome counters and counts by state, read now; nothing
         (and a warning) when Redis does not answer."""
-        from herald.jobs import get_ledger
-        from herald.registry import names
-
         jobs_total, dedup_total, depth = self._families()
         try:
-            ledger = get_ledger()
+            ledger = self.ledger()
             for queue in names():
                 counters = ledger.metrics(queue)
                 for outcome in OUTCOMES:
@@ -87,18 +96,19 @@ _register_lock = threading.RLock()
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
-def register_collectors() -> None:
-    """Add the ledger collector to the default registry once (safe from any thread)."""
+def register_collectors(ledger: LedgerGetter) -> None:
+    """Add the collector of ``ledger``'s queue metrics to the default registry, once per
+    process (safe from any thread)."""
     global _registered
     with _register_lock:
         if not _registered:
-            REGISTRY.register(LedgerCollector())
+            REGISTRY.register(LedgerCollector(ledger))
             _registered = True
 
 
-def exposition() -> bytes:
+def exposition(ledger: LedgerGetter) -> bytes:
     """Every metric of this process in the Prometheus text format (:data:`CONTENT_TYPE`),
     the ledger's queue metrics included whether or not this process touched a queue yet:
     what the web app and the worker health servers serve on ``/metrics``."""
-    register_collectors()
+    register_collectors(ledger)
     return generate_latest()

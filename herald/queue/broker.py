@@ -2,9 +2,9 @@
 
 Each consumer round trip is one Lua script (:meth:`Ledger.cycle`) that finishes the runs
 that ended since the last trip, extends the locks of long runs, promotes due delayed jobs,
-restarts stalled ones and starts up to the lane's free slots — so fetching and
+restarts stalled ones and starts up to the queue's free slots — so fetching and
 acknowledging ride on the same round trip, and a worker never holds more jobs than its
-lane's concurrency. While a queue is empty the consumer blocks on the queue's marker list
+queue's concurrency. While a queue is empty the consumer blocks on the queue's marker list
 until a producer wakes it, the next delayed job falls due, or the rate-limit window ends.
 """
 
@@ -22,18 +22,19 @@ import dramatiq
 import redis
 from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.errors import ConnectionClosed, QueueJoinTimeout
-from dramatiq.middleware import CurrentMessage, MiddlewareError, TimeLimit
 
-from herald.connections import dedicated_connection
-from herald.ledger import Finish, Ledger, NewJob, new_token, now_ms
-from herald.outcomes import (
-    LedgerMiddleware,
+from herald.queue.actor import declared_actor, job_options
+from herald.queue.dramatiq_internals import HookDispatch
+from herald.queue.ledger import Ledger, NewJob, RunEnd, new_token, now_ms
+from herald.queue.middleware import (
+    default_middleware,
     extend_interval,
     info_enabled,
     report,
     run_exhausted_hook,
 )
-from herald.registry import QueueSpec, get_spec
+from herald.queue.redis import dedicated_connection
+from herald.queue.registry import QueueSpec, get_spec
 
 log = logging.getLogger("herald.broker")
 
@@ -45,49 +46,6 @@ BLOCK_MS = 1000
 MIN_BLOCK_S = 0.01
 #: Runs whose end is buffered are flushed at least this often while slots are full (s).
 FLUSH_WAIT_S = 0.25
-#: Default time limit of a run when the queue sets none (Dramatiq's TimeLimit needs one).
-NO_TIME_LIMIT_MS = 24 * 3600 * 1000
-
-
-class QueueTimeLimit(TimeLimit):
-    """Dramatiq's TimeLimit, armed only for jobs whose queue (or message) sets a limit.
-
-    Most queues set none; arming and disarming a 24-hour timer around every job is pure
-    cost on the hot path. Its watchdog thread starts with the first worker (Dramatiq starts
-    it on ``process_boot``, which only Dramatiq's own CLI emits).
-    """
-
-    def __init__(self, *, time_limit: float = 600000, interval: int = 1000) -> None:
-        super().__init__(time_limit=time_limit, interval=interval)
-        #: worker threads whose current run has a timer armed
-        self._armed: set[int] = set()
-
-    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
-        if not getattr(self, "_watching", False):
-            self._watching = True
-            self.after_process_boot(broker)
-
-    def before_process_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
-        if (message.options.get("time_limit")
-                or broker.get_actor(message.actor_name).options.get("time_limit")):
-            super().before_process_message(broker, message)
-            self._armed.add(threading.get_ident())
-
-    def after_process_message(self, broker: dramatiq.Broker, message: MessageProxy, *,
-                              result: Any = None, exception: BaseException | None = None,
-                              ) -> None:
-        # disarm only what was armed: the manager's lock is not free either
-        thread = threading.get_ident()
-        if thread in self._armed:
-            self._armed.discard(thread)
-            self.manager.remove_timeout(thread)
-
-    after_skip_message = after_process_message
-
-
-def default_middleware() -> list[dramatiq.Middleware]:
-    """The middleware herald's brokers run: ledger outcomes, current message, time limits."""
-    return [CurrentMessage(), QueueTimeLimit(time_limit=NO_TIME_LIMIT_MS), LedgerMiddleware()]
 
 
 class LedgerMessage(MessageProxy):
@@ -105,7 +63,7 @@ class LedgerMessage(MessageProxy):
         self.message_timestamp = message.message_timestamp
 
 
-class Lane:
+class QueueSlots:
     """One queue's consumer bookkeeping in this process, shared by successive consumers."""
 
     def __init__(self, spec: QueueSpec) -> None:
@@ -121,92 +79,38 @@ class Lane:
         #: (job id, token, actor) of runs that completed with no return value
         self.done: list[tuple[str, str, str]] = []
         #: every other end of a run
-        self.pending: list[Finish] = []
+        self.pending: list[RunEnd] = []
         self.blocking = False
         self.last_extend = time.monotonic()
 
-    def take_pending(self) -> tuple[list[tuple[str, str, str]], list[Finish]]:
+    def take_pending(self) -> tuple[list[tuple[str, str, str]], list[RunEnd]]:
         """Take every buffered end of a run (plain completions, others)."""
         with self.lock:
             done, pending = self.done, self.pending
             self.done, self.pending = [], []
         return done, pending
 
-    def put_back(self, done: list[tuple[str, str, str]], finishes: list[Finish]) -> None:
+    def put_back(self, done: list[tuple[str, str, str]], finishes: list[RunEnd]) -> None:
         """Return ends that could not be written, ahead of any buffered since."""
         with self.lock:
             self.done = done + self.done
             self.pending = finishes + self.pending
 
 
-class LedgerBroker(dramatiq.Broker):
+class LedgerBroker(HookDispatch, dramatiq.Broker):
     """Dramatiq broker on the Redis job ledger."""
 
     external_ledger = False
 
     def __init__(self, ledger: Ledger, middleware: list[dramatiq.Middleware] | None = None,
                  ) -> None:
-        self._hooks: dict[str, list[Any]] = {}
         super().__init__(middleware=default_middleware() if middleware is None else middleware)
         self.ledger = ledger
-        self.queues: dict[str, Lane] = {}
-
-    # -- middleware dispatch ----------------------------------------------------------
-    # Dramatiq calls every middleware's method for every signal, the base class's no-ops
-    # included (a getattr and a call each, four signals per run). The hooks a middleware
-    # actually defines are looked up once per signal instead; any change to the list
-    # (add_middleware, assigning it, or a different length) looks them up again.
-    @property
-    def middleware(self) -> list[dramatiq.Middleware]:  # type: ignore[override]
-        """The broker's middleware, in order."""
-        return self._middleware
-
-    @middleware.setter
-    def middleware(self, value: list[dramatiq.Middleware]) -> None:
-        self._middleware = value
-        self._hooks = {}
-
-    def add_middleware(self, middleware: dramatiq.Middleware, *,
-                       before: type[dramatiq.Middleware] | None = None,
-                       after: type[dramatiq.Middleware] | None = None) -> None:
-        """Dramatiq's ``add_middleware``; the hook lookup is redone afterwards."""
-        super().add_middleware(middleware, before=before, after=after)
-        self._hooks = {}
-
-    def _hooks_for(self, name: str, reverse: bool) -> list[Any]:
-        middleware = self._middleware
-        entry = self._hooks.get(name)
-        if entry is None or entry[0] != len(middleware):
-            noop = getattr(dramatiq.Middleware, name, None)
-            ordered = reversed(middleware) if reverse else middleware
-            hooks = [getattr(m, name) for m in ordered
-                     if getattr(type(m), name, None) is not noop
-                     or name in getattr(m, "__dict__", ())]
-            entry = self._hooks[name] = [len(middleware), hooks]
-        return entry[1]
-
-    def emit_before(self, signal: str, *args: Any, **kwargs: Any) -> None:
-        self._emit("before_" + signal, False, MiddlewareError, args, kwargs)
-
-    def emit_after(self, signal: str, *args: Any, **kwargs: Any) -> None:
-        self._emit("after_" + signal, True, (), args, kwargs)
-
-    def _emit(self, name: str, reverse: bool, passed_on: type[Exception] | tuple[()],
-              args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Call the hooks of ``name``, as Dramatiq does: a failing hook is logged, except
-        that ``passed_on`` errors are raised (a before-hook's MiddlewareError)."""
-        for hook in self._hooks_for(name, reverse):
-            try:
-                hook(self, *args, **kwargs)
-            except passed_on:
-                raise
-            except Exception:
-                self.logger.critical("Unexpected failure in %s of %r.", name, hook.__self__,
-                                     exc_info=True)
+        self.queues: dict[str, QueueSlots] = {}
 
     # -- queues ---------------------------------------------------------------------------
-    def lane(self, queue_name: str) -> Lane:
-        """The bookkeeping of one lane (declares the queue on first use)."""
+    def slots(self, queue_name: str) -> QueueSlots:
+        """The bookkeeping of one queue (declares the queue on first use)."""
         if queue_name not in self.queues:
             self.declare_queue(queue_name)
         return self.queues[queue_name]
@@ -214,17 +118,15 @@ class LedgerBroker(dramatiq.Broker):
     def declare_queue(self, queue_name: str) -> None:
         if queue_name not in self.queues:
             self.emit_before("declare_queue", queue_name)
-            self.queues[queue_name] = Lane(get_spec(queue_name))
+            self.queues[queue_name] = QueueSlots(get_spec(queue_name))
             self.emit_after("declare_queue", queue_name)
 
     def consume(self, queue_name: str, prefetch: int = 1, timeout: int = BLOCK_MS) -> Consumer:
-        return LedgerConsumer(self, self.lane(queue_name), timeout)
+        return LedgerConsumer(self, self.slots(queue_name), timeout)
 
     def enqueue(self, message: dramatiq.Message, *, delay: int | None = None,
                 ) -> dramatiq.Message:
         """Plain ``actor.send`` support: the message becomes a ledger job."""
-        from herald.jobs import declared_actor, job_options
-
         self.emit_before("enqueue", message, delay)
         payload = message.args[0] if message.args else dict(message.kwargs)
         job = NewJob(id=message.options.get("job_id") or message.message_id,
@@ -262,15 +164,15 @@ def _str(value: Any) -> str:
 
 
 class LedgerConsumer(Consumer):
-    """Iterates a lane's jobs; finishing and fetching share one round trip."""
+    """Iterates a queue's jobs; finishing and fetching share one round trip."""
 
-    def __init__(self, broker: LedgerBroker, lane: Lane, timeout_ms: int) -> None:
+    def __init__(self, broker: LedgerBroker, slots: QueueSlots, timeout_ms: int) -> None:
         self.broker = broker
         self.ledger = broker.ledger
-        self.lane = lane
+        self.slots = slots
         self.timeout_s = max(timeout_ms, 10) / 1000
         self.buffer: collections.deque[MessageProxy] = collections.deque()
-        self.extend_every_s = extend_interval([lane.spec])
+        self.extend_every_s = extend_interval([slots.spec])
         # the consumer thread's own connection: its round trips skip the pool's layers
         self.connection: Any = None
         #: set when a fetch drained the wait set: once its jobs are handed out, block on
@@ -289,44 +191,44 @@ class LedgerConsumer(Consumer):
         finish = message.options.get("herald_finish")
         if finish is None:  # failed before it ran, e.g. an actor this process lacks
             error = message._exception
-            finish = Finish(job_id=message.options["job_id"], token=message.message_id,
-                            outcome=Finish.PERMANENT,
+            finish = RunEnd(job_id=message.options["job_id"], token=message.message_id,
+                            outcome=RunEnd.PERMANENT,
                             value=str(error) if error else "rejected before it ran",
                             actor=message.actor_name)
         self._report(finish)
 
-    def _report(self, end: Finish | tuple[str, str, str]) -> None:
+    def _report(self, end: RunEnd | tuple[str, str, str]) -> None:
         """Buffer a run's end for the consumer's next round trip and free its slot: a
-        plain completion as (job id, token, actor), any other as its Finish."""
-        lane = self.lane
-        with lane.lock:
-            if isinstance(end, Finish):
-                lane.pending.append(end)
+        plain completion as (job id, token, actor), any other as its RunEnd."""
+        slots = self.slots
+        with slots.lock:
+            if isinstance(end, RunEnd):
+                slots.pending.append(end)
             else:
-                lane.done.append(end)
-            flush_here = lane.blocking
-            if lane.waiting:
-                lane.slot_freed.notify()
+                slots.done.append(end)
+            flush_here = slots.blocking
+            if slots.waiting:
+                slots.slot_freed.notify()
         if flush_here:
             # the consumer thread is blocked on an empty queue: write the outcome now
-            self._flush(fetch=0)
+            self._round_trip(fetch=0)
 
     def requeue(self, messages: Iterable[MessageProxy]) -> None:
         """Hand fetched-but-unstarted jobs back to the queue (worker shutdown)."""
-        finishes = [Finish(job_id=m.options["job_id"], token=m.message_id,
-                           outcome=Finish.RELEASED) for m in messages]
+        finishes = [RunEnd(job_id=m.options["job_id"], token=m.message_id,
+                           outcome=RunEnd.RELEASED) for m in messages]
         if finishes:
-            with self.lane.lock:
-                self.lane.pending.extend(finishes)
-            self._flush(fetch=0)
+            with self.slots.lock:
+                self.slots.pending.extend(finishes)
+            self._round_trip(fetch=0)
 
     def close(self) -> None:
         try:
             self.requeue(list(self.buffer))
             self.buffer.clear()
-            self._flush(fetch=0)
+            self._round_trip(fetch=0)
         except ConnectionClosed:
-            log.warning("could not write outcomes at close", extra={"queue": self.lane.spec.name})
+            log.warning("could not write outcomes at close", extra={"queue": self.slots.spec.name})
         finally:
             self._drop_connection()
 
@@ -344,37 +246,37 @@ class LedgerConsumer(Consumer):
 
     # -- fetching (the consumer thread) -------------------------------------------------
     def __next__(self) -> MessageProxy | None:
-        lane = self.lane
+        slots = self.slots
         while True:
             if self.buffer:
                 return self.buffer.popleft()
-            with lane.lock:
+            with slots.lock:
                 # a buffered end frees its slot in the same script that fetches (it
                 # finishes before it starts), so it counts as free: one round trip both
                 # reports the ends and refills the slots, never two
-                inflight = lane.inflight
-                ending = (sum(1 for d in lane.done if inflight.get(d[0]) == d[1])
-                          + sum(1 for f in lane.pending if inflight.get(f.job_id) == f.token))
-                free = lane.spec.concurrency - len(inflight) + ending
-                has_pending = bool(lane.done or lane.pending)
+                inflight = slots.inflight
+                ending = (sum(1 for d in slots.done if inflight.get(d[0]) == d[1])
+                          + sum(1 for f in slots.pending if inflight.get(f.job_id) == f.token))
+                free = slots.spec.concurrency - len(inflight) + ending
+                has_pending = bool(slots.done or slots.pending)
                 extend_due = (bool(inflight)
-                              and time.monotonic() - lane.last_extend >= self.extend_every_s)
+                              and time.monotonic() - slots.last_extend >= self.extend_every_s)
                 quiet = not has_pending and not extend_due
                 drained, self.drained = self.drained, None
                 if free <= 0 and quiet:
                     # every slot busy: wait for a run to end, then write it and fetch in
                     # one trip
-                    lane.waiting = True
+                    slots.waiting = True
                     try:
-                        lane.slot_freed.wait(min(self.timeout_s, FLUSH_WAIT_S,
+                        slots.slot_freed.wait(min(self.timeout_s, FLUSH_WAIT_S,
                                                  self.extend_every_s))
                     finally:
-                        lane.waiting = False
+                        slots.waiting = False
                     return None
             if drained is not None and quiet:
                 self._block(*drained)
                 return None
-            started, next_due, limited, drained_now = self._flush(
+            started, next_due, limited, drained_now = self._round_trip(
                 fetch=max(free, 0), extend=extend_due, consumer=True)
             due = int(float(next_due)) if next_due else None
             if started:
@@ -387,30 +289,30 @@ class LedgerConsumer(Consumer):
             self._block(due, int(limited))
             return None
 
-    def _flush(self, *, fetch: int, extend: bool = False, consumer: bool = False) -> Any:
+    def _round_trip(self, *, fetch: int, extend: bool = False, consumer: bool = False) -> Any:
         """One cycle: write the buffered ends, extend locks, fetch up to ``fetch`` jobs,
         over the consumer thread's connection when ``consumer``, else over the calling
         thread's own (:meth:`Ledger.cycle_raw`). Returns the started rows, the next
         delayed job's time, the rate-limit wait and whether the fetch drained the wait set."""
-        lane = self.lane
-        done, finishes = lane.take_pending()
+        slots = self.slots
+        done, finishes = slots.take_pending()
         extend_entries: list[tuple[str, str]] = []
         if extend:
-            with lane.lock:
-                extend_entries = list(lane.inflight.items())
-            lane.last_extend = time.monotonic()
+            with slots.lock:
+                extend_entries = list(slots.inflight.items())
+            slots.last_extend = time.monotonic()
         try:
-            raw = self.ledger.cycle_raw(lane.spec, lane.config, done=done, finishes=finishes,
+            raw = self.ledger.cycle_raw(slots.spec, slots.config, done=done, finishes=finishes,
                                         extend=extend_entries, fetch=fetch,
                                         connection=self._own_connection() if consumer else None)
         except redis.RedisError as error:
-            lane.put_back(done, finishes)
+            slots.put_back(done, finishes)
             if consumer:
                 self._drop_connection()
             raise ConnectionClosed(error) from error
         finished, started, next_due, limited, drained = raw
-        with lane.lock:
-            inflight = lane.inflight
+        with slots.lock:
+            inflight = slots.inflight
             for job_id, token, _ in done:
                 if inflight.get(job_id) == token:
                     del inflight[job_id]
@@ -424,10 +326,10 @@ class LedgerConsumer(Consumer):
         return started, next_due, limited, drained
 
     def _report_finished(self, finished: list[Any], done: list[tuple[str, str, str]],
-                         finishes: list[Finish]) -> None:
+                         finishes: list[RunEnd]) -> None:
         """Log (and count) what the cycle made of the ends it wrote; run the exhausted
         hooks of jobs it failed for too many starts."""
-        queue = self.lane.spec.name
+        queue = self.slots.spec.name
         by_id = {f.job_id: f for f in finishes}
         done_actors = {job_id: actor for job_id, _, actor in done}
         stale: set[str] = set()
@@ -450,13 +352,13 @@ class LedgerConsumer(Consumer):
                     report(queue, job_id, "completed", actor)
 
     def _buffer(self, started: list[Any]) -> None:
-        queue = self.lane.spec.name
+        queue = self.slots.spec.name
         buffer = self.buffer
         for job_id, actor, data, token, made, starts, priority, created_at_ms in started:
             try:
                 payload = json.loads(data)
             except ValueError as error:
-                self._report(Finish(job_id=job_id, token=token, outcome=Finish.PERMANENT,
+                self._report(RunEnd(job_id=job_id, token=token, outcome=RunEnd.PERMANENT,
                                     value=f"undecodable payload: {error}", actor=actor))
                 continue
             options = {"job_id": job_id, "attempts_made": made, "attempts_started": starts,
@@ -471,27 +373,27 @@ class LedgerConsumer(Consumer):
             timeout_s = min(timeout_s, (next_delayed_ms - now_ms()) / 1000)
         if rate_limited_ms > 0:
             timeout_s = min(timeout_s, rate_limited_ms / 1000)
-        lane = self.lane
-        with lane.lock:
-            lane.blocking = True
-            pending = bool(lane.done or lane.pending)
-            if lane.inflight:
+        slots = self.slots
+        with slots.lock:
+            slots.blocking = True
+            pending = bool(slots.done or slots.pending)
+            if slots.inflight:
                 # wake up in time to extend the locks of the runs still going
-                next_extend = lane.last_extend + self.extend_every_s - time.monotonic()
+                next_extend = slots.last_extend + self.extend_every_s - time.monotonic()
                 timeout_s = min(timeout_s, next_extend)
         try:
             if not pending:
                 # on the consumer's own connection, like its cycles: no pool checkout
                 connection = self._own_connection()
-                connection.send_command("BLPOP", self.ledger.marker_key(lane.spec.name),
+                connection.send_command("BLPOP", self.ledger.marker_key(slots.spec.name),
                                         max(timeout_s, MIN_BLOCK_S))
                 connection.read_response()
         except redis.RedisError as error:
             self._drop_connection()
             raise ConnectionClosed(error) from error
         finally:
-            with lane.lock:
-                lane.blocking = False
+            with slots.lock:
+                slots.blocking = False
 
 
 def message_for(queue: str, actor: str, payload: dict[str, Any], *, job_id: str,

@@ -1,4 +1,4 @@
-"""The demo lane: a few thousand small jobs that exercise the queue layer end to end.
+"""The demo queue: a few thousand small jobs that exercise the queue layer end to end.
 
 ``herald demo`` (:mod:`herald.demo`) plans a run with :func:`plan`, enqueues it on the
 ``demo`` queue and runs the real Dramatiq worker on it. Each job hashes a little data;
@@ -9,7 +9,7 @@ takes:
   with the queue's exponential backoff);
 - *exhausted* jobs fail transiently on every attempt, so they fail for good once the
   queue's attempts run out;
-- *permanent* jobs raise :class:`~herald.errors.Permanent` and fail at once.
+- *permanent* jobs raise :class:`~herald.queue.errors.Permanent` and fail at once.
 
 :func:`expected_outcome` says how each planned job must end, so the demo can check the
 ledger's final counts against the plan.
@@ -23,9 +23,9 @@ from datetime import timedelta
 from dramatiq.middleware import CurrentMessage
 from pydantic import BaseModel, Field
 
-from herald.errors import Permanent
-from herald.jobs import actor, queue
-from herald.registry import Keep, QueueSpec, Retention, declare
+from herald.queue import actor, queue
+from herald.queue.errors import Permanent
+from herald.queue.registry import Keep, QueueSpec, Retention, declare
 
 #: The demo's queue name.
 DEMO_QUEUE = "demo"
@@ -48,7 +48,6 @@ DEMO_SPEC = declare(QueueSpec(
     backoff_base=timedelta(milliseconds=200),
     retention=Retention(completed=Keep(count=MAX_DEMO_JOBS), failed=Keep(count=MAX_DEMO_JOBS)),
     shutdown_timeout=timedelta(seconds=5),
-    description="herald demo → hash a little data; some jobs fail on purpose",
 ))
 
 
@@ -58,7 +57,7 @@ class DemoJob(BaseModel):
     n: int = Field(ge=0)
     #: Attempts that fail transiently before one succeeds.
     fail_times: int = Field(default=0, ge=0)
-    #: Fail at once with :class:`~herald.errors.Permanent`.
+    #: Fail at once with :class:`~herald.queue.errors.Permanent`.
     permanent: bool = False
 
 

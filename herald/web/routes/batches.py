@@ -12,8 +12,8 @@ from fastapi import APIRouter
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 from actors import batches
-from herald.api_v1 import protected_router
-from herald.web import api_error
+from herald.web.auth import protected_router
+from herald.web.errors import api_error
 
 router: APIRouter = protected_router(["batches"])
 

@@ -1,6 +1,6 @@
 """Named sweeps: the repairs ``herald sweep`` runs on demand.
 
-A lane that repairs state left behind by crashes or lost jobs (stuck handoffs, stale
+A queue that repairs state left behind by crashes or lost jobs (stuck handoffs, stale
 dispatches) registers its sweep here; the queue layer knows only the name and that the
 function returns how many items it handled.
 """

@@ -1,4 +1,4 @@
-"""The database: one engine per process, sessions that commit or roll back, migrations.
+"""The database: one engine per process, sessions that commit or roll back.
 
 ``DATABASE_URL`` picks the backend (already normalised by :mod:`herald.settings`):
 
@@ -8,8 +8,7 @@
 - ``postgresql+psycopg://…`` — production, through psycopg 3, a small pool per process
   and a pre-ping so a connection the server dropped is replaced, not handed out.
 
-Schema changes go through Alembic only (:func:`migrate`, run by ``herald migrate`` in the
-Procfile's ``release`` phase); the scripts live in the top-level ``migrations`` package.
+Schema changes go through Alembic only (:mod:`herald.db.migrations`).
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
@@ -32,9 +30,7 @@ from sqlmodel import Session
 from herald.settings import Settings, get_settings
 
 if TYPE_CHECKING:
-    from alembic.config import Config
-
-    from herald import libpq
+    from herald.db import libpq
 
 log = logging.getLogger(__name__)
 
@@ -56,16 +52,12 @@ POOL_TIMEOUT_S = 10
 POOL_RECYCLE_S = 1_800
 #: Seconds :func:`check_database` may take before the database counts as unreachable.
 CHECK_TIMEOUT_S = 2.5
-#: Key of the PostgreSQL advisory lock that serialises concurrent ``herald migrate`` runs.
-MIGRATION_LOCK_KEY = int.from_bytes(b"herald", "big")
 
 T = TypeVar("T")
 
 _lock = threading.Lock()
 _engine: Engine | None = None
 _autocommit: Engine | None = None
-#: Alembic's ``context`` and ``op`` are process-wide proxies: one migration at a time here.
-_migrate_lock = threading.Lock()
 
 
 def normalise_database_url(database_url: str | None = None) -> str:
@@ -76,7 +68,8 @@ def normalise_database_url(database_url: str | None = None) -> str:
     return Settings(database_url=database_url).database_url
 
 
-def _is_postgres_url(url: str) -> bool:
+def is_postgres_url(url: str) -> bool:
+    """True when ``url`` names a PostgreSQL database."""
     return url.startswith("postgresql")
 
 
@@ -89,7 +82,7 @@ def create_database_engine(database_url: str | None = None, *,
     """A new engine configured for herald (see the module docstring); the caller disposes
     it. ``autocommit``: its connections commit every statement as it runs."""
     url = normalise_database_url(database_url)
-    if _is_postgres_url(url):
+    if is_postgres_url(url):
         pool: dict[str, Any] = {"pool_size": POOL_SIZE, "max_overflow": POOL_MAX_OVERFLOW}
         if autocommit:
             # set once per connection, not per checkout; and nothing to roll back on return
@@ -170,7 +163,7 @@ def reset_engine() -> None:
 
 def is_postgres() -> bool:
     """True when ``DATABASE_URL`` points at PostgreSQL (SKIP LOCKED, advisory locks …)."""
-    return _is_postgres_url(get_settings().database_url)
+    return is_postgres_url(get_settings().database_url)
 
 
 @contextmanager
@@ -223,7 +216,7 @@ class _Form:
     keys: tuple[str, ...]
     #: Type conversions on the way out, by column position (None: as the driver gives it).
     readers: tuple[Callable[[Any], Any] | None, ...]
-    #: psycopg: the statement as :mod:`herald.libpq` runs it on autocommit connections
+    #: psycopg: the statement as :mod:`herald.db.libpq` runs it on autocommit connections
     #: (None: another driver)
     direct: libpq.Statement | None = None
 
@@ -246,7 +239,7 @@ class Prepared:
     For the hot paths (a channel worker runs three statements per delivery): SQLAlchemy's
     execution layer costs about 110 µs of CPU per statement on top of psycopg's ~80 µs,
     more than PostgreSQL spends running a primary-key UPDATE; on an autocommit psycopg
-    connection the statement also skips psycopg's cursor (:mod:`herald.libpq`, 30–50 µs
+    connection the statement also skips psycopg's cursor (:mod:`herald.db.libpq`, 30–50 µs
     less). The statement still comes from Core, so both dialects get their own SQL, and
     column types still convert values both ways (UTC timestamps, JSON on SQLite). Driver
     errors are raised as SQLAlchemy's (``IntegrityError`` …), a connection the server
@@ -279,7 +272,7 @@ class Prepared:
         psycopg = dialect.driver == "psycopg" and compiled.string.isascii()
         direct = None
         if psycopg and not compiled.escaped_bind_names:
-            from herald import libpq  # psycopg only: SQLite processes need not import it
+            from herald.db import libpq  # psycopg only: SQLite processes need not import it
 
             direct = libpq.Statement.from_pyformat(compiled.string.encode("ascii"))
         return _Form(sql=compiled.string,
@@ -301,7 +294,7 @@ class Prepared:
             values[name] = writer(values[name])
         raw = connection.connection.dbapi_connection
         assert raw is not None
-        # psycopg in autocommit: straight to libpq, past the cursor (herald.libpq)
+        # psycopg in autocommit: straight to libpq, past the cursor (herald.db.libpq)
         direct = form.direct is not None and raw.autocommit is True
         bound: Any = (values if form.positional is None
                       else tuple(values[name] for name in form.positional))
@@ -387,50 +380,3 @@ def check_database(timeout_s: float = CHECK_TIMEOUT_S) -> None:
             connection.execute(text("SELECT 1")).scalar_one()
 
     _within(timeout_s, ping)
-
-
-def migrations_directory() -> Path:
-    """The directory of the ``migrations`` package (Alembic's script location)."""
-    import migrations
-
-    # __path__ rather than __file__: an editable install may see it as a namespace package.
-    return Path(next(iter(migrations.__path__))).resolve()
-
-
-def alembic_config(database_url: str | None = None) -> Config:
-    """An Alembic config for herald's migrations, with no alembic.ini needed.
-
-    Usable with any ``alembic.command`` (``upgrade``, ``revision``, ``history`` …).
-    """
-    from alembic.config import Config  # only release and dev tools pay for importing Alembic
-
-    config = Config()
-    config.set_main_option("script_location", str(migrations_directory()))
-    # '%' is ConfigParser's interpolation character; URLs may contain it (%2F, passwords).
-    url = normalise_database_url(database_url)
-    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    return config
-
-
-def migrate(database_url: str | None = None) -> None:
-    """Bring the database at ``database_url`` (default: ``DATABASE_URL``) to the newest schema.
-
-    Idempotent: at head already, nothing changes. Concurrent runs wait for each other
-    (threads of one process always; processes on PostgreSQL, through an advisory lock),
-    and on PostgreSQL the schema change commits as one transaction.
-    """
-    from alembic import command
-
-    url = normalise_database_url(database_url)
-    config = alembic_config(url)
-    engine = create_database_engine(url)
-    try:
-        with _migrate_lock, engine.begin() as connection:
-            if _is_postgres_url(url):
-                connection.execute(text("SELECT pg_advisory_xact_lock(:key)"),
-                                   {"key": MIGRATION_LOCK_KEY})
-            config.attributes["connection"] = connection
-            command.upgrade(config, "head")
-    finally:
-        engine.dispose()
-    log.info("database schema is at head", extra={"database": engine.url.get_backend_name()})

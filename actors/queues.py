@@ -1,0 +1,74 @@
+"""herald's queue table: every queue its processes run, with the values each one needs.
+
+The values and what each queue is for are described in docs/queue.md ("The queue table").
+The environment overrides a value where a setting names it (``DISPATCH_ATTEMPTS``,
+``DISPATCH_BACKOFF_MS``, ``EMAIL_WORKER_CONCURRENCY``). Importing this module registers
+the table; every module of ``actors`` that uses one of these queues imports it.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from herald.queue.registry import (
+    DAY,
+    HOUR,
+    MINUTE,
+    SECOND,
+    Backoff,
+    Keep,
+    QueueSpec,
+    Retention,
+    provide_queues,
+)
+from herald.settings import Settings
+
+#: Retention the notification queues share: 500 completed; failed 7 days or 5,000.
+NOTIFICATION_RETENTION = Retention(completed=Keep(count=500), failed=Keep(count=5000, age=7 * DAY))
+#: Supplier dispatch retention: completed 1 h or 1,000; failed 24 h.
+DISPATCH_RETENTION = Retention(completed=Keep(count=1000, age=HOUR), failed=Keep(age=DAY))
+#: email-retry retention: completed 1 day or 500; failed 7 days or 5,000.
+EMAIL_RETRY_RETENTION = Retention(completed=Keep(count=500, age=DAY),
+                                  failed=Keep(count=5000, age=7 * DAY))
+
+
+def herald_queues(settings: Settings) -> list[QueueSpec]:
+    """herald's queues, with the environment's overrides applied."""
+    notification = {"retention": NOTIFICATION_RETENTION, "backoff_base": 5 * SECOND,
+                    "shutdown_timeout": 5 * SECOND}
+    business = {"concurrency": 2, "attempts": 3, "backoff_base": 2 * SECOND}
+    sync = {"concurrency": 1, "attempts": 3, "backoff_base": 5 * SECOND, "lock_duration": MINUTE}
+    return [
+        # orchestration → render and send one persisted email / SMS / push delivery
+        QueueSpec(name="notification-email", concurrency=5, rate_limit=(30, MINUTE), attempts=5,
+                  max_started_attempts=5, **notification),
+        QueueSpec(name="notification-sms", concurrency=2, rate_limit=(10, MINUTE), attempts=3,
+                  max_started_attempts=3, **notification),
+        QueueSpec(name="notification-push", concurrency=2, attempts=3, max_started_attempts=3,
+                  **notification),
+        # batches, handoff reconciliation, callback normalisation
+        QueueSpec(name="notification-orchestration", concurrency=2, attempts=5,
+                  **{**notification, "backoff_base": SECOND}),
+        # payment settlement → operator activation steps; settle completed payments;
+        # issue eSIM profiles for paid store orders
+        QueueSpec(name="activation", **business),
+        QueueSpec(name="payment", **business),
+        QueueSpec(name="store-fulfillment", **business),
+        # clock → sync operator packages and eSIM catalogs; refresh exchange rates
+        QueueSpec(name="package-sync", **sync),
+        QueueSpec(name="esim-product-sync", **sync),
+        QueueSpec(name="fx-refresh", **sync),
+        # order placement and reroute → transmit one order to one supplier
+        QueueSpec(name="supplier-dispatch", concurrency=1, attempts=settings.dispatch_attempts,
+                  backoff_base=timedelta(milliseconds=settings.dispatch_backoff_ms),
+                  lock_duration=120 * SECOND, retention=DISPATCH_RETENTION),
+        # inbound acknowledgments and admin → move a back-ordered line
+        QueueSpec(name="backorder-reroute", concurrency=settings.email_worker_concurrency,
+                  attempts=3, backoff_base=SECOND, retention=DISPATCH_RETENTION),
+        # failed in-call sends → 5 min, 30 min, 2 h, 12 h, 24 h schedule
+        QueueSpec(name="email-retry", concurrency=4, attempts=1, backoff=Backoff.NONE,
+                  retention=EMAIL_RETRY_RETENTION),
+    ]
+
+
+provide_queues(herald_queues)

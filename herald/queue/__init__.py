@@ -1,0 +1,65 @@
+"""herald's queue library: BullMQ's job semantics on Dramatiq, with Redis as the ledger.
+
+One import line serves an application::
+
+    from herald.queue import QueueSpec, actor, declare, enqueue, queue, running_worker
+
+    declare(QueueSpec(name="thumbnails", concurrency=2, attempts=3))
+
+    @actor(queue="thumbnails", payload=ThumbnailJob)
+    def make_thumbnail(job: ThumbnailJob) -> dict | None: ...
+
+    enqueue(make_thumbnail, {"image_id": 7}, job_id="img-7", priority=1)
+    queue("thumbnails").counts()
+
+The semantics (ids, deduplication, retries, stalls, priorities, rate limits, schedules,
+retention) are described in docs/queue.md. The library knows nothing of notifications or
+orders: herald's own queues are declared by ``actors``.
+"""
+
+from herald.queue.actor import JobActor, actor
+from herald.queue.errors import Defer, InvalidMessage, InvalidPayload, Permanent, UnknownQueue
+from herald.queue.ledger import Job, JobState
+from herald.queue.operations import Queue, queue
+from herald.queue.producer import EnqueueResult, enqueue, enqueue_groups, enqueue_many
+from herald.queue.registry import (
+    NORMAL_PRIORITY,
+    URGENT_PRIORITY,
+    Backoff,
+    Keep,
+    QueueSpec,
+    Retention,
+    declare,
+    get_spec,
+)
+from herald.queue.schedules import Schedule, schedule
+from herald.queue.worker import running_worker
+
+__all__ = [
+    "NORMAL_PRIORITY",
+    "URGENT_PRIORITY",
+    "Backoff",
+    "Defer",
+    "EnqueueResult",
+    "InvalidMessage",
+    "InvalidPayload",
+    "Job",
+    "JobActor",
+    "JobState",
+    "Keep",
+    "Permanent",
+    "Queue",
+    "QueueSpec",
+    "Retention",
+    "Schedule",
+    "UnknownQueue",
+    "actor",
+    "declare",
+    "enqueue",
+    "enqueue_groups",
+    "enqueue_many",
+    "get_spec",
+    "queue",
+    "running_worker",
+    "schedule",
+]

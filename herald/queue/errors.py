@@ -1,0 +1,62 @@
+"""herald's errors and control-flow signals.
+
+::
+
+    Exception
+     ├── dramatiq.errors.Retry
+     │    └── Defer            control flow: run again after `delay`, no failed attempt counted
+     ├── Permanent             the job fails now, whatever attempts remain
+     │    └── InvalidMessage   a consumed message that cannot be decoded or validated
+     └── HeraldError
+          ├── InvalidPayload   (also a ValueError) a producer's payload failed the actor's model;
+          │                    nothing was persisted or enqueued
+          └── UnknownQueue     (also a KeyError) a queue name that the registry does not declare
+
+Anything else an actor raises is a transient failure: retried with the queue's backoff
+until its attempts run out.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from dramatiq.errors import Retry
+
+__all__ = ["Defer", "HeraldError", "InvalidMessage", "InvalidPayload", "Permanent",
+           "UnknownQueue"]
+
+
+class HeraldError(Exception):
+    """Base class of herald's own errors."""
+
+
+class InvalidPayload(HeraldError, ValueError):
+    """A payload did not match the actor's model; raised before anything is enqueued."""
+
+
+class UnknownQueue(HeraldError, KeyError):
+    """A queue name that the registry does not declare."""
+
+    def __str__(self) -> str:
+        return f"unknown queue {self.args[0]!r}"
+
+
+class Permanent(Exception):
+    """Fail the job at once: no further attempt could succeed (BullMQ's UnrecoverableError)."""
+
+
+class InvalidMessage(Permanent):
+    """A consumed message could not be decoded or validated; it fails without a retry."""
+
+
+class Defer(Retry):
+    """Run the job again after ``delay`` without counting a failed attempt.
+
+    Deferrals still count as started attempts, so ``max_started_attempts`` bounds a job
+    that keeps deferring.
+    """
+
+    def __init__(self, delay: timedelta, reason: str = "deferred") -> None:
+        super().__init__(reason, delay=int(delay.total_seconds() * 1000))
+        self.delay = delay
+        self.reason = reason

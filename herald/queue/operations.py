@@ -1,0 +1,110 @@
+"""Operating a queue: counts, listing, retry, remove, pause, resume, drain, clean."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from herald.queue.ledger import Job, JobState, Ledger, new_token
+from herald.queue.producer import external_broker, publish
+from herald.queue.registry import QueueSpec, get_spec
+from herald.queue.runtime import get_broker, get_ledger
+
+
+class Queue:
+    """Operations on one registry queue (counts, listing, retry, pause, clean, …)."""
+
+    def __init__(self, spec: QueueSpec, ledger: Ledger) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.ledger = ledger
+
+    def counts(self) -> dict[str, int]:
+        """Jobs per state: waiting, active, delayed, completed, failed, paused."""
+        return self.ledger.counts(self.name)
+
+    def get(self, job_id: str) -> Job | None:
+        """One job, or None when absent."""
+        return self.ledger.get(self.name, job_id)
+
+    def jobs(self, state: str | JobState, page: int = 1, per_page: int = 50) -> list[Job]:
+        """Jobs in ``state``, newest first, one page (pages count from 1)."""
+        return self.ledger.jobs(self.name, JobState(state), page=page, per_page=per_page)
+
+    def retry(self, job_id: str) -> bool:
+        """Run a failed job again (counters reset); False for any other state.
+
+        On RabbitMQ, should publishing its message fail after the retry, the job waits
+        with none: enqueueing its id again publishes one (see :func:`enqueue`).
+        """
+        if external_broker():
+            job = self.get(job_id)
+            if job is None or job.state is not JobState.FAILED:
+                return False
+            token = new_token()
+            if not self.ledger.retry(self.name, job_id, token):
+                return False
+            publish(get_broker(), self.name, job.actor, job.payload, job_id=job_id,
+                    token=token, priority=job.priority)
+            return True
+        return self.ledger.retry(self.name, job_id)
+
+    def retry_all_failed(self) -> int:
+        """Retry every job that was failed when the call began, once each: one that fails
+        again while the call runs is left failed. Returns how many were retried."""
+        # a snapshot, not pages of the live set: retried jobs that fail again at once
+        # would land on the pages still to come (the set is bounded by the retention)
+        ids = self.ledger.job_ids(self.name, JobState.FAILED, 0, -1)
+        return sum(self.retry(job_id) for job_id in ids)
+
+    def remove(self, job_id: str) -> bool:
+        """Remove a job that is not active (releases its dedup key). True if removed."""
+        return self.ledger.remove(self.name, [job_id]) == 1
+
+    def pause(self) -> None:
+        """Workers stop taking this queue's jobs (other queues continue)."""
+        self.ledger.set_paused(self.name, True)
+
+    def resume(self) -> None:
+        """Workers take this queue's jobs again, in priority order.
+
+        On RabbitMQ the messages of jobs held while paused went back to the broker in no
+        useful order, so every waiting job gets a fresh message (its old one is dropped on
+        arrival), published in priority order after the queue is resumed. Should that
+        publishing fail part-way, call resume again: each call re-issues every waiting
+        job's message.
+        """
+        if not external_broker():
+            self.ledger.set_paused(self.name, False)
+            return
+        rows = self.ledger.reissue_waiting(self.name, new_token())
+        self.ledger.set_paused(self.name, False)
+        broker = get_broker()
+        for job_id, actor_name, data, priority, token in rows:
+            publish(broker, self.name, actor_name, json.loads(data), job_id=job_id,
+                     token=token, priority=priority)
+
+    def is_paused(self) -> bool:
+        """True while paused."""
+        return self.ledger.is_paused(self.name)
+
+    def drain(self) -> int:
+        """Remove every waiting and delayed job; returns how many."""
+        return self.ledger.drain(self.name)
+
+    def clean(self, state: str | JobState, older_than: timedelta = timedelta(0)) -> int:
+        """Remove completed/failed/delayed records older than ``older_than``."""
+        return self.ledger.clean(self.name, JobState(state), older_than)
+
+    def prune(self) -> int:
+        """Apply the registry's retention now; returns records removed."""
+        return self.ledger.prune(self.spec)
+
+    def obliterate(self) -> int:
+        """Delete everything the queue holds in Redis."""
+        return self.ledger.obliterate(self.name)
+
+
+def queue(name: str) -> Queue:
+    """Operations on a registry queue; an unknown name raises KeyError (UnknownQueue)."""
+    return Queue(get_spec(name), get_ledger())

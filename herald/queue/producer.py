@@ -1,0 +1,179 @@
+"""Producing jobs: :func:`enqueue`, :func:`enqueue_many`, :func:`enqueue_groups`.
+
+Payloads are validated by the actor's pydantic model on the producer's side: a shape
+mistake raises :class:`~herald.queue.errors.InvalidPayload` and nothing reaches Redis or
+the broker. On RabbitMQ the ledger records the job and the broker carries its message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import logging
+import operator
+import os
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import dramatiq
+from pydantic import BaseModel
+
+from herald.queue.actor import JobActor, job_options
+from herald.queue.broker import message_for
+from herald.queue.errors import InvalidPayload
+from herald.queue.ledger import ADD_CHUNK, AddResult, AddStatus, NewJob, Reissued, now_ms
+from herald.queue.ledger import new_token as new_token
+from herald.queue.registry import NORMAL_PRIORITY, PRIORITY_RANGE, get_spec
+from herald.queue.runtime import get_broker, get_ledger
+from herald.settings import get_settings
+
+log = logging.getLogger("herald.jobs")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class EnqueueResult:
+    """What an enqueue did: ``status`` is added|duplicated|deduplicated|retried."""
+
+    status: str
+    job_id: str
+
+
+def _run_at(delay: timedelta | None, at: datetime | None) -> int:
+    if delay is not None and at is not None:
+        raise ValueError("give delay or at, not both")
+    if delay is not None:
+        return now_ms() + int(delay.total_seconds() * 1000) if delay > timedelta(0) else 0
+    if at is not None:
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=UTC)
+        return int(at.timestamp() * 1000)
+    return 0
+
+
+def _new_job(target: JobActor[Any], payload: dict[str, Any] | BaseModel, *,
+             job_id: str | None = None, priority: int = NORMAL_PRIORITY,
+             delay: timedelta | None = None, at: datetime | None = None,
+             dedup_id: str | None = None, retry_failed: bool = False,
+             token: str = "", options: dict[str, Any] | None = None) -> NewJob:
+    if priority not in PRIORITY_RANGE:
+        raise InvalidPayload(f"priority must be {PRIORITY_RANGE.start}..{PRIORITY_RANGE.stop - 1}")
+    if job_id is not None and (not job_id or len(job_id) > 512):
+        raise InvalidPayload("job_id must be 1..512 characters")
+    data = target.validate(payload)
+    return NewJob(id=job_id or os.urandom(16).hex(), actor=target.name, data=data,
+                  priority=priority, run_at_ms=_run_at(delay, at), dedup_id=dedup_id,
+                  retry_failed=retry_failed, token=token,
+                  **(options or job_options(target.options, get_spec(target.queue))))
+
+
+def _check_target(target: object) -> None:
+    if not isinstance(target, JobActor):
+        raise TypeError(f"enqueue takes an @actor function, not {type(target).__name__}")
+
+
+def _submit(groups: Sequence[tuple[JobActor[Any], Sequence[NewJob]]]) -> list[list[AddResult]]:
+    """Add groups of validated jobs (one actor each) in one round trip; on RabbitMQ, then
+    publish the messages of those added or retried, and of those duplicated that were
+    waiting or delayed (their message may never have gone out: a publish that failed
+    after the add)."""
+    broker = get_broker()
+    results = get_ledger().add_groups([(target.queue, jobs) for target, jobs in groups])
+    external = getattr(broker, "external_ledger", False)
+    now = now_ms()
+    for (target, jobs), group_results in zip(groups, results, strict=True):
+        for job, result in zip(jobs, group_results, strict=True):
+            # a reissued duplicate goes out as the ledger holds it: its own payload and
+            # what is left of its delay
+            sent: NewJob | Reissued | None = (
+                job if external and result.status in (AddStatus.ADDED, AddStatus.RETRIED)
+                else result.reissued)
+            if sent is not None:
+                publish(broker, target.queue, sent.actor, json.loads(sent.data),
+                         job_id=job.id, token=job.token, priority=sent.priority,
+                         delay_ms=max(sent.run_at_ms - now, 0))
+            elif result.status is AddStatus.DEDUPLICATED:
+                log.warning(
+                    "add deduplicated", extra={"queue": target.queue, "job_id": result.job_id,
+                                               "dedup_id": job.dedup_id})
+    return results
+
+
+def publish(broker: dramatiq.Broker, queue_name: str, actor_name: str, payload: Any, *,
+             job_id: str, token: str, priority: int, delay_ms: int = 0) -> None:
+    """Publish the message that carries one job under ``token`` (external brokers)."""
+    message = message_for(queue_name, actor_name, payload, job_id=job_id, token=token,
+                          priority=priority)
+    broker.publish(message, priority=priority,  # type: ignore[attr-defined]
+                   delay_ms=delay_ms)
+
+
+def external_broker() -> bool:
+    return get_settings().broker == "rabbitmq"
+
+
+def enqueue(target: JobActor[Any], payload: dict[str, Any] | BaseModel, *,
+            job_id: str | None = None, priority: int = NORMAL_PRIORITY,
+            delay: timedelta | None = None, at: datetime | None = None,
+            dedup_id: str | None = None, retry_failed: bool = False) -> EnqueueResult:
+    """Validate ``payload`` and add one job; nothing is written when validation fails.
+
+    A job id that exists and is live or completed reports ``duplicated``; a held
+    ``dedup_id`` reports ``deduplicated`` (with the holder's id); ``retry_failed`` retries
+    a retained failed job in place (``retried``). On RabbitMQ a ``duplicated`` job that is
+    waiting or delayed gets a fresh message (its own payload, the rest of its delay): its
+    first may never have gone out, if publishing failed after the add. An older message
+    that did go out is dropped on arrival, so the job still runs once.
+    """
+    _check_target(target)
+    token = new_token() if external_broker() else ""
+    job = _new_job(target, payload, job_id=job_id, priority=priority, delay=delay, at=at,
+                   dedup_id=dedup_id, retry_failed=retry_failed, token=token)
+    result = _submit([(target, [job])])[0][0]
+    return EnqueueResult(status=result.status.value, job_id=result.job_id)
+
+
+def enqueue_many(target: JobActor[Any],
+                 items: Iterable[dict[str, Any] | BaseModel | tuple[Any, dict[str, Any]]],
+                 *, chunk_size: int = ADD_CHUNK) -> list[EnqueueResult]:
+    """Add many jobs of one actor, one round trip per chunk.
+
+    Each item is a payload or ``(payload, options)`` with the options of :func:`enqueue`.
+    Every payload is validated before the first chunk is written.
+    """
+    return enqueue_groups([(target, items)], chunk_size=chunk_size)[0]
+
+
+def enqueue_groups(groups: Sequence[tuple[JobActor[Any], Iterable[Any]]], *,
+                   chunk_size: int = ADD_CHUNK) -> list[list[EnqueueResult]]:
+    """Add the jobs of several actors (queues) together: one round trip for up to
+    ``chunk_size`` jobs, however many queues they go to; results per group, in order.
+
+    Each group is ``(actor, items)`` with items as :func:`enqueue_many` takes them. Every
+    payload is validated before anything is written.
+    """
+    external = external_broker()
+    validated: list[tuple[JobActor[Any], list[NewJob]]] = []
+    for target, items in groups:
+        _check_target(target)
+        shared = job_options(target.options, get_spec(target.queue))
+        jobs = []
+        for item in items:
+            payload, options = item if isinstance(item, tuple) else (item, {})
+            jobs.append(_new_job(target, payload, token=new_token() if external else "",
+                                 options=shared, **options))
+        validated.append((target, jobs))
+    results: list[list[EnqueueResult]] = [[] for _ in validated]
+    # chunks of the jobs in order, whatever their group; each chunk is one round trip
+    flat = [(index, job) for index, (_, jobs) in enumerate(validated) for job in jobs]
+    for start in range(0, len(flat), chunk_size):
+        runs = [(index, [job for _, job in run]) for index, run in
+                itertools.groupby(flat[start:start + chunk_size], key=operator.itemgetter(0))]
+        added = _submit([(validated[index][0], jobs) for index, jobs in runs])
+        for (index, _), group in zip(runs, added, strict=True):
+            results[index] += [EnqueueResult(status=r.status.value, job_id=r.job_id)
+                               for r in group]
+    return results
+
+

@@ -1,0 +1,176 @@
+"""The error envelope: every error herald's API returns is
+``{"error": {"code": "...", "message": "..."}}`` with a 4xx status (503 when a dependency
+is away, 500 for a bug), whatever raised it.
+
+Routes raise :func:`api_error`; :func:`install_error_handlers` turns FastAPI's and
+Starlette's own errors (unknown routes, wrong methods, malformed bodies) and database or
+Redis outages into the same shape.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from sqlalchemy.exc import DataError, DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from starlette.exceptions import HTTPException
+
+log = logging.getLogger("herald.web")
+
+#: Seconds a 503 asks the client to wait before trying again.
+RETRY_AFTER_S = 5
+#: How many validation problems a 422 lists; the rest are counted, not listed.
+MAX_VALIDATION_DETAILS = 20
+
+#: The error code each status gets unless the route names its own.
+ERROR_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    429: "rate_limited",
+    503: "unavailable",
+}
+
+
+class ValidationProblem(BaseModel):
+    """One problem with a request: where (``["body", "email"]``), what, and its kind."""
+
+    loc: list[str]
+    msg: str
+    type: str
+
+
+class ErrorDetail(BaseModel):
+    """What went wrong: a stable machine ``code`` and a human ``message``."""
+
+    code: str
+    message: str
+    #: Present on 422: each problem found (never the rejected input itself).
+    details: list[ValidationProblem] | None = None
+
+
+class ErrorResponse(BaseModel):
+    """The body of every error response (documented in OpenAPI for all 4xx)."""
+
+    error: ErrorDetail
+
+
+def api_error(status_code: int, code: str, message: str,
+              headers: dict[str, str] | None = None) -> HTTPException:
+    """An exception a route raises to answer ``{"error": {"code", "message"}}`` with status."""
+    return HTTPException(status_code, detail={"code": code, "message": message},
+                         headers=headers)
+
+
+def error_body(code: str, message: str, **more: Any) -> dict[str, Any]:
+    """The JSON body of every error herald's API returns."""
+    return {"error": {"code": code, "message": message, **more}}
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    detail = exc.detail
+    if isinstance(detail, dict) and {"code", "message"} <= detail.keys():
+        body = error_body(**detail)
+    else:
+        code = ERROR_CODES.get(exc.status_code, f"http_{exc.status_code}")
+        message = str(detail)
+        if exc.status_code in (404, 405) and message in ("Not Found", "Method Not Allowed"):
+            # The router's stock phrase; say what was asked for instead.
+            message = f"{message.lower()}: {request.method} {request.url.path}"
+        body = error_body(code, message)
+    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+
+def _json_position(exc: RequestValidationError, error: dict[str, Any]) -> str:
+    """Where a body stopped being JSON, in bytes from its start (the parser counts
+    characters of the decoded text)."""
+    position = error["loc"][-1]
+    text = exc.body if isinstance(exc.body, str) else ""
+    if isinstance(position, int) and position <= len(text):
+        position = len(text[:position].encode())
+    return f"invalid JSON at byte {position}"
+
+
+async def _validation_error(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    # Only location, message and type: the rejected input may hold personal data.
+    errors = exc.errors()
+    problems = [{"loc": [str(part) for part in error.get("loc", ())],
+                 "msg": str(error.get("msg", "")), "type": str(error.get("type", ""))}
+                for error in errors]
+    first_error = errors[0] if errors else None
+    if first_error is not None and first_error.get("type") == "json_invalid":
+        # the parser's own words ("Expecting ',' delimiter") quote no input
+        reason = str((first_error.get("ctx") or {}).get("error", "")).lower()
+        message = _json_position(exc, first_error) + (f": {reason}" if reason else "")
+        problems[0]["msg"] = message
+    elif problems:
+        first = problems[0]
+        where = ".".join(part for part in first["loc"] if part != "body") or "request"
+        message = f"{where}: {first['msg']}"
+        if len(problems) > 1:
+            message += f" (and {len(problems) - 1} more)"
+    else:
+        message = "the request is malformed"
+    body = error_body("validation_error", message, details=problems[:MAX_VALIDATION_DETAILS])
+    return JSONResponse(body, status_code=422)
+
+
+async def _database_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, DBAPIError)
+    # Operational errors (connection refused or lost, lock and statement timeouts) are
+    # the database being unavailable; anything else is a bug and stays a 500.
+    if isinstance(exc, OperationalError) or exc.connection_invalidated:
+        return _unavailable("database", exc)
+    # A value the database cannot store (a NUL character in text, a number out of range)
+    # is the request's fault; the failed statement's transaction changed nothing.
+    if isinstance(exc, DataError):
+        return JSONResponse(error_body("invalid_value", "a value in the request cannot be "
+                                       "stored (for example a NUL character)"), status_code=422)
+    # Handled here, Starlette no longer re-raises it, so the trace is ours to log.
+    log.error("database error", exc_info=exc)
+    return await _unexpected(request, exc)
+
+
+async def _pool_timeout(_request: Request, exc: Exception) -> Response:
+    return _unavailable("database", exc)
+
+
+async def _redis_error(_request: Request, exc: Exception) -> Response:
+    return _unavailable("redis", exc)
+
+
+def _unavailable(dependency: str, exc: Exception) -> Response:
+    log.warning("%s unavailable", dependency, extra={"error": type(exc).__name__})
+    return JSONResponse(error_body("unavailable", f"the {dependency} is unavailable"),
+                        status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
+
+
+async def _unexpected(_request: Request, exc: Exception) -> Response:
+    # No logging here: Starlette re-raises after responding and the server logs the trace.
+    return JSONResponse(error_body("internal_error", "internal error"), status_code=500)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Answer every error of ``app`` in the envelope (see the module docstring)."""
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(DBAPIError, _database_error)
+    app.add_exception_handler(PoolTimeout, _pool_timeout)
+    app.add_exception_handler(RedisConnectionError, _redis_error)
+    app.add_exception_handler(RedisTimeoutError, _redis_error)
+    app.add_exception_handler(Exception, _unexpected)

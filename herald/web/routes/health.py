@@ -1,0 +1,55 @@
+"""``/healthz`` (liveness, no I/O), ``/readyz`` (database, Redis, broker) and
+``/metrics`` (Prometheus) of the web process."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
+
+from herald.health import CONTENT_TYPE, OK, check_readiness, is_ready, metrics_text
+
+router = APIRouter(tags=["health"])
+
+
+#: Load balancers probe with HEAD: the GET's status and headers, no body (Starlette's
+#: responses send only the headers to a HEAD request).
+PROBE_METHODS = ["GET", "HEAD"]
+
+
+@router.api_route("/healthz", methods=PROBE_METHODS,
+                         summary="Liveness: the process answers (no I/O)")
+async def healthz() -> dict[str, str]:
+    """Always ``{"status": "ok"}`` while the process serves requests."""
+    return {"status": OK}
+
+
+class Readiness(BaseModel):
+    """Each dependency's check: ``ok`` or ``error: <short reason>``."""
+
+    database: str
+    redis: str
+    broker: str
+
+
+@router.api_route(
+    "/readyz",
+    methods=PROBE_METHODS,
+    summary="Readiness: database, Redis and broker",
+    response_model=None,
+    responses={200: {"model": Readiness, "description": "Every check passed"},
+               503: {"model": Readiness, "description": "A check failed; the body names it"}},
+)
+def readyz() -> JSONResponse:
+    """Each dependency ``ok`` or ``error: …``; 200 when all pass, 503 otherwise."""
+    checks = check_readiness()
+    return JSONResponse(checks, status_code=200 if is_ready(checks) else 503)
+
+
+@router.get("/metrics", summary="Prometheus metrics, the queues' included",
+                   response_class=Response)
+def metrics() -> Response:
+    """This process's metrics and every registry queue's counts (``queue_depth`` by queue
+    and state, ``queue_jobs_total`` by outcome) in the Prometheus text format: the same
+    text a worker's health port serves."""
+    return Response(metrics_text(), media_type=CONTENT_TYPE)
