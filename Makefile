@@ -4,7 +4,7 @@
 #   make test    install the dev extras, run pytest against real Redis, PostgreSQL and
 #                RabbitMQ (REDIS_URL / DATABASE_URL / RABBITMQ_URL when set, otherwise
 #                throw-away local servers: see tests/support/services.py)
-#   make lint    ruff
+#   make lint    ruff, and the layering contracts (import-linter, see pyproject.toml)
 #   make bench   the benchmark
 #   make clean   remove local state and build artefacts (keeps .venv)
 
@@ -56,6 +56,7 @@ demo: venv
 
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 bench: venv
 	$(PY) -m bench.run

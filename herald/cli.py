@@ -6,12 +6,12 @@
                                       push jobs and notifications through the real workers
     herald up [--procfile P] [NAME…]  run the Procfile's processes in one terminal
     herald web [--host H] [--port N]  the HTTP app
-    herald worker [--import M]… [LANE…]   run lanes (all when none given)
+    herald worker [--import M]… [QUEUE…]  run queues (all when none given)
     herald clock [--import M]…        fire the repeatable schedules
     herald migrate                    bring the database schema to head
-    herald queues                     the registry as a table, with live counts
+    herald queues [--import M]…       the registry as a table, with live counts
     herald sweep [NAME…]              run the sweeps once (``handoffs``)
-    herald clean [QUEUE…]             apply retention now
+    herald clean [--import M]… [QUEUE…]  apply retention now
 
 Every command reads the settings first, so an invalid environment variable stops it
 with a message naming the variable (exit code 1), and configures logging (to stderr;
@@ -78,9 +78,10 @@ def _console() -> Console:
 
 
 def load_actor_modules(extra: Sequence[str] = ()) -> None:
-    """Import every module of the ``actors`` package (each declares its lanes), then ``extra``.
+    """Import every module of the ``actors`` package (herald's queue table and the actors
+    on it), then ``extra`` (an application's own modules).
 
-    The registry then holds every lane herald ships, so ``herald worker``, ``herald
+    The registry then holds every queue herald ships, so ``herald worker``, ``herald
     queues`` and ``herald clean`` all see the same queues.
     """
     import actors
@@ -315,19 +316,19 @@ def cmd_web(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
-    """``herald worker``: run lanes until SIGTERM/SIGINT, then drain. A taken
+    """``herald worker``: run queues until SIGTERM/SIGINT, then drain. A taken
     ``WORKER_PORT`` stops it at start with one line saying so (exit code 1)."""
     from herald.health import PortInUse, serve_worker_health
     from herald.queue.worker import run_worker_process
 
     load_actor_modules(args.imports)
-    lanes = _check_queues(args.lanes)
-    if lanes is None:
+    queues = _check_queues(args.queues)
+    if queues is None:
         return USAGE_ERROR
     try:
         port = settings.worker_port
         return run_worker_process(
-            lanes, imports=args.imports,
+            queues, imports=args.imports,
             health=None if port is None else lambda: serve_worker_health(port))
     except PortInUse as error:
         return _fail(f"the worker's health port {error.port} (WORKER_PORT) is already in "
@@ -442,7 +443,7 @@ def cmd_queues(args: argparse.Namespace, settings: Settings) -> int:
     from herald.queue.redis import describe_redis
     from herald.queue.registry import all_specs
 
-    load_actor_modules()
+    load_actor_modules(args.imports)
     specs = all_specs()
     where = describe_redis(settings)
     counts: dict[str, dict[str, int]] | None = None
@@ -499,7 +500,7 @@ def cmd_clean(args: argparse.Namespace, settings: Settings) -> int:
     from herald.queue import queue
     from herald.queue.redis import describe_redis
 
-    load_actor_modules()
+    load_actor_modules(args.imports)
     names = _check_queues(args.queues)
     if names is None:
         return USAGE_ERROR
@@ -516,6 +517,13 @@ def cmd_clean(args: argparse.Namespace, settings: Settings) -> int:
 
 
 # -- parser ---------------------------------------------------------------------------
+def _imports_option(command: argparse.ArgumentParser, declares: str) -> None:
+    """``--import MODULE`` (repeatable): modules of an application that extends herald."""
+    command.add_argument("--import", dest="imports", action="append", default=[],
+                         metavar="MODULE",
+                         help=f"import a module that declares {declares} (repeatable)")
+
+
 def _at_least(low: int, high: int | None = None) -> Callable[[str], int]:
     """An argparse type: an integer of at least ``low`` (and at most ``high``)."""
     def parse(text: str) -> int:
@@ -554,7 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="push jobs through the real worker; show a summary")
     demo.add_argument("--jobs", type=_positive, default=DEFAULT_JOBS,
-                      help=f"jobs to run through the demo lane (default {DEFAULT_JOBS})")
+                      help=f"jobs to run through the demo queue (default {DEFAULT_JOBS})")
     demo.add_argument("--events", type=_at_least(0),
                       help="domain events to fire (default 200; 0 skips the notification "
                            "phase)")
@@ -573,21 +581,20 @@ def build_parser() -> argparse.ArgumentParser:
     web.add_argument("--port", type=_port, default=None, help="port (default $PORT or 8000)")
     web.set_defaults(handler=cmd_web)
 
-    worker = commands.add_parser("worker", help="run lanes (all when none given)")
-    worker.add_argument("--import", dest="imports", action="append", default=[],
-                        metavar="MODULE", help="import a module that declares lanes (repeatable)")
-    worker.add_argument("lanes", nargs="*", metavar="LANE", help="queue names to consume")
+    worker = commands.add_parser("worker", help="run queues (all when none given)")
+    _imports_option(worker, "queues and actors")
+    worker.add_argument("queues", nargs="*", metavar="QUEUE", help="queue names to consume")
     worker.set_defaults(handler=cmd_worker)
 
     clock = commands.add_parser("clock", help="fire repeatable schedules")
-    clock.add_argument("--import", dest="imports", action="append", default=[],
-                       metavar="MODULE", help="import a module that declares schedules")
+    _imports_option(clock, "schedules")
     clock.set_defaults(handler=cmd_clock)
 
     migrate = commands.add_parser("migrate", help="bring the database schema to head")
     migrate.set_defaults(handler=cmd_migrate)
 
     queues = commands.add_parser("queues", help="the queue registry, with live counts")
+    _imports_option(queues, "queues")
     queues.set_defaults(handler=cmd_queues)
 
     sweep = commands.add_parser(
@@ -597,6 +604,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.set_defaults(handler=cmd_sweep)
 
     clean = commands.add_parser("clean", help="apply retention now")
+    _imports_option(clean, "queues")
     clean.add_argument("queues", nargs="*", metavar="QUEUE", help="queues (default: all)")
     clean.set_defaults(handler=cmd_clean)
     return parser

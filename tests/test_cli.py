@@ -209,11 +209,11 @@ def test_a_second_worker_on_a_taken_port_says_so_in_one_line(
     assert "WORKER_PORT=0 for any free port" in lines[0]
 
 
-def test_worker_refuses_an_unknown_lane(tmp_path: Path) -> None:
-    result = run_herald("worker", "no-such-lane", cwd=tmp_path, env=herald_env())
+def test_worker_refuses_an_unknown_queue(tmp_path: Path) -> None:
+    result = run_herald("worker", "no-such-queue", cwd=tmp_path, env=herald_env())
 
     assert result.returncode == 2
-    assert "unknown queue 'no-such-lane'" in result.stderr
+    assert "unknown queue 'no-such-queue'" in result.stderr
 
 
 def test_clean_refuses_an_unknown_queue(tmp_path: Path) -> None:
@@ -286,9 +286,9 @@ def test_clock_runs_until_sigterm(tmp_path: Path, demo_env: dict[str, str]) -> N
 
 # -- herald up ------------------------------------------------------------------------
 #: What an ``herald up`` session of a user runs: the release, the web app, and a worker
-#: whose lane has nothing to do with notifications (so the user's sends stay queued).
+#: whose queue has nothing to do with notifications (so the user's sends stay queued).
 SESSION_PROCFILE = ("release: herald migrate\nweb: herald web\n"
-                    "worker-demo: herald worker demo\n")
+                    "worker-sync: herald worker package-sync\n")
 
 
 def free_port() -> int:
@@ -365,7 +365,7 @@ def test_up_stops_every_process_with_0_on_sigterm(tmp_path: Path,
 
     # Then each process drained and ended with 0 — the web app as well as the others
     stopped = dict(re.findall(r"(\S+) stopped \(rc=(-?\d+)\)", session.output))
-    assert stopped == {"release": "0", "web": "0", "worker-demo": "0"}, session.output
+    assert stopped == {"release": "0", "web": "0", "worker-sync": "0"}, session.output
     assert "Traceback" not in session.output, session.output
 
 
@@ -422,7 +422,7 @@ def test_up_on_the_embedded_default_stops_the_redis_it_started(tmp_path: Path) -
 
     # Then it ended as on any Redis: every process with 0, herald up with honcho's 143
     stopped = dict(re.findall(r"(\S+) stopped \(rc=(-?\d+)\)", session.output))
-    assert stopped == {"release": "0", "web": "0", "worker-demo": "0"}, session.output
+    assert stopped == {"release": "0", "web": "0", "worker-sync": "0"}, session.output
     assert session.returncode == 143, session.output
     # And the embedded Redis it started is gone with it
     no_embedded_server_left(tmp_path)
@@ -432,7 +432,7 @@ def test_up_on_the_embedded_default_stops_the_redis_it_started(tmp_path: Path) -
 def test_up_stopped_while_the_embedded_redis_starts_leaves_no_redis_running(
         tmp_path: Path) -> None:
     # Given herald up starting on the embedded default
-    process = start_up(tmp_path, "release: herald migrate\nworker-demo: herald worker demo\n")
+    process = start_up(tmp_path, "release: herald migrate\nworker-sync: herald worker package-sync\n")
     try:
         # When SIGTERM arrives the moment its embedded Redis appears, before any process
         socket_path = tmp_path / ".herald" / "redis.sock"
@@ -452,7 +452,7 @@ def test_up_stopped_while_the_embedded_redis_starts_leaves_no_redis_running(
 @pytest.mark.usefixtures("leftover_redis_stopped")
 def test_up_leaves_running_an_embedded_redis_another_process_uses(tmp_path: Path) -> None:
     # Given herald up running on the embedded default, which it started
-    process = start_up(tmp_path, "worker-demo: herald worker demo\n")
+    process = start_up(tmp_path, "worker-sync: herald worker package-sync\n")
     other = None
     try:
         wait_for(lambda: embedded_answers(tmp_path), timeout=QUICK_S, what="the embedded Redis")
@@ -493,8 +493,8 @@ def test_demo_runs_every_job_to_its_planned_end_twice(tmp_path: Path,
         assert re.search(r"\d[\d,]* jobs/s", result.stdout)
         assert "every job ended as planned" in result.stdout
 
-    # And the queues command shows the demo queue's live counts from the same Redis
-    queues = run_herald("queues", cwd=tmp_path, env=demo_env)
+    # And the queues command, told of the demo's module, shows its queue's live counts
+    queues = run_herald("queues", "--import", "herald.demo.jobs", cwd=tmp_path, env=demo_env)
     assert queues.returncode == 0, queues.stderr
     assert "live counts from Redis" in queues.stdout
     header = next(line for line in queues.stdout.splitlines() if "queue" in line
@@ -503,7 +503,8 @@ def test_demo_runs_every_job_to_its_planned_end_twice(tmp_path: Path,
     assert table_rows(queues.stdout)["demo"][columns.index("failed")] == "4"
 
     # And clean applies retention (nothing to prune within the demo's retention)
-    clean = run_herald("clean", "demo", cwd=tmp_path, env=demo_env)
+    clean = run_herald("clean", "--import", "herald.demo.jobs", "demo", cwd=tmp_path,
+                       env=demo_env)
     assert clean.returncode == 0, clean.stderr
     assert "demo: removed 0" in clean.stdout
 

@@ -1,0 +1,106 @@
+"""herald relies on a few Dramatiq internals (herald/queue/dramatiq_internals.py); these
+tests pin them to the supported Dramatiq range, so an upgrade that moves one fails here."""
+
+from __future__ import annotations
+
+import logging
+import tomllib
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import dramatiq
+import pytest
+import redis
+from dramatiq.middleware import Middleware, MiddlewareError
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+
+from herald.queue.broker import LedgerBroker
+from herald.queue.dramatiq_internals import (
+    SUPPORTED_DRAMATIQ,
+    QueueTimeLimit,
+    drop_worker_middleware,
+)
+from herald.queue.ledger import Ledger
+
+PYPROJECT = Path(__file__).parents[2] / "pyproject.toml"
+
+
+def supported() -> SpecifierSet:
+    return SpecifierSet(",".join(SUPPORTED_DRAMATIQ))
+
+
+def test_the_installed_dramatiq_is_one_the_internals_were_checked_against() -> None:
+    assert version("dramatiq") in supported()
+
+
+def test_the_package_depends_on_exactly_the_supported_range() -> None:
+    dependencies = tomllib.loads(PYPROJECT.read_text())["project"]["dependencies"]
+    dramatiq_requirement = next(Requirement(d) for d in dependencies
+                                if Requirement(d).name == "dramatiq")
+    assert dramatiq_requirement.specifier == supported()
+
+
+class Recorder(Middleware):
+    """Defines two hooks only; the dispatch must call exactly those."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def before_enqueue(self, broker: dramatiq.Broker, message: Any, delay: Any) -> None:
+        self.calls.append("before_enqueue")
+
+    def after_enqueue(self, broker: dramatiq.Broker, message: Any, delay: Any) -> None:
+        self.calls.append("after_enqueue")
+        raise RuntimeError("an after-hook that fails is logged, not raised")
+
+
+class Refuser(Middleware):
+    def before_enqueue(self, broker: dramatiq.Broker, message: Any, delay: Any) -> None:
+        raise MiddlewareError("refused")
+
+
+def ledger_broker() -> LedgerBroker:
+    # never connects: these tests emit signals only
+    return LedgerBroker(Ledger(redis.Redis(), "internals"), middleware=[])
+
+
+def test_the_hook_dispatch_calls_defined_hooks_and_follows_changes_to_the_list(
+        caplog: pytest.LogCaptureFixture) -> None:
+    broker = ledger_broker()
+    first = Recorder()
+    broker.add_middleware(first)
+    with caplog.at_level(logging.CRITICAL):
+        broker.emit_before("enqueue", None, None)
+        broker.emit_after("enqueue", None, None)
+    assert first.calls == ["before_enqueue", "after_enqueue"]
+    assert "Unexpected failure in after_enqueue" in caplog.text
+
+    second = Recorder()
+    broker.add_middleware(second)
+    broker.emit_before("enqueue", None, None)
+    assert (first.calls[-1], second.calls) == ("before_enqueue", ["before_enqueue"])
+
+    broker.middleware = [Refuser()]
+    with pytest.raises(MiddlewareError):
+        broker.emit_before("enqueue", None, None)
+
+
+def test_the_time_limit_manager_has_what_queue_time_limit_uses() -> None:
+    limit = QueueTimeLimit(time_limit=1000)
+    assert callable(limit.manager.add_timeout) and callable(limit.manager.remove_timeout)
+    assert callable(limit.after_process_boot)
+
+
+def test_a_stopped_workers_own_middleware_can_be_dropped() -> None:
+    broker = ledger_broker()
+    worker = dramatiq.Worker(broker, queues=set(), worker_threads=1)
+    worker.start()
+    worker.stop()
+    added = [m for m in broker.middleware if getattr(m, "worker", None) is worker]
+    assert len(added) == 1
+
+    drop_worker_middleware(broker, worker)
+
+    assert not [m for m in broker.middleware if getattr(m, "worker", None) is worker]
