@@ -432,7 +432,8 @@ def test_up_on_the_embedded_default_stops_the_redis_it_started(tmp_path: Path) -
 def test_up_stopped_while_the_embedded_redis_starts_leaves_no_redis_running(
         tmp_path: Path) -> None:
     # Given herald up starting on the embedded default
-    process = start_up(tmp_path, "release: herald migrate\nworker-sync: herald worker package-sync\n")
+    process = start_up(tmp_path,
+                       "release: herald migrate\nworker-sync: herald worker package-sync\n")
     try:
         # When SIGTERM arrives the moment its embedded Redis appears, before any process
         socket_path = tmp_path / ".herald" / "redis.sock"
