@@ -1,9 +1,9 @@
 """The queue registry: every queue declared once, with all of its values.
 
-Producers, workers, the clock, the CLI and the admin panel read this and nothing else
-(seed 004: "declared once, in a central registry"). Values come from the seeds; the
-environment overrides them where a seed names a variable (seed 003's DISPATCH_* and
-EMAIL_WORKER_CONCURRENCY).
+Producers, workers, the clock and the CLI read this and nothing else, so they cannot
+drift apart. The environment overrides a few values (DISPATCH_ATTEMPTS,
+DISPATCH_BACKOFF_MS, EMAIL_WORKER_CONCURRENCY); every queue and its values are listed in
+docs/queue.md#the-queue-table.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ MINUTE = timedelta(minutes=1)
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
 
-#: The two priorities herald's producers use (seed 000: urgent → 1, normal → 5).
+#: The two priorities herald's producers use: urgent, and everything else (docs/queue.md#priority).
 URGENT_PRIORITY = 1
 NORMAL_PRIORITY = 5
 #: Lowest and highest priority a job may carry.
@@ -50,7 +50,7 @@ class Keep:
     count: int | None = None
     #: Keep none older than this (None: no age limit).
     age: timedelta | None = None
-    #: Remove the record as soon as the job finishes (seed 000's normalise_callback).
+    #: Remove the record as soon as the job finishes (when a database row is the durable one).
     remove: bool = False
 
     def __post_init__(self) -> None:
@@ -66,11 +66,11 @@ class Retention:
     failed: Keep = Keep(count=5000, age=7 * DAY)
 
 
-#: Retention the notification lanes share (seed 000: 500 completed; failed 7 days or 5,000).
+#: Retention the notification queues share: 500 completed; 5,000 failed, none over 7 days.
 NOTIFICATION_RETENTION = Retention(completed=Keep(count=500), failed=Keep(count=5000, age=7 * DAY))
-#: Seed 003's dispatch retention: completed 1 h or 1,000; failed 24 h.
+#: The supplier queues' retention: 1,000 completed, none over 1 h; failed for 24 h.
 DISPATCH_RETENTION = Retention(completed=Keep(count=1000, age=HOUR), failed=Keep(age=DAY))
-#: Seed 004's email-retry retention: completed 1 day or 500; failed 7 days or 5,000.
+#: email-retry's retention: 500 completed, none over a day; 5,000 failed, none over 7 days.
 EMAIL_RETRY_RETENTION = Retention(completed=Keep(count=500, age=DAY),
                                   failed=Keep(count=5000, age=7 * DAY))
 
@@ -101,7 +101,7 @@ class QueueSpec:
     feature_gate: str | None = None
     #: Seconds a worker waits for in-flight jobs at shutdown before forcing (None: no bound).
     shutdown_timeout: timedelta | None = None
-    #: Who produces and who consumes, for operators (seed 004's registry comments).
+    #: Who produces and who consumes, for operators.
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -127,7 +127,8 @@ class QueueSpec:
 
 
 def builtin_specs(settings: Settings) -> list[QueueSpec]:
-    """The queues of SPEC section 3, with the environment's overrides applied."""
+    """herald's built-in queues (docs/queue.md#the-queue-table), with the environment's
+    overrides applied."""
     notification = {"retention": NOTIFICATION_RETENTION, "backoff_base": 5 * SECOND,
                     "shutdown_timeout": 5 * SECOND, "priority_lanes": (URGENT_PRIORITY,
                                                                          NORMAL_PRIORITY)}

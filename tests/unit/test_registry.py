@@ -1,4 +1,5 @@
-"""The registry declares every queue of SPEC section 3 with the seeds' values."""
+"""The registry declares every built-in queue with its values
+(docs/queue.md#the-queue-table)."""
 
 from __future__ import annotations
 
