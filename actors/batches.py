@@ -1,5 +1,5 @@
-"""Batches: one event type for many accounts, now or at a scheduled time (seed 000
-"Batches and Callbacks").
+"""Batches: one event type for many accounts, now or at a scheduled time
+(docs/pipeline.md#batches).
 
 :func:`create_batch` validates everything, persists the batch as ``scheduled``, then adds
 its ``run_batch`` job (job id ``notification-batch-{id}``, priority 5, delayed until
@@ -156,7 +156,7 @@ def create_batch(*, type: str, account_ids: Sequence[str], data: dict[str, Any] 
 
 
 def enqueue_batch_run(batch_id: str, scheduled_at: datetime | None) -> str:
-    """Add a batch's run job (seed 000 addBatchRunJob); returns the add status.
+    """Add a batch's run job (also how the handoff sweep re-adds it); returns the add status.
 
     Job id ``notification-batch-{id}``, priority 5. A null or past schedule runs at once, a
     future one is delayed until then. A live or completed job is left alone
@@ -230,7 +230,7 @@ def delivery_summary(session: Session, batch_id: str) -> dict[str, int]:
 
 
 def batch_view(report: BatchReport) -> dict[str, Any]:
-    """A batch as JSON (SPEC section 10)."""
+    """A batch as JSON (the ``/v1/batches`` answers)."""
     batch = report.batch
     return {"id": batch.id, "type": batch.type, "status": batch.status,
             "scheduled_at": batch.scheduled_at.isoformat() if batch.scheduled_at else None,

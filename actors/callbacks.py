@@ -1,5 +1,5 @@
-"""Provider delivery receipts: ingestion, then ``normalise_callback`` (seed 000 "Batches
-and Callbacks", "Handoff Reconciliation").
+"""Provider delivery receipts: ingestion, then ``normalise_callback``
+(docs/pipeline.md#callbacks, docs/sweeps.md#callback-receipts).
 
 Ingestion (:func:`ingest_callback`, behind ``POST /v1/callbacks/{provider}``) receives an
 event whose signature the provider's adapter already verified, persists the normalized
@@ -50,8 +50,8 @@ log = logging.getLogger("herald.callbacks")
 #: never loads the Twilio SDK).
 CALLBACK_ADAPTERS = {"mock": "providers.mock", "twilio": "providers.twilio",
                      "taqnyat": "providers.taqnyat", "onesignal": "providers.onesignal"}
-#: How long an unmatched receipt waits for its delivery (seed 000: 30 minutes); the
-#: provider can report faster than the channel worker records the provider message id.
+#: How long an unmatched receipt waits for its delivery: the provider can report faster
+#: than the channel worker records the provider message id.
 CORRELATION_CUTOFF = timedelta(minutes=30)
 
 
@@ -130,7 +130,7 @@ def enqueue_normalisation(receipt: CallbackReceipt) -> str:
 
 
 def callback_job_id(event_id: str) -> str:
-    """The job id of an event's normalization (seed 000: ``notification-callback-{eventId}``)."""
+    """The job id of an event's normalization: deterministic, so a re-add is a no-op."""
     return f"notification-callback-{event_id}"
 
 
@@ -185,6 +185,7 @@ def correlated_delivery(session: Session, receipt: CallbackReceipt) -> str | Non
 @actor(queue="notification-orchestration", payload=CallbackJob, attempts=9,
        backoff_base=10 * SECOND, remove_on_complete=True, remove_on_fail=True)
 def normalise_callback(job: CallbackJob) -> dict[str, Any]:
-    """Normalize one persisted provider receipt (seed 000's override: 9 attempts,
-    exponential backoff from 10 s, the job record removed when it finishes either way)."""
+    """Normalize one persisted provider receipt: 9 attempts, exponential backoff from 10 s
+    (they outlast the correlation cutoff), the job record removed when it finishes either
+    way (the receipt row is the durable record)."""
     return normalise(job)

@@ -1,4 +1,4 @@
-"""The handoff reconciliation sweep (seed 000 "Handoff Reconciliation").
+"""The handoff reconciliation sweep (docs/sweeps.md).
 
 Rows are persisted first and enqueued second, so a crash between the two, a lost Redis
 job or an abandoned send claim can leave a row that no job will ever move. Every minute
@@ -128,7 +128,7 @@ class Window:
         return [] if self.scope is None else [condition(self.scope)]
 
 
-# -- what each kind selects (the seed's rules, each one query on a partial index) ---------
+# -- what each kind selects (docs/sweeps.md), each one query on a partial index ----------
 def stale_deliveries(window: Window) -> Any:
     """Deliveries to hand off again, oldest first, locked with SKIP LOCKED."""
     no_live_claim = or_(Delivery.outcome == Outcome.QUEUED.value,

@@ -1,6 +1,6 @@
 """The channel workers: claim a delivery, gate it, render it, check the claim, dispatch it
-through the active provider, and write the fenced outcome (seed 000 "Notification
-Queues", "Deduplication and Retries", "Provider Limits").
+through the active provider, and write the fenced outcome
+(docs/pipeline.md#channel-workers).
 
 Outcomes move ``queued → sending → sent → delivered``, or to ``failed_terminal`` or
 ``suppressed``; every write goes through :func:`models.notifications.record_delivery_outcome`
@@ -76,8 +76,8 @@ class Gate:
 
 
 def gate(recipient: Recipient, channel: str) -> Gate:
-    """The gates, in the seed's order: inactive account, non-transactional opt-out,
-    missing address."""
+    """The gates, in order: inactive account, non-transactional opt-out, missing address
+    (docs/pipeline.md#channel-workers)."""
     if not recipient.active:
         return Gate(reason=SuppressionReason.INACTIVE)
     if not recipient.transactional and recipient.marketing_opt_out:
@@ -218,8 +218,8 @@ def enqueue_new_deliveries(deliveries: list[Delivery], priority: int) -> None:
     round trip for all channels (job id = delivery id, the same priority). Raises when the
     queue is unavailable; nothing is added then.
 
-    The bulk path is for fresh jobs only: it never retries a retained failed job (seed
-    000), so it must not be used to recover deliveries — that is :func:`enqueue_delivery`.
+    The bulk path is for fresh jobs only: it never retries a retained failed job, so it
+    must not be used to recover deliveries — that is :func:`enqueue_delivery`.
     """
     by_channel: dict[str, list[Delivery]] = {}
     for delivery in deliveries:

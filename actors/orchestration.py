@@ -1,5 +1,5 @@
 """Orchestration: a domain event becomes one notification and its deliveries, persisted
-first, enqueued second (README.md, "Notifications").
+first, enqueued second (docs/pipeline.md#events).
 
 The HTTP layer only wraps these functions. The (account, type, occurrence) key of a
 notification is durable: the same event again creates nothing and sends nothing, even

@@ -1,6 +1,6 @@
 """herald's queue table: every queue its processes run, with the values each one needs.
 
-The values and what each queue is for are described in docs/queue.md ("The queue table").
+The values and what each queue is for are listed in docs/queue.md#the-queue-table.
 The environment overrides a value where a setting names it (``DISPATCH_ATTEMPTS``,
 ``DISPATCH_BACKOFF_MS``, ``EMAIL_WORKER_CONCURRENCY``). Importing this module registers
 the table; every module of ``actors`` that uses one of these queues imports it.

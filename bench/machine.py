@@ -1,9 +1,10 @@
-"""How fast this machine is right now, beside SPEC section 8's reference figures.
+"""How fast this machine is right now, beside the reference figures of this project's
+machines.
 
 The same code measures very differently from one hour to the next on these shared
 2-core machines (end to end: from ~345 to ~650 deliveries/s), so every end-to-end run
 also records the speeds it depends on: PostgreSQL single-row insert transactions/s and
-Redis unpipelined ops/s (both have a reference figure in SPEC section 8), and the CPU time
+Redis unpipelined ops/s (both have a reference figure, :data:`REFERENCE`), and the CPU time
 of a fixed piece of pure Python (no reference figure; comparable between runs here).
 """
 
@@ -17,7 +18,7 @@ import time
 import uuid
 from urllib.parse import urlsplit
 
-#: SPEC section 8's figures for this project's machines.
+#: Reference figures measured on this project's 2-core machines.
 REFERENCE = {"postgres_inserts_per_s": 5_600, "redis_ops_per_s": 65_000}
 
 
@@ -76,9 +77,9 @@ def python_ms(rounds: int = 3) -> float:
 
 #: What :func:`measure` records, as the results table names it.
 LABELS = {
-    "postgres_inserts_per_s": "PostgreSQL single-row insert transactions/s (SPEC reference "
+    "postgres_inserts_per_s": "PostgreSQL single-row insert transactions/s (reference "
                               f"~{REFERENCE['postgres_inserts_per_s']:,})",
-    "redis_ops_per_s": f"Redis GET ops/s, redis-benchmark (SPEC reference "
+    "redis_ops_per_s": f"Redis GET ops/s, redis-benchmark (reference "
                        f"~{REFERENCE['redis_ops_per_s']:,})",
     "python_ms": "CPU ms of the fixed pure-Python workload (lower is faster)",
 }

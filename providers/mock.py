@@ -202,7 +202,7 @@ _FAILURE_TAILS = (_record_tail(_FAILURES["transient"]), _record_tail(_FAILURES["
 
 
 # -- delivery-receipt callbacks ---------------------------------------------------------------
-#: The header that carries a mock callback's signature (SPEC section 10).
+#: The header that carries a mock callback's signature (``sha256=<hex HMAC>``).
 MOCK_SIGNATURE_HEADER = "X-Herald-Signature"
 #: What each mock status means for the delivery.
 MOCK_CALLBACK_STATUSES = {"accepted": CallbackStatus.OTHER, "sent": CallbackStatus.SENT,

@@ -4,7 +4,7 @@
 hands out the same instance after that (providers hold connection pools and are safe to
 share between threads). It returns None when the configured provider cannot carry the
 channel; the channel worker then records ``suppressed`` / ``provider_unsupported``
-(seed 000 *Provider Limits*).
+(docs/pipeline.md#providers).
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """The SMTP email provider (aiosmtplib).
 
-Seed 000 *Provider Limits*: one send has a 20-second overall deadline, below the
-channel worker's 30-second claim, and the transport is always closed. SMTP email ends at
-``sent``: a relay's acceptance is all SMTP tells us. It is not exactly-once — a relay
-that accepted the mail before a crash or a lost reply gets it again on retry, and SMTP
-offers no idempotency operation. To soften that, the Message-ID is derived from the
-delivery id, so both copies carry the same Message-ID and mail clients that collapse
-duplicates show one.
+One send has a 20-second overall deadline, below the email queue's 30-second lock and
+the delivery's 60-second claim, so no other attempt can take a delivery over while its
+send is still in flight; the transport is always closed (docs/pipeline.md#providers).
+SMTP email ends at ``sent``: a relay's acceptance is all SMTP tells us. It is not
+exactly-once — a relay that accepted the mail before a crash or a lost reply gets it
+again on retry, and SMTP offers no idempotency operation. To soften that, the
+Message-ID is derived from the delivery id, so both copies carry the same Message-ID and
+mail clients that collapse duplicates show one.
 
 Classification:
 
@@ -37,7 +38,7 @@ from providers.base import Channel, OutboundMessage, SendResult, redact
 
 log = logging.getLogger(__name__)
 
-#: Overall deadline of one send, connect to quit (seed 000: 20 s, under the 30 s claim).
+#: Overall deadline of one send, connect to quit (under the 30 s lock and 60 s claim).
 SEND_DEADLINE_S = 20.0
 #: Seconds the polite QUIT may take after the relay accepted the mail.
 QUIT_TIMEOUT_S = 2.0

@@ -1,6 +1,6 @@
 """The wheel: what ``pip install herald`` gets must run without the checkout.
 
-Slow (a wheel build, about half a minute): the checkout is copied, built into a wheel
+Slow (it builds a wheel): the checkout is copied, built into a wheel
 offline (``--no-build-isolation``: the dev extras carry setuptools and wheel), installed
 into a directory of its own, and run from outside the repository with only that
 directory and this environment's dependencies importable.

@@ -237,14 +237,14 @@ class Prepared:
     """A Core statement compiled once per dialect and run on the driver's cursor.
 
     For the hot paths (a channel worker runs three statements per delivery): SQLAlchemy's
-    execution layer costs about 110 µs of CPU per statement on top of psycopg's ~80 µs,
-    more than PostgreSQL spends running a primary-key UPDATE; on an autocommit psycopg
-    connection the statement also skips psycopg's cursor (:mod:`herald.db.libpq`, 30–50 µs
-    less). The statement still comes from Core, so both dialects get their own SQL, and
-    column types still convert values both ways (UTC timestamps, JSON on SQLite). Driver
-    errors are raised as SQLAlchemy's (``IntegrityError`` …), a connection the server
-    dropped is invalidated, and the engine's cursor-execute events fire, as
-    ``Connection.execute`` would. Not for statements with expanding (``IN``-list) binds.
+    execution layer costs more CPU per statement than PostgreSQL spends running a
+    primary-key UPDATE; on an autocommit psycopg connection the statement also skips
+    psycopg's cursor (:mod:`herald.db.libpq`). The statement still comes from Core, so both
+    dialects get their own SQL, and column types still convert values both ways (UTC
+    timestamps, JSON on SQLite). Driver errors are raised as SQLAlchemy's
+    (``IntegrityError`` …), a connection the server dropped is invalidated, and the
+    engine's cursor-execute events fire, as ``Connection.execute`` would. Not for
+    statements with expanding (``IN``-list) binds.
     """
 
     def __init__(self, statement: Executable) -> None:

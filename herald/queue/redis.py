@@ -6,7 +6,7 @@ on a unix socket under ``./.herald/`` (reused by every herald process on the mac
 
 Producers fail fast (a few short retries) so an HTTP request never hangs on a dead
 Redis; consumers turn connection errors into Dramatiq's ``ConnectionClosed`` and the
-worker restarts them forever (seed 003: a blocking reader must never kill the process).
+worker restarts them forever: a blocking reader must never kill its process.
 
 A retry after a timeout sends a command again that Redis may already have run (its reply
 was lost, not the command). herald's scripts are written for that: sent a second time,

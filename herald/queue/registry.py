@@ -29,7 +29,7 @@ MINUTE = timedelta(minutes=1)
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
 
-#: The two priorities herald's producers use (seed 000: urgent → 1, normal → 5).
+#: The two priorities herald's producers use: urgent, and everything else (docs/queue.md#priority).
 URGENT_PRIORITY = 1
 NORMAL_PRIORITY = 5
 #: Lowest and highest priority a job may carry.
@@ -55,7 +55,7 @@ class Keep:
     count: int | None = None
     #: Keep none older than this (None: no age limit).
     age: timedelta | None = None
-    #: Remove the record as soon as the job finishes (seed 000's normalise_callback).
+    #: Remove the record as soon as the job finishes (when a database row is the durable one).
     remove: bool = False
 
     def __post_init__(self) -> None:

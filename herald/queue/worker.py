@@ -77,8 +77,9 @@ class QueueWorker:
                                       worker_threads=threads, worker_timeout=1000)
 
     def start(self) -> None:
-        """Apply each queue's retention (a lowered limit takes effect now, not at the queue's
-        next terminal event — seed 003), then start consuming; returns at once."""
+        """Apply each queue's retention (a lowered limit takes effect now, not at the
+        queue's next terminal event: docs/queue.md#retention), then start consuming;
+        returns at once."""
         ledger = get_ledger()
         for queue in self.queues:
             try:

@@ -1,4 +1,4 @@
-"""No request, however malformed, yields a 5xx (SPEC section 9).
+"""No request, however malformed, yields a 5xx.
 
 Fuzzed from the OpenAPI schema: schemathesis generates requests for every operation, both
 valid and invalid against the schema (wrong types, missing fields, unknown methods), and

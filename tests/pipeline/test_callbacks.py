@@ -1,5 +1,5 @@
 """Provider delivery receipts on PostgreSQL + Redis: ``POST /v1/callbacks/{provider}`` and
-the ``normalise_callback`` job (seed 000 "Batches and Callbacks")."""
+the ``normalise_callback`` job (docs/pipeline.md#callbacks)."""
 
 from __future__ import annotations
 

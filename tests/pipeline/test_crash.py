@@ -105,7 +105,7 @@ def _trigger_all(run: str) -> None:
         list(pool.map(one, range(EVENTS)))
 
 
-@pytest.mark.timeout(170)  # typically ~75 s
+@pytest.mark.timeout(170)
 def test_kills_and_a_flushall_lose_no_delivery(crash_env: str) -> None:
     started = time.monotonic()
     workers = [_worker(), _worker()]

@@ -1,4 +1,4 @@
-"""The handoff sweep's selection rules on PostgreSQL (seed 000 "Handoff Reconciliation")."""
+"""The handoff sweep's selection rules on PostgreSQL (docs/sweeps.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""herald's queue table declares every queue of docs/queue.md with its values."""
+"""herald's queue table declares every queue with its values
+(docs/queue.md#the-queue-table)."""
 
 from __future__ import annotations
 

@@ -88,7 +88,7 @@ def all_text(message: Rendered) -> str:
 
 
 def test_the_catalogue_ships_the_four_event_types_of_the_spec() -> None:
-    # Given the catalogue / Then it matches SPEC section 10, type by type
+    # Given the catalogue / Then it matches docs/pipeline.md#event-types, type by type
     assert {name: (spec.channels, spec.transactional, spec.required_data)
             for name, spec in EVENT_TYPES.items()} == {
         "account.welcome": (("email", "sms", "in_app"), True, ()),

@@ -1,4 +1,4 @@
-"""The ``/v1/batches`` HTTP API (README.md, "Batches"); the work is in ``actors.batches``.
+"""The ``/v1/batches`` HTTP API (docs/pipeline.md#batches); the work is in ``actors.batches``.
 
 Routes only validate and translate: a malformed batch is answered 422 before anything is
 persisted or enqueued.

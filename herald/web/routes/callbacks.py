@@ -1,5 +1,5 @@
-"""``POST /v1/callbacks/{provider}``: provider delivery receipts (README.md, "Provider
-callbacks").
+"""``POST /v1/callbacks/{provider}``: provider delivery receipts
+(docs/pipeline.md#callbacks).
 
 Authenticated by each provider's signature, not by API_TOKEN (providers cannot send it).
 The work is in ``actors.callbacks``; this module turns its answers into HTTP:
