@@ -62,7 +62,7 @@ def herald_on(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     reset_herald()
-    import tests.integration.lanes  # noqa: F401  (declares the test lanes and actors)
+    import tests.integration.queues  # noqa: F401  (declares the test queues and actors)
 
     broker = runtime.get_broker()
     if kind == "rabbitmq":

@@ -5,4 +5,4 @@ import sys
 from herald.queue.worker import run_worker_process
 
 if __name__ == "__main__":
-    sys.exit(run_worker_process(sys.argv[1:], imports=["tests.integration.lanes"]))
+    sys.exit(run_worker_process(sys.argv[1:], imports=["tests.integration.queues"]))

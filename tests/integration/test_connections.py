@@ -19,7 +19,7 @@ from herald.queue import enqueue, queue
 from herald.queue.redis import ThreadConnections, thread_connections
 from herald.queue.worker import running_worker
 from tests.integration.conftest import reset_herald, wait_for
-from tests.integration.lanes import basic
+from tests.integration.queues import basic
 from tests.support.services import find_free_port
 
 

@@ -10,7 +10,7 @@ from herald.queue import enqueue, queue
 from herald.queue.registry import get_spec
 from herald.queue.runtime import get_broker, get_ledger
 from tests.integration.conftest import HeraldOn
-from tests.integration.lanes import basic
+from tests.integration.queues import basic
 
 
 def test_plain_completion_is_fenced_by_its_token(redis_only: HeraldOn) -> None:

@@ -15,7 +15,7 @@ from herald.queue.registry import QueueSpec, get_spec
 from herald.queue.runtime import get_broker, get_ledger
 from herald.queue.worker import running_worker
 from tests.integration.conftest import HeraldOn, wait_for
-from tests.integration.lanes import (
+from tests.integration.queues import (
     basic,
     brief,
     close_gate,

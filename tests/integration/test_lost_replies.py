@@ -20,14 +20,14 @@ import redis
 
 from herald.queue import enqueue, queue, runtime
 from herald.queue.broker import LedgerBroker
-from herald.queue.ledger import Finish, Ledger, new_token
+from herald.queue.ledger import Ledger, RunEnd, new_token
 from herald.queue.redis import new_redis_client
 from herald.queue.registry import get_spec
 from herald.queue.runtime import get_broker, get_ledger, use_broker
 from herald.queue.worker import running_worker
 from herald.settings import get_settings
 from tests.integration.conftest import reset_herald, wait_for
-from tests.integration.lanes import basic, events, stall
+from tests.integration.queues import basic, events, stall
 
 #: How long the client waits for a reply (s), and how long Redis is kept busy (ms): long
 #: enough that the first send times out, short enough that a later one is answered.
@@ -53,7 +53,7 @@ def kind(request: pytest.FixtureRequest, private_redis_url: str,
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     reset_herald()
-    import tests.integration.lanes  # noqa: F401  (declares the test lanes and actors)
+    import tests.integration.queues  # noqa: F401  (declares the test queues and actors)
 
     if request.param == "rabbitmq":
         get_broker().declare_queue("t-basic", ensure=True)
@@ -185,8 +185,8 @@ def test_a_failed_attempt_reported_again_after_a_lost_reply_is_still_retried(
     with reply_lost(server):
         # When its failure is reported (sent, times out, sent again)
         next_message = new_token()
-        result = ledger.cycle(spec, external=True, finishes=[Finish(
-            job_id="job-r", token=token, outcome=Finish.FAILED, value="boom",
+        result = ledger.cycle(spec, external=True, finishes=[RunEnd(
+            job_id="job-r", token=token, outcome=RunEnd.FAILED, value="boom",
             next_token=next_message)])
     # Then the answer is still "retry at run_at" (so the next message is published), and
     # the failure counted once
@@ -237,8 +237,8 @@ def test_a_claim_sent_again_after_a_lost_reply_starts_the_run_it_claimed(
     assert (job.state, job.attempts_started, job.token) == ("active", 1, token)
     assert "stalled" not in ledger.metrics("t-basic")
     # and the run's end, under that token, completes the job
-    [end] = ledger.cycle(spec, external=True, finishes=[Finish(
-        job_id="job-c", token=token, outcome=Finish.COMPLETED, value="null")]).finished
+    [end] = ledger.cycle(spec, external=True, finishes=[RunEnd(
+        job_id="job-c", token=token, outcome=RunEnd.COMPLETED, value="null")]).finished
     assert end.result == "completed"
 
 
@@ -255,8 +255,8 @@ def test_a_claim_past_max_started_attempts_sent_again_still_fails_the_job(
         verdict, (_, _, token) = ledger.start(spec, "job-x", message)
         assert verdict == "start"
         message = new_token()
-        ledger.cycle(spec, external=True, finishes=[Finish(
-            job_id="job-x", token=token, outcome=Finish.DEFERRED, value="0",
+        ledger.cycle(spec, external=True, finishes=[RunEnd(
+            job_id="job-x", token=token, outcome=RunEnd.DEFERRED, value="0",
             next_token=message)])
     with reply_lost(server):
         # When its message is claimed once more (sent, times out, sent again)

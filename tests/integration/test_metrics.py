@@ -8,7 +8,7 @@ from herald.queue import enqueue, queue
 from herald.queue.worker import running_worker
 from herald.web import create_app
 from tests.integration.conftest import HeraldOn, wait_for
-from tests.integration.lanes import basic, events
+from tests.integration.queues import basic, events
 
 
 def test_metrics_count_outcomes_dedup_and_durations(herald_on: HeraldOn) -> None:

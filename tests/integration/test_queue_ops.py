@@ -11,7 +11,7 @@ from herald.queue.ledger import now_ms
 from herald.queue.registry import Keep
 from herald.queue.worker import running_worker
 from tests.integration.conftest import HeraldOn, wait_for
-from tests.integration.lanes import aged, basic, events, kept, other, prio
+from tests.integration.queues import aged, basic, events, kept, other, prio
 
 
 def test_urgent_jobs_overtake_a_normal_backlog(herald_on: HeraldOn) -> None:

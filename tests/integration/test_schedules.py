@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pytest
 import redis
 
-import tests.integration.lanes  # noqa: F401  (declares the test schedules)
+import tests.integration.queues  # noqa: F401  (declares the test schedules)
 from herald.queue import queue
 from herald.queue.ledger import now_ms
 from herald.queue.redis import redis_client

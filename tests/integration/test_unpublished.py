@@ -22,7 +22,7 @@ from herald.queue import enqueue, enqueue_groups, enqueue_many, queue
 from herald.queue.runtime import get_ledger
 from herald.queue.worker import running_worker
 from tests.integration.conftest import HeraldOn, reset_herald, wait_for
-from tests.integration.lanes import events, prio
+from tests.integration.queues import events, prio
 
 # only the RabbitMQ setup: on the Redis broker the ledger is the queue, nothing to lose
 pytestmark = pytest.mark.parametrize("herald_on", ["rabbitmq"], indirect=True)
