@@ -12,6 +12,7 @@
     herald queues [--import M]…       the registry as a table, with live counts
     herald sweep [NAME…]              run the sweeps once (``handoffs``)
     herald clean [--import M]… [QUEUE…]  apply retention now
+    herald retry [--import M]… QUEUE…    run the queues' failed jobs again, once each
 
 Every command reads the settings first, so an invalid environment variable stops it
 with a message naming the variable (exit code 1), and configures logging (to stderr;
@@ -39,6 +40,7 @@ from herald.settings import Settings, load_settings
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from herald.queue import Queue
     from herald.queue.registry import Keep, QueueSpec
 
 log = logging.getLogger("herald.cli")
@@ -336,23 +338,17 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
                      "free port, or WORKER_PORT=0 for any free port")
 
 
-def run_clock(settings: Settings, imports: Sequence[str] = ()) -> int:
-    """The clock process: fire the declared repeatable schedules until SIGTERM/SIGINT.
+def cmd_clock(args: argparse.Namespace, settings: Settings) -> int:
+    """``herald clock``: fire the declared repeatable schedules until SIGTERM/SIGINT.
 
-    Schedules are declared by the modules of ``actors`` (and ``imports``); see
+    Schedules are declared by the modules of ``actors`` (and ``--import``); see
     :mod:`herald.queue.schedules` for how several clocks share the work without double-firing.
     """
-    from herald.queue.schedules import run_clock as fire_schedules
-    from herald.queue.schedules import stop_on_signal
+    from herald.queue.schedules import fire_schedules, stop_on_signal
 
-    load_actor_modules(imports)
+    load_actor_modules(args.imports)
     fire_schedules(stop_on_signal())
     return 0
-
-
-def cmd_clock(args: argparse.Namespace, settings: Settings) -> int:
-    """``herald clock``: see :func:`run_clock`."""
-    return run_clock(settings, args.imports)
 
 
 def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
@@ -495,6 +491,19 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_clean(args: argparse.Namespace, settings: Settings) -> int:
     """``herald clean``: apply each queue's retention now; prints records removed."""
+    return _each_queue(args, settings, "removed", lambda q: q.prune())
+
+
+def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
+    """``herald retry``: run every failed job of the named queues again, once each;
+    prints how many."""
+    return _each_queue(args, settings, "retried", lambda q: q.retry_all_failed())
+
+
+def _each_queue(args: argparse.Namespace, settings: Settings, done: str,
+                action: Callable[[Queue], int]) -> int:
+    """Run ``action`` on each queue of ``args.queues`` (all when none), printing
+    ``<queue>: <done> <n>`` per queue and the total; a Redis error stops with one line."""
     import redis
 
     from herald.queue import queue
@@ -507,12 +516,12 @@ def cmd_clean(args: argparse.Namespace, settings: Settings) -> int:
     total = 0
     try:
         for name in names:
-            removed = queue(name).prune()
-            total += removed
-            print(f"{name}: removed {removed}")
+            count = action(queue(name))
+            total += count
+            print(f"{name}: {done} {count}")
     except redis.RedisError as error:
         return _fail(f"Redis at {describe_redis(settings)}: {type(error).__name__}: {error}")
-    print(f"total: removed {total}")
+    print(f"total: {done} {total}")
     return 0
 
 
@@ -607,6 +616,12 @@ def build_parser() -> argparse.ArgumentParser:
     _imports_option(clean, "queues")
     clean.add_argument("queues", nargs="*", metavar="QUEUE", help="queues (default: all)")
     clean.set_defaults(handler=cmd_clean)
+
+    retry = commands.add_parser("retry", help="run the failed jobs of queues again")
+    _imports_option(retry, "queues")
+    retry.add_argument("queues", nargs="+", metavar="QUEUE",
+                       help="queues whose failed jobs to retry")
+    retry.set_defaults(handler=cmd_retry)
     return parser
 
 

@@ -509,6 +509,15 @@ def test_demo_runs_every_job_to_its_planned_end_twice(tmp_path: Path,
     assert clean.returncode == 0, clean.stderr
     assert "demo: removed 0" in clean.stdout
 
+    # And retry runs the 4 failed jobs again: they wait for a worker, none is failed
+    retry = run_herald("retry", "--import", "herald.demo.jobs", "demo", cwd=tmp_path,
+                       env=demo_env)
+    assert retry.returncode == 0, retry.stderr
+    assert "demo: retried 4" in retry.stdout
+    after = run_herald("queues", "--import", "herald.demo.jobs", cwd=tmp_path, env=demo_env)
+    row = table_rows(after.stdout)["demo"]
+    assert (row[columns.index("waiting")], row[columns.index("failed")]) == ("4", "0"), row
+
 
 def test_demo_on_the_embedded_default(tmp_path: Path) -> None:
     """What ``make demo`` runs: no environment, the embedded Redis (6.2) in ./.herald."""

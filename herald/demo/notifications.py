@@ -35,6 +35,8 @@ from rich.table import Table
 from sqlalchemy import func
 from sqlmodel import select
 
+import actors  # noqa: F401  (registers herald's queue table)
+
 if TYPE_CHECKING:
     from actors.handoffs import Scope
 

@@ -259,7 +259,7 @@ def prune_all() -> int:
     return sum(ledger.prune(spec) for spec in all_specs())
 
 
-def run_clock(stop: threading.Event) -> None:
+def fire_schedules(stop: threading.Event) -> None:
     """Fire schedules until ``stop`` is set; the startup jobs go first."""
     names = sync_schedules()
     boot = now_ms()

@@ -22,7 +22,7 @@ import tests.integration.queues  # noqa: F401  (declares the test schedules)
 from herald.queue import queue
 from herald.queue.ledger import now_ms
 from herald.queue.redis import redis_client
-from herald.queue.schedules import fire_due, run_clock, sync_schedules
+from herald.queue.schedules import fire_due, fire_schedules, sync_schedules
 from herald.settings import get_settings
 from tests.integration.conftest import REPO, HeraldOn, reset_herald, wait_for
 
@@ -185,7 +185,7 @@ def test_a_gated_off_schedule_redis_refuses_to_remove_is_a_warning_and_the_clock
     # When the clock boots
     stop = threading.Event()
     with caplog.at_level(logging.WARNING, logger="herald.clock"):
-        clock = threading.Thread(target=run_clock, args=(stop,))
+        clock = threading.Thread(target=fire_schedules, args=(stop,))
         clock.start()
         try:
             # Then it runs: the every-second schedule fires

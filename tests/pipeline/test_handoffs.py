@@ -274,13 +274,13 @@ def test_the_sweep_re_drives_unprocessed_receipts_and_rewrites_their_stamp(
 
 
 def test_the_clock_runs_the_sweep_at_start_and_every_minute(pipeline: None) -> None:
-    from herald.queue.schedules import declared_schedules, run_clock
+    from herald.queue.schedules import declared_schedules, fire_schedules
 
     sweep = {s.name: s for s in declared_schedules()}["reconcile-handoffs"]
     assert sweep.every == timedelta(minutes=1)
     # When a clock starts, a sweep job is added at once
     stop = threading.Event()
-    clock = threading.Thread(target=run_clock, args=(stop,))
+    clock = threading.Thread(target=fire_schedules, args=(stop,))
     clock.start()
     try:
         waiting = wait_for(lambda: queue("notification-orchestration").jobs("waiting"),
