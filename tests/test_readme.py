@@ -1,0 +1,520 @@
+"""README.md is run, so what it tells a user cannot drift from what herald does.
+
+Every fenced block of the README is one of:
+
+- ``sh`` with ``curl``: run in order, in one bash session, against a real ``herald web``
+  (PostgreSQL, Redis, ``API_TOKEN`` set); each curl command documents the status it
+  answers with a trailing comment ``# → 201``, and gets exactly that.
+- ``json``: a response sample; it has the keys of the response to the last curl command
+  of the block before it.
+- ``sh`` with cheap ``herald`` commands (``queues``, ``migrate``, ``sweep``, ``clean``,
+  ``--help``): run, and succeed.
+- ``sh`` with long-running commands (``make demo``, ``herald up`` …) and ``export`` lines:
+  each command names the test that runs it (:data:`RUN_ELSEWHERE`); each exported
+  variable is a setting with a valid value.
+- ``python``: run in order in one namespace against a real Redis, with a real worker.
+- ``Procfile``: the repository's ``Procfile``; ``text``: output, not run.
+
+The tables of settings, event types and commands are checked against
+``herald.settings``, the event catalogue and each command's ``--help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import types
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import TypeAdapter
+
+from herald import connections, db, jobs, settings
+from tests.support.waiting import wait_for
+from tests.test_cli import free_port, herald_command, herald_env, run_herald
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+#: Where the README's examples find herald (the test substitutes the web process's port).
+README_ORIGIN = "localhost:8000"
+#: Fence labels a README block may carry.
+LABELS = {"sh", "python", "json", "text", "Procfile"}
+#: ``herald`` subcommands cheap enough to run here (``--help`` of any other is cheap too).
+CHEAP = {"queues", "migrate", "sweep", "clean"}
+#: Commands that run for minutes or until stopped, and the test that runs each one.
+RUN_ELSEWHERE = {
+    "make demo": ("tests/test_cli.py", "def test_demo_on_the_embedded_default("),
+    "make test": (".ci/run", "make test"),
+    "herald demo": ("tests/test_cli.py", "def test_demo_runs_every_job_to_its_planned_end_twice("),
+    "herald up": ("tests/test_cli.py", "def test_up_stops_every_process_with_0_on_sigterm("),
+    "herald web": ("tests/test_web_health.py",
+                   "def test_the_web_process_answers_head_over_real_http("),
+    "herald worker": ("tests/test_cli.py",
+                      "def test_a_second_worker_on_a_taken_port_says_so_in_one_line("),
+    "herald clock": ("tests/test_cli.py", "def test_clock_runs_until_sigterm("),
+}
+#: Until ``herald/queue/`` lands in this tree, ``herald.queue`` is put together from the
+#: old import paths (delete this mapping once the package exists).
+OLD_QUEUE_PATHS = {
+    "enqueue": "herald.jobs", "enqueue_many": "herald.jobs", "queue": "herald.jobs",
+    "actor": "herald.jobs", "QueueSpec": "herald.registry", "declare": "herald.registry",
+    "Permanent": "herald.errors", "Defer": "herald.errors", "running_worker": "herald.worker",
+}
+#: Seconds the README's HTTP examples may take together.
+TOUR_S = 120
+#: Records one curl call: its status on the first line, then its body.
+CURL_RECORDER = r"""
+curl() {
+  local out
+  out=$(command curl -sS -w '\n%{http_code}' "$@") || return
+  local n; n=$(ls "$README_CALLS" | wc -l)
+  printf '%s\n%s' "${out##*$'\n'}" "${out%$'\n'*}" > "$README_CALLS/$(printf %04d "$n")"
+  printf '%s\n' "${out%$'\n'*}"
+}
+"""
+
+
+# -- reading the README -------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """One fenced block: its label, its text and the README line its text starts on."""
+
+    label: str
+    text: str
+    line: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """One shell command of a block (continuation lines and multi-line quotes joined)."""
+
+    code: str
+    comment: str
+    line: int
+
+    @property
+    def words(self) -> list[str]:
+        """The command's words, leading ``NAME=value`` assignments left out."""
+        words = self.code.split()
+        while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]) and len(words) > 1:
+            words = words[1:]
+        return words
+
+    @property
+    def is_curl(self) -> bool:
+        """True when the command calls curl (perhaps inside ``$(…)`` or a pipe)."""
+        return re.search(r"(^|[\s|(])curl\s", self.code) is not None
+
+    @property
+    def documented_status(self) -> int | None:
+        """The status the trailing ``# → NNN`` comment documents."""
+        found = re.search(r"→\s*(\d{3})", self.comment)
+        return int(found.group(1)) if found else None
+
+
+def readme_text() -> str:
+    return README.read_text(encoding="utf-8")
+
+
+def blocks() -> list[Block]:
+    """Every fenced block of the README, in order."""
+    found, lines = [], readme_text().splitlines()
+    index = 0
+    while index < len(lines):
+        opening = re.fullmatch(r"```(\S*)\s*", lines[index])
+        if opening is None:
+            index += 1
+            continue
+        end = lines.index("```", index + 1)
+        found.append(Block(opening.group(1), "\n".join(lines[index + 1:end]) + "\n", index + 2))
+        index = end + 1
+    return found
+
+
+def commands(block: Block) -> list[Command]:
+    """The shell commands of ``block``: a command ends at a newline outside quotes and not
+    escaped; its comment is what follows an unquoted ``#``."""
+    found: list[Command] = []
+    code, comment, quote, start = [], [], "", block.line
+    text, line, index = block.text, block.line, 0
+    while index < len(text):
+        char = text[index]
+        if quote:
+            code.append(char)
+            quote = "" if char == quote else quote
+        elif char == "\\" and text[index + 1:index + 2] == "\n":
+            code.append(" ")
+            index += 1
+            line += 1
+        elif char in "'\"":
+            quote = char
+            code.append(char)
+        elif char == "#" and (not code or code[-1].isspace()):
+            end = text.index("\n", index)
+            comment.append(text[index:end])
+            index = end
+            continue
+        elif char == "\n":
+            if "".join(code).strip():
+                found.append(Command(" ".join("".join(code).split()), " ".join(comment), start))
+            code, comment, start = [], [], line + 1
+        else:
+            code.append(char)
+        if char == "\n":
+            line += 1
+        index += 1
+    return found
+
+
+def http_blocks() -> list[Block]:
+    return [b for b in blocks() if b.label == "sh" and any(c.is_curl for c in commands(b))]
+
+
+def section(title: str) -> str:
+    """The README's text under the ``## title`` heading, up to the next one."""
+    text = readme_text()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end != -1 else None]
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """The cells of every table row in ``text`` (header and rule rows left out)."""
+    rows = []
+    for line in text.splitlines():
+        if line.startswith("|") and not line.startswith("|---"):
+            rows.append([cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip())[1:-1]])
+    return rows[1:] if rows else rows
+
+
+def ticked(cell: str) -> list[str]:
+    """The ``code`` spans of a table cell."""
+    return re.findall(r"`([^`]*)`", cell)
+
+
+# -- the HTTP examples ----------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Web:
+    """A ``herald web`` process of the test's own."""
+
+    origin: str
+    token: str
+
+
+@pytest.fixture
+def web(fresh_postgres: str, redis_url: str, tmp_path: Path) -> Iterator[Web]:
+    """``herald web`` on a free port over a migrated database of its own, the test Redis
+    (a queue prefix of its own) and a random ``API_TOKEN``."""
+    db.migrate(fresh_postgres)
+    port, token = free_port(), uuid.uuid4().hex
+    env = herald_env(DATABASE_URL=fresh_postgres, REDIS_URL=redis_url, BROKER="redis",
+                     QUEUE_PREFIX=f"readme{uuid.uuid4().hex[:10]}", API_TOKEN=token)
+    log = tmp_path / "web.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen([*herald_command(), "web", "--host", "127.0.0.1",
+                                    "--port", str(port)], env=env, stdout=output,
+                                   stderr=subprocess.STDOUT)
+    origin = f"127.0.0.1:{port}"
+    try:
+        def answers() -> bool:
+            assert process.poll() is None, log.read_text()[-2000:]
+            try:
+                return httpx.get(f"http://{origin}/healthz", timeout=5).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(answers, timeout=60, every=0.2, what="herald web")
+        yield Web(origin=origin, token=token)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """What one curl command of the README got."""
+
+    status: int
+    body: str
+
+
+def run_http_blocks(web: Web, workdir: Path) -> list[list[Call]]:
+    """Run the README's curl blocks in one bash session; each block's calls, in order."""
+    missing = [tool for tool in ("bash", "curl", "jq", "openssl") if shutil.which(tool) is None]
+    assert not missing, f"the README's examples need {', '.join(missing)}: install them"
+    script = ["set -euo pipefail", CURL_RECORDER]
+    for index, block in enumerate(http_blocks()):
+        calls_dir = f'"$README_ROOT/{index:02d}"'
+        script.append(f"mkdir -p {calls_dir}; README_CALLS={calls_dir}")
+        script.append(block.text.replace(README_ORIGIN, web.origin))
+    root = workdir / "calls"
+    env = {"PATH": os.environ["PATH"], "HOME": str(workdir), "API_TOKEN": web.token,
+           "README_ROOT": str(root)}
+    done = subprocess.run(["bash", "-c", "\n".join(script)], cwd=workdir, env=env,
+                          capture_output=True, text=True, timeout=TOUR_S)
+    assert done.returncode == 0, f"the README's curl examples stopped:\n{done.stderr[-3000:]}"
+    return [[read_call(path) for path in sorted(folder.iterdir())]
+            for folder in sorted(root.iterdir())]
+
+
+def read_call(path: Path) -> Call:
+    """A call as the recorder wrote it: the status line, then the body."""
+    status, _, body = path.read_text().partition("\n")
+    return Call(int(status), body)
+
+
+def key_shape(value: Any) -> Any:
+    """The keys of a JSON value, nested: what a response sample must share with a response."""
+    if isinstance(value, dict):
+        return {key: key_shape(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [key_shape(value[0])] if value else []
+    return None
+
+
+def test_every_curl_example_answers_the_status_it_documents(web: Web, tmp_path: Path) -> None:
+    # Given a herald web like `herald up` runs; When the README's curl blocks run in order
+    calls = run_http_blocks(web, tmp_path)
+
+    # Then each curl command got the status its comment documents
+    for block, got in zip(http_blocks(), calls, strict=True):
+        curls = [command for command in commands(block) if command.is_curl]
+        assert len(got) == len(curls), f"README line {block.line}: {len(got)} calls made"
+        for command, call in zip(curls, got, strict=True):
+            assert command.documented_status is not None, (
+                f"README line {command.line}: say the status a reader gets (# → 200)")
+            assert call.status == command.documented_status, (
+                f"README line {command.line}: documented {command.documented_status}, "
+                f"got {call.status}: {call.body[:500]}")
+
+    # And each response sample has the keys of the response it follows
+    labelled = blocks()
+    for position, block in enumerate(labelled):
+        if block.label != "json":
+            continue
+        before = labelled[position - 1]
+        assert before in http_blocks(), f"README line {block.line}: a sample follows a curl block"
+        response = calls[http_blocks().index(before)][-1]
+        assert key_shape(json.loads(block.text)) == key_shape(json.loads(response.body)), (
+            f"README line {block.line}: the sample's keys differ from the response "
+            f"{response.body[:500]}")
+
+
+def route_of(command: Command) -> tuple[str, str]:
+    """The method and path a curl command calls."""
+    found = re.search(re.escape(README_ORIGIN) + r"(/[^\s'\")]*)", command.code)
+    assert found, f"README line {command.line}: curl {README_ORIGIN}/…"
+    explicit = re.search(r"\s-X\s+([A-Z]+)", command.code)
+    if explicit:
+        method = explicit.group(1)
+    elif re.search(r"\s-[a-zA-Z]*I\b", command.code):
+        method = "HEAD"
+    elif re.search(r"\s(--json|-d|--data\S*)\s", command.code):
+        method = "POST"
+    else:
+        method = "GET"
+    return method, found.group(1)
+
+
+def test_every_route_has_a_curl_example() -> None:
+    from herald.web import create_app
+
+    # Given every operation of the app's schema
+    paths = create_app().openapi()["paths"]
+    served = {(method.upper(), path) for path, item in paths.items() for method in item}
+
+    # When the README's curl commands are read
+    called = [route_of(c) for b in http_blocks() for c in commands(b) if c.is_curl]
+
+    # Then each of them is called by at least one example
+    def matches(method: str, template: str) -> bool:
+        pattern = re.sub(r"\{[^}]+\}", "[^/]+", template)
+        return any(m == method and re.fullmatch(pattern, path) for m, path in called)
+
+    missing = sorted(f"{method} {path}" for method, path in served if not matches(method, path))
+    assert not missing, f"routes with no curl example in README.md: {missing}"
+
+
+# -- the herald commands ------------------------------------------------------------------
+def is_cheap(command: Command) -> bool:
+    words = command.words
+    return (words[:1] == ["herald"] and len(words) > 1
+            and (words[1] in CHEAP or words[-1] == "--help"))
+
+
+def run_elsewhere(command: Command) -> str | None:
+    """The RUN_ELSEWHERE entry ``command`` starts with, if any."""
+    text = " ".join(command.words)
+    return next((name for name in RUN_ELSEWHERE if text.startswith(name)), None)
+
+
+def is_export(command: Command) -> bool:
+    return command.code.startswith("export ")
+
+
+def shell_blocks(kind: str) -> list[Block]:
+    """The ``sh`` blocks that hold only cheap herald commands (``commands``), or only
+    commands run elsewhere and exports (``elsewhere``)."""
+    chosen = []
+    for block in (b for b in blocks() if b.label == "sh" and b not in http_blocks()):
+        found = commands(block)
+        if all(is_cheap(c) for c in found):
+            chosen += [block] if kind == "commands" else []
+        elif all(is_export(c) or run_elsewhere(c) for c in found):
+            chosen += [block] if kind == "elsewhere" else []
+        else:
+            pytest.fail(f"README line {block.line}: a block mixes commands run here and "
+                        "commands run elsewhere; split it")
+    return chosen
+
+
+def test_the_readmes_herald_commands_succeed(fresh_postgres: str, redis_url: str,
+                                             tmp_path: Path) -> None:
+    # Given herald on a database and Redis of its own
+    env = herald_env(DATABASE_URL=fresh_postgres, REDIS_URL=redis_url, BROKER="redis",
+                     QUEUE_PREFIX=f"readme{uuid.uuid4().hex[:10]}")
+    ran = []
+    for block in shell_blocks("commands"):
+        for command in commands(block):
+            # When each command runs as the README writes it
+            result = run_herald(*command.words[1:], cwd=tmp_path, env=env)
+
+            # Then it succeeds
+            assert result.returncode == 0, (f"README line {command.line}: {command.code}\n"
+                                            f"{result.stdout}\n{result.stderr}")
+            ran.append(command.words[1])
+    assert {"queues", "migrate"} <= set(ran), ran
+
+
+def test_commands_run_elsewhere_name_the_test_that_runs_them() -> None:
+    for block in shell_blocks("elsewhere"):
+        for command in commands(block):
+            name = run_elsewhere(command)
+            if name is None:
+                continue
+            path, needle = RUN_ELSEWHERE[name]
+            assert needle in (REPO / path).read_text(), (
+                f"README line {command.line}: {name} should be run by {path} ({needle})")
+
+
+def test_exported_variables_are_settings_with_valid_values(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    known = {name.upper() for name in settings.Settings.model_fields}
+    for block in shell_blocks("elsewhere"):
+        exports = [c for c in commands(block) if is_export(c)]
+        for command in exports:
+            name, _, value = command.code.removeprefix("export ").partition("=")
+            # a misspelt name would be ignored silently by the settings
+            assert name in known, f"README line {command.line}: {name} is not a setting"
+            monkeypatch.setenv(name, value)
+        if exports:
+            settings.load_settings()  # raises naming any variable whose value is invalid
+
+
+def test_the_command_table_matches_each_commands_help(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from herald.cli import build_parser, main
+
+    # Given the README's table of commands
+    rows = {ticked(row[0])[0].split()[1]: ticked(row[0])[0]
+            for row in table_rows(section("The `herald` command"))}
+    subcommands = next(action.choices for action in build_parser()._actions
+                       if isinstance(action, argparse._SubParsersAction))
+
+    # Then it lists every subcommand, and each option it shows is one `--help` lists
+    assert set(rows) == set(subcommands)
+    for name, usage in rows.items():
+        with pytest.raises(SystemExit) as ended:
+            main([name, "--help"])
+        assert ended.value.code == 0
+        helped = capsys.readouterr().out
+        for option in re.findall(r"--[a-z-]+", usage):
+            assert option in helped, f"herald {name} has no {option}"
+
+
+# -- the Python examples --------------------------------------------------------------------
+@pytest.fixture
+def queue_api(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``herald.queue`` importable: the package, or the old paths gathered under its name."""
+    try:
+        importlib.import_module("herald.queue")
+    except ModuleNotFoundError as error:
+        if error.name != "herald.queue":
+            raise
+        shim = types.ModuleType("herald.queue")
+        for name, module in OLD_QUEUE_PATHS.items():
+            setattr(shim, name, getattr(importlib.import_module(module), name))
+        monkeypatch.setitem(sys.modules, "herald.queue", shim)
+
+
+@pytest.fixture
+def on_redis(monkeypatch: pytest.MonkeyPatch, redis_url: str) -> Iterator[None]:
+    """herald in this process on the test Redis, under a queue prefix of its own."""
+    for name, value in {"REDIS_URL": redis_url, "BROKER": "redis", "LOG_LEVEL": "WARNING",
+                        "QUEUE_PREFIX": f"readme{uuid.uuid4().hex[:10]}"}.items():
+        monkeypatch.setenv(name, value)
+    settings.reset_settings()
+    connections.reset_redis_client()
+    jobs.reset_brokers()
+    yield
+    jobs.reset_brokers()
+    connections.reset_redis_client()
+    settings.reset_settings()
+
+
+@pytest.mark.usefixtures("queue_api", "on_redis")
+def test_the_python_examples_run() -> None:
+    # Given the README's Python blocks; When they run in order in one namespace
+    namespace: dict[str, Any] = {"__name__": "readme"}
+    python = [block for block in blocks() if block.label == "python"]
+    assert python
+    for block in python:
+        code = compile("\n" * (block.line - 1) + block.text, str(README), "exec")
+        # Then none fails: each states what it gets with an assert
+        exec(code, namespace)
+
+
+# -- the tables and the Procfile ------------------------------------------------------------
+def test_the_procfile_block_is_the_procfile() -> None:
+    shown = [block.text for block in blocks() if block.label == "Procfile"]
+    assert shown == [(REPO / "Procfile").read_text()]
+
+
+def test_every_block_says_what_it_holds() -> None:
+    unlabelled = [block.line for block in blocks() if block.label not in LABELS]
+    assert not unlabelled, f"README lines {unlabelled}: label each block ({sorted(LABELS)})"
+
+
+def test_the_configuration_table_lists_every_setting_with_its_default() -> None:
+    fields = {name.upper(): field for name, field in settings.Settings.model_fields.items()}
+    rows = {ticked(row[0])[0]: row[1] for row in table_rows(section("Configuration"))}
+
+    assert sorted(rows) == sorted(fields)
+    for name, default in rows.items():
+        field = fields[name]
+        shown = "" if default == "*(empty)*" else ticked(default)[0]
+        assert TypeAdapter(field.annotation).validate_python(shown) == field.default, name
+
+
+def test_the_event_type_table_matches_the_catalogue() -> None:
+    from actors.render import EVENT_TYPES
+
+    rows = table_rows(section("The HTTP API").split("### Event types", 1)[1].split("###")[0])
+    documented = {ticked(row[0])[0]: (tuple(row[1].split(", ")), row[2],
+                                      tuple(ticked(row[3])), tuple(ticked(row[4])))
+                  for row in rows}
+    assert documented == {
+        name: (spec.channels, "transactional" if spec.transactional else "marketing",
+               spec.required_data, spec.optional_data)
+        for name, spec in EVENT_TYPES.items()}
