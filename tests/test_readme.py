@@ -23,14 +23,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import os
 import re
 import shutil
 import subprocess
-import sys
-import types
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,7 +37,9 @@ import httpx
 import pytest
 from pydantic import TypeAdapter
 
-from herald import connections, db, jobs, settings
+from herald import db, settings
+from herald.queue import redis as queue_redis
+from herald.queue import runtime
 from tests.support.waiting import wait_for
 from tests.test_cli import free_port, herald_command, herald_env, run_herald
 
@@ -51,7 +50,7 @@ README_ORIGIN = "localhost:8000"
 #: Fence labels a README block may carry.
 LABELS = {"sh", "python", "json", "text", "Procfile"}
 #: ``herald`` subcommands cheap enough to run here (``--help`` of any other is cheap too).
-CHEAP = {"queues", "migrate", "sweep", "clean"}
+CHEAP = {"queues", "migrate", "sweep", "clean", "retry"}
 #: Commands that run for minutes or until stopped, and the test that runs each one.
 RUN_ELSEWHERE = {
     "make demo": ("tests/test_cli.py", "def test_demo_on_the_embedded_default("),
@@ -61,15 +60,8 @@ RUN_ELSEWHERE = {
     "herald web": ("tests/test_web_health.py",
                    "def test_the_web_process_answers_head_over_real_http("),
     "herald worker": ("tests/test_cli.py",
-                      "def test_a_second_worker_on_a_taken_port_says_so_in_one_line("),
+                      "def test_a_worker_with_no_queues_named_runs_the_table_but_never_the_"),
     "herald clock": ("tests/test_cli.py", "def test_clock_runs_until_sigterm("),
-}
-#: Until ``herald/queue/`` lands in this tree, ``herald.queue`` is put together from the
-#: old import paths (delete this mapping once the package exists).
-OLD_QUEUE_PATHS = {
-    "enqueue": "herald.jobs", "enqueue_many": "herald.jobs", "queue": "herald.jobs",
-    "actor": "herald.jobs", "QueueSpec": "herald.registry", "declare": "herald.registry",
-    "Permanent": "herald.errors", "Defer": "herald.errors", "running_worker": "herald.worker",
 }
 #: Seconds the README's HTTP examples may take together.
 TOUR_S = 120
@@ -445,35 +437,21 @@ def test_the_command_table_matches_each_commands_help(
 
 # -- the Python examples --------------------------------------------------------------------
 @pytest.fixture
-def queue_api(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``herald.queue`` importable: the package, or the old paths gathered under its name."""
-    try:
-        importlib.import_module("herald.queue")
-    except ModuleNotFoundError as error:
-        if error.name != "herald.queue":
-            raise
-        shim = types.ModuleType("herald.queue")
-        for name, module in OLD_QUEUE_PATHS.items():
-            setattr(shim, name, getattr(importlib.import_module(module), name))
-        monkeypatch.setitem(sys.modules, "herald.queue", shim)
-
-
-@pytest.fixture
 def on_redis(monkeypatch: pytest.MonkeyPatch, redis_url: str) -> Iterator[None]:
     """herald in this process on the test Redis, under a queue prefix of its own."""
     for name, value in {"REDIS_URL": redis_url, "BROKER": "redis", "LOG_LEVEL": "WARNING",
                         "QUEUE_PREFIX": f"readme{uuid.uuid4().hex[:10]}"}.items():
         monkeypatch.setenv(name, value)
     settings.reset_settings()
-    connections.reset_redis_client()
-    jobs.reset_brokers()
+    queue_redis.reset_redis_client()
+    runtime.reset_brokers()
     yield
-    jobs.reset_brokers()
-    connections.reset_redis_client()
+    runtime.reset_brokers()
+    queue_redis.reset_redis_client()
     settings.reset_settings()
 
 
-@pytest.mark.usefixtures("queue_api", "on_redis")
+@pytest.mark.usefixtures("on_redis")
 def test_the_python_examples_run() -> None:
     # Given the README's Python blocks; When they run in order in one namespace
     namespace: dict[str, Any] = {"__name__": "readme"}
