@@ -235,7 +235,7 @@ class SweepJob(BaseModel):
 
 @actor(queue="notification-orchestration", payload=SweepJob)
 def reconcile_handoffs_job(job: SweepJob) -> dict[str, int]:
-    """One sweep run as a job on the orchestration lane."""
+    """One sweep run as a job on the orchestration queue."""
     return dataclasses.asdict(reconcile_handoffs())  # the job's return value
 
 

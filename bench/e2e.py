@@ -2,7 +2,7 @@
 
 ``python -m bench.e2e [--events N] [--repeat R]``. Uses ``$DATABASE_URL`` / ``$REDIS_URL``
 or starts private servers. Workers are real ``herald worker`` processes on the email and
-SMS lanes with the rate limits lifted (``bench.unlimited``); each event of
+SMS queues with the rate limits lifted (``bench.unlimited``); each event of
 ``account.welcome`` on email + SMS makes two channel deliveries. Events are accepted by
 ``--producers`` threads at once (default 1; more, as an API's request threads would, only
 adds GIL contention on two cores); 50 events are delivered before the clock starts, so

@@ -1,4 +1,4 @@
-"""``--import bench.unlimited``: the notification lanes with the providers' rate limits
+"""``--import bench.unlimited``: the notification queues with the providers' rate limits
 lifted, so the end-to-end benchmark measures herald rather than the 30/min email cap."""
 
 import dataclasses

@@ -42,7 +42,7 @@ POSTGRES_CONNECT_TIMEOUT_S = 2
 POOL_SIZE = 5
 POOL_MAX_OVERFLOW = 10
 #: The same for :func:`autocommit` connections, the channel workers' hot path: one per
-#: worker thread stays open (a worker of the email and SMS lanes runs 7), since every
+#: worker thread stays open (a worker of the email and SMS queues runs 7), since every
 #: connection opened past the kept ones is a new PostgreSQL backend, closed again on return.
 AUTOCOMMIT_POOL_SIZE = 10
 AUTOCOMMIT_POOL_MAX_OVERFLOW = 5

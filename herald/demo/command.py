@@ -2,7 +2,7 @@
 
 On the embedded default (no environment needed) the demo starts the embedded Redis,
 clears its own ``demo`` queue, enqueues the planned jobs of :mod:`herald.demo.jobs` in
-chunks, runs the real Dramatiq worker on the ``demo`` lane in this process with a
+chunks, runs the real Dramatiq worker on the ``demo`` queue in this process with a
 progress bar, waits until no job is waiting, delayed or active, and ends with a table
 of jobs per queue × state. It succeeds (exit code 0) only when nothing is left
 non-terminal and the completed and failed counts are exactly those the plan predicts.
@@ -115,7 +115,7 @@ def _run_jobs(jobs: int, console: Console) -> int:
         console.print(f"[red]--jobs must be between 1 and {demo.MAX_DEMO_JOBS}[/]")
         return 2
     settings = get_settings()
-    console.print(f"[bold]herald demo[/]: {jobs} jobs on the [cyan]{demo.DEMO_QUEUE}[/] lane "
+    console.print(f"[bold]herald demo[/]: {jobs} jobs on the [cyan]{demo.DEMO_QUEUE}[/] queue "
                   f"through the real worker (broker {settings.broker}, Redis "
                   f"{describe_redis(settings)})")
     planned = demo.plan(jobs)
@@ -155,7 +155,7 @@ def _run_jobs(jobs: int, console: Console) -> int:
             time.sleep(POLL_INTERVAL.total_seconds())
     run_s = time.perf_counter() - run_started
 
-    # the demo's own queue only: the other lanes hold the user's jobs, not the demo's
+    # the demo's own queue only: the other queues hold the user's jobs, not the demo's
     counts = demo_queue.counts()
     table = Table(title="jobs by queue × state")
     table.add_column("queue", no_wrap=True)

@@ -56,7 +56,7 @@ DEMO_SWEEP_AGE = timedelta(seconds=2)
 DEMO_SWEEP_EVERY = timedelta(seconds=1)
 #: How long the workers get to settle every delivery.
 SETTLE_DEADLINE = timedelta(seconds=180)
-LANES = ("notification-email", "notification-sms", "notification-orchestration")
+QUEUES = ("notification-email", "notification-sms", "notification-orchestration")
 OUTCOMES = ("queued", "sending", "sent", "delivered", "failed_terminal", "suppressed")
 OPEN_OUTCOMES = ("queued", "sending")
 EVENT_MIX = (
@@ -65,7 +65,7 @@ EVENT_MIX = (
     ("esim.ready", {"iccid": "8966000000000000001", "activation_code": "LPA:1$smdp.io$DEMO"}),
     ("promo.offer", {"headline": "Spring data bundle", "code": "SPRING10"}),
 )
-#: Appended to QUEUE_PREFIX for the phase's own Redis keys (its lanes, the mock's records).
+#: Appended to QUEUE_PREFIX for the phase's own Redis keys (its queues, the mock's records).
 NAMESPACE_SUFFIX = "-demo"
 
 
@@ -82,7 +82,7 @@ def own_namespace() -> Iterator[str]:
     """Run the block with this process's ledger, broker and mock provider under the demo's
     own key prefix (yielded); the queues under the configured prefix are left alone.
 
-    The notification lanes of that prefix start empty: a job an earlier, interrupted demo
+    The notification queues of that prefix start empty: a job an earlier, interrupted demo
     left there is not this run's.
     """
     from herald.queue import queue
@@ -96,7 +96,7 @@ def own_namespace() -> Iterator[str]:
     os.environ["QUEUE_PREFIX"] = prefix
     _reload_settings()
     try:
-        for name in LANES:
+        for name in QUEUES:
             queue(name).obliterate()
         MockProvider.reset()
         yield prefix
@@ -189,7 +189,7 @@ def run_notifications(events: int, console: Console, *, batch_size: int | None =
     exactly its deliveries recorded as sent or delivered (and nothing else)."""
     from herald.queue.registry import redeclared
 
-    with own_namespace() as prefix, redeclared(LANES, rate_limit=None):
+    with own_namespace() as prefix, redeclared(QUEUES, rate_limit=None):
         return _run(events, console, batch_size or DEFAULT_BATCH_SIZE, prefix)
 
 
@@ -246,7 +246,7 @@ def _run(events: int, console: Console, batch_size: int, prefix: str) -> int:
     client = TestClient(create_app())
     with Progress(TextColumn("deliveries final"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console) as progress, \
-            running_worker(list(LANES)):
+            running_worker(list(QUEUES)):
         task = progress.add_task("deliveries", total=expected)
         while time.perf_counter() - started < SETTLE_DEADLINE.total_seconds():
             accepted = _post_callbacks(client, done)

@@ -33,9 +33,9 @@ class HeraldOn:
     kind: str
     env: dict[str, str]
 
-    def spawn_worker(self, *lanes: str) -> subprocess.Popen[bytes]:
-        """Start ``python -m tests.integration.run_worker LANES`` with this environment."""
-        return subprocess.Popen([sys.executable, "-m", "tests.integration.run_worker", *lanes],
+    def spawn_worker(self, *queues: str) -> subprocess.Popen[bytes]:
+        """Start ``python -m tests.integration.run_worker QUEUES`` with this environment."""
+        return subprocess.Popen([sys.executable, "-m", "tests.integration.run_worker", *queues],
                                 cwd=REPO, env={**os.environ, **self.env},
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 

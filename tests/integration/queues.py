@@ -1,4 +1,4 @@
-"""Lanes and actors the queue-layer tests run, in-process and in worker subprocesses.
+"""Queues and actors the queue-layer tests run, in-process and in worker subprocesses.
 
 Each actor records what happened to it in Redis (``<prefix>:test:events``), so a test
 can read what a worker in another process did.
@@ -134,7 +134,7 @@ def basic(job: Step) -> dict:
 
 @actor(queue="t-other", payload=Step)
 def other(job: Step) -> dict:
-    """Same, on another lane."""
+    """Same, on another queue."""
     return _run(job)
 
 

@@ -1,4 +1,4 @@
-"""``python -m tests.integration.run_worker LANE...``: a real worker process for tests."""
+"""``python -m tests.integration.run_worker QUEUE...``: a real worker process for tests."""
 
 import sys
 

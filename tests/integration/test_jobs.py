@@ -187,7 +187,7 @@ def test_enqueue_groups_adds_several_queues_together_and_they_run(herald_on: Her
     again = enqueue_groups([(other, [({"key": "o0"}, {"job_id": "o0"})]),
                             (basic, [({"key": "b9"}, {"job_id": "b9"})])])
     assert [[r.status for r in group] for group in again] == [["duplicated"], ["added"]]
-    # When workers run both lanes, every job runs once
+    # When workers run both queues, every job runs once
     with running_worker(["t-basic", "t-other"]):
         wait_for(lambda: len(events("done")) == 6, what="six jobs done")
     assert sorted(e["key"] for e in events("done")) == ["b0", "b1", "b2", "b3", "b9", "o0"]

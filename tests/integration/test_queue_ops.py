@@ -15,7 +15,7 @@ from tests.integration.queues import aged, basic, events, kept, other, prio
 
 
 def test_urgent_jobs_overtake_a_normal_backlog(herald_on: HeraldOn) -> None:
-    # Given 2,000 normal jobs waiting on a lane of concurrency 1
+    # Given 2,000 normal jobs waiting on a queue of concurrency 1
     enqueue_many(prio, [({"key": f"n{i}"}, {"priority": 5}) for i in range(2000)])
     with running_worker(["t-prio"]):
         wait_for(lambda: len(events("start")) >= 5, what="backlog to start")

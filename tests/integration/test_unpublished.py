@@ -51,7 +51,7 @@ def finished(job_id: str) -> bool:
 
 def run_until_sentinel() -> None:
     """Queue a sentinel job behind everything published so far (t-prio runs one job at a
-    time, in order) and run the lane until the sentinel finished."""
+    time, in order) and run the queue until the sentinel finished."""
     enqueue(prio, {"key": "sentinel"}, job_id="job-sentinel")
     with running_worker(["t-prio"]):
         wait_for(lambda: finished("job-sentinel"), what="the sentinel")

@@ -38,7 +38,7 @@ from tests.support.waiting import wait_for
 REPO = Path(__file__).resolve().parents[2]
 EVENTS = 2000
 ACCOUNTS = 100
-LANES = ["notification-email", "notification-sms", "notification-orchestration"]
+QUEUES = ["notification-email", "notification-sms", "notification-orchestration"]
 #: The most attempts one worker process holds at once (email 5 + SMS 2 + orchestration 2).
 IN_FLIGHT_PER_PROCESS = 9
 
@@ -69,7 +69,7 @@ def _spawn(*args: str) -> subprocess.Popen[bytes]:
 
 def _worker() -> subprocess.Popen[bytes]:
     # the providers' rate limits are lifted: this test is about loss, not throughput
-    return _spawn("worker", "--import", "bench.unlimited", *LANES)
+    return _spawn("worker", "--import", "bench.unlimited", *QUEUES)
 
 
 def _open_deliveries() -> int:

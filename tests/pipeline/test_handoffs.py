@@ -114,7 +114,7 @@ def test_a_repaired_delivery_is_sent_once_and_a_completed_job_is_left_alone(
         pipeline: None) -> None:
     # Given a delivery whose job was lost (persisted, never enqueued)
     lost = _delivery(age=timedelta(seconds=5))
-    # When the sweep runs and a worker serves the lane
+    # When the sweep runs and a worker serves the queue
     reconcile_handoffs()
     with running_worker(["notification-email"]):
         wait_for(lambda: _job(lost).state == "completed", timeout=30)

@@ -34,7 +34,7 @@ from tests.pipeline.support import (
 from tests.support.services import find_free_port
 from tests.support.waiting import wait_for
 
-LANES = ["notification-email", "notification-sms"]
+QUEUES = ["notification-email", "notification-sms"]
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -67,7 +67,7 @@ def test_workers_send_each_delivery_once_through_the_provider(pipeline: None) ->
     client = TestClient(create_app())
     created = event(client, account(client), "esim.ready", "order-1",
                     data={"iccid": "8966000000000000001", "activation_code": "LPA:1$smdp.io$AB-1"})
-    with running_worker(LANES):
+    with running_worker(QUEUES):
         wait_for(lambda: settled(client, created["id"]), timeout=30)
     assert outcomes(client, created["id"]) == {"email": "sent", "sms": "sent"}
     sends = MockProvider.sends()
@@ -85,7 +85,7 @@ def test_gates_suppress_with_a_reason_and_send_nothing(pipeline: None) -> None:
     opted_out = event(client, account(client, marketing_opt_out=True), "promo.offer", "spring",
                       data={"headline": "Spring", "code": "SPRING10"})
     no_phone = event(client, account(client, phone=None), channels=["sms"])
-    with running_worker(LANES):
+    with running_worker(QUEUES):
         for n in (inactive, opted_out, no_phone):
             wait_for(lambda n=n: settled(client, n["id"]), timeout=30)
     def gated(n: dict) -> dict[str, tuple[str, str | None]]:
