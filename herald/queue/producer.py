@@ -23,8 +23,15 @@ from pydantic import BaseModel
 from herald.queue.actor import JobActor, job_options
 from herald.queue.broker import message_for
 from herald.queue.errors import InvalidPayload
-from herald.queue.ledger import ADD_CHUNK, AddResult, AddStatus, NewJob, Reissued, now_ms
-from herald.queue.ledger import new_token as new_token
+from herald.queue.ledger import (
+    ADD_CHUNK,
+    AddResult,
+    AddStatus,
+    NewJob,
+    Reissued,
+    new_token,
+    now_ms,
+)
 from herald.queue.registry import NORMAL_PRIORITY, PRIORITY_RANGE, get_spec
 from herald.queue.runtime import get_broker, get_ledger
 from herald.settings import get_settings
