@@ -21,6 +21,7 @@ from sqlmodel import SQLModel
 
 import models
 from herald import db
+from herald.db.engine import SQLITE_BUSY_TIMEOUT_MS
 from herald.settings import reset_settings
 from models import AuditEntry, record_audit
 
@@ -156,7 +157,7 @@ def test_sqlite_connections_use_wal_busy_timeout_and_foreign_keys(
     with db.get_engine().connect() as connection:
         assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() == (
-            db.SQLITE_BUSY_TIMEOUT_MS)
+            SQLITE_BUSY_TIMEOUT_MS)
         assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
     assert not db.is_postgres()
 
