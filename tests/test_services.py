@@ -208,9 +208,9 @@ def test_ctrl_c_during_start_up_stops_the_server_being_started(
         wait_for(lambda: not _processes_carrying(token), timeout=15,
                  what=f"PostgreSQL to end (left: {_processes_carrying(token)})")
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        if proc.poll() is None:  # SIGTERM: run passes it on to its command and stops its servers
+            proc.terminate()
+            proc.communicate(timeout=60)
 
 
 def test_a_url_from_the_environment_is_used_and_no_server_started() -> None:
@@ -220,7 +220,8 @@ def test_a_url_from_the_environment_is_used_and_no_server_started() -> None:
         assert services.services == {}
 
 
-def test_an_unknown_variable_is_refused() -> None:
-    with ServiceSet(environ={}) as services, pytest.raises(KeyError, match="MONGO_URL"):
-        services.url("MONGO_URL")
-    assert services.services == {}
+def test_an_unknown_variable_is_refused_and_nothing_started() -> None:
+    with ServiceSet(environ={"REDIS_URL": "redis://127.0.0.1:1/0"}) as services:
+        with pytest.raises(KeyError, match="MONGO_URL"):
+            services.urls(["REDIS_URL", "MONGO_URL"])
+        assert services.services == {}
