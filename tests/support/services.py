@@ -43,7 +43,7 @@ import pika
 import port_for
 import psycopg
 import redis
-from mirakuru import ExecutorError, TCPExecutor
+from mirakuru import AlreadyRunning, ExecutorError, TCPExecutor
 from mirakuru.exceptions import ProcessFinishedWithError
 
 #: The variables this module provides, in the order it reports them.
@@ -152,12 +152,10 @@ def _as_user(user: str | None) -> dict[str, Any]:
     return {"user": user, "group": pwd.getpwnam(user).pw_gid, "extra_groups": []}
 
 
-def _tail(path: Path, lines: int = 30, start: int = 0) -> str:
-    """The last ``lines`` lines of ``path`` from byte ``start`` on, for error messages."""
+def _tail(path: Path, lines: int = 30) -> str:
+    """The last ``lines`` lines of ``path``, for error messages."""
     try:
-        with path.open("rb") as log:
-            log.seek(start)
-            text = log.read().decode(errors="replace").splitlines()[-lines:]
+        text = path.read_text(errors="replace").splitlines()[-lines:]
     except OSError:
         return f"--- {path}: missing"
     return "\n".join([f"--- {path}, last lines:", *text])
@@ -251,7 +249,7 @@ def _start_server(
                 server.start()
             except (ServiceError, ExecutorError) as exc:
                 server.kill()
-                if attempt < 2 and _port_clash(_tail(log, start=offset)):
+                if attempt < 2 and (isinstance(exc, AlreadyRunning) or _port_clash(log, offset)):
                     continue
                 raise ServiceError(f"{name} did not start: {exc}\n{_tail(log)}") from None
             except BaseException:
@@ -262,9 +260,12 @@ def _start_server(
     raise AssertionError("unreachable")
 
 
-def _port_clash(log_text: str) -> bool:
-    text = log_text.lower()
-    return "address already in use" in text or "eaddrinuse" in text
+def _port_clash(log: Path, offset: int) -> bool:
+    """Whether the server logged, past byte ``offset`` of ``log``, that a port was taken."""
+    with log.open("rb") as text:
+        text.seek(offset)
+        written = text.read().lower()
+    return b"address already in use" in written or b"eaddrinuse" in written
 
 
 # --------------------------------------------------------------------------- binaries
