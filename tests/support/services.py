@@ -191,6 +191,7 @@ class _Server(TCPExecutor):
         self.version: str | None = None
 
     def after_start_check(self) -> bool:
+        """True once started; raises when the start-up is cancelled or the process ended."""
         if _CANCEL.is_set():
             raise ServiceError("start-up cancelled")
         if self.process is not None and self.process.poll() is not None:
