@@ -146,8 +146,7 @@ def test_stop_ends_every_process_of_the_server(
         def all_gone() -> bool:
             return not listener.is_running() and not _processes_carrying(token)
 
-        wait_for(all_gone, timeout=15,
-                 what=f"the server's processes to end (left: {_processes_carrying(token)})")
+        wait_for(all_gone, timeout=15, what="every process of the server to end")
         assert _refuses_connections(_port_of(service.url))
     finally:
         if service is not None:
@@ -205,8 +204,7 @@ def test_ctrl_c_during_start_up_stops_the_server_being_started(
         output, _ = proc.communicate(timeout=60)
         assert proc.returncode == 130, output
         assert "interrupted" in output
-        wait_for(lambda: not _processes_carrying(token), timeout=15,
-                 what=f"PostgreSQL to end (left: {_processes_carrying(token)})")
+        wait_for(lambda: not _processes_carrying(token), timeout=15, what="PostgreSQL to end")
     finally:
         if proc.poll() is None:  # SIGTERM: run passes it on to its command and stops its servers
             proc.terminate()
