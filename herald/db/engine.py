@@ -239,9 +239,10 @@ class Prepared:
     For the hot paths (a channel worker runs three statements per delivery): SQLAlchemy's
     execution layer costs more CPU per statement than PostgreSQL spends running a
     primary-key UPDATE; on an autocommit psycopg connection the statement also skips
-    psycopg's cursor (:mod:`herald.db.libpq`). The statement still comes from Core, so both
-    dialects get their own SQL, and column types still convert values both ways (UTC
-    timestamps, JSON on SQLite). Driver errors are raised as SQLAlchemy's
+    psycopg's cursor (:mod:`herald.db.libpq`). bench/libpq.md compares this with SQLAlchemy's
+    compiled cache on psycopg's own prepared statements. The statement still comes from
+    Core, so both dialects get their own SQL, and column types still convert values both
+    ways (UTC timestamps, JSON on SQLite). Driver errors are raised as SQLAlchemy's
     (``IntegrityError`` …), a connection the server dropped is invalidated, and the
     engine's cursor-execute events fire, as ``Connection.execute`` would. Not for
     statements with expanding (``IN``-list) binds.

@@ -1,11 +1,11 @@
 """Prepared statements run on psycopg's libpq connection directly (the hot paths).
 
-psycopg's cursor spends CPU on its own machinery (query conversion, the
-prepared-statement manager, the generators that drive the protocol) around every libpq
-call, and a channel worker runs three statements per delivery. Here a statement is
-prepared once per connection, under a name of ours, and then executed with one libpq
-call, which releases the GIL while it waits. Values are dumped and rows loaded by
-psycopg's own Transformer (its C implementation), as a cursor would, so types convert
+psycopg's cursor spends CPU on its own machinery around one libpq call (query conversion,
+the prepared-statement manager, the generators that drive the protocol), and a channel
+worker runs three statements per delivery (bench/libpq.md has the measurements). Here a
+statement is prepared once per connection, under a name of ours, and then executed with
+one libpq call, which releases the GIL while it waits. Values are dumped and rows loaded
+by psycopg's own Transformer (its C implementation), as a cursor would, so types convert
 exactly as they do through :meth:`psycopg.Cursor.execute`.
 
 Only for connections in autocommit: outside it, psycopg opens the transaction from the
