@@ -2,7 +2,6 @@
 migrations runner. Models and their state transitions live in the ``models`` package."""
 
 from herald.db.engine import (
-    Prepared,
     autocommit,
     check_database,
     create_database_engine,
@@ -13,6 +12,7 @@ from herald.db.engine import (
     session,
 )
 from herald.db.migrations import alembic_config, migrate, migrations_directory
+from herald.db.prepared import Prepared
 
 __all__ = [
     "Prepared",
