@@ -31,9 +31,10 @@ class HookDispatch:
 
     Dramatiq calls every middleware's method for every signal, the base class's no-ops
     included (a getattr and a call each, four signals per run). The hooks a middleware
-    actually defines are looked up once per signal instead; any change to the list
-    (add_middleware, assigning it, or a different length) looks them up again. Relies on
-    ``Broker.__init__`` assigning ``self.middleware`` and on ``Broker.logger``.
+    actually defines are looked up once per signal instead, and again whenever the list
+    changes: assigning it resets the lookups, and ``add_middleware`` (which appends)
+    changes its length. Relies on ``Broker.__init__`` assigning ``self.middleware`` and on
+    ``Broker.logger``.
     """
 
     _middleware: list[dramatiq.Middleware]
@@ -43,10 +44,6 @@ class HookDispatch:
         self._hooks: dict[str, list[Any]] = {}
         super().__init__(*args, **kwargs)
 
-    # Dramatiq calls every middleware's method for every signal, the base class's no-ops
-    # included (a getattr and a call each, four signals per run). The hooks a middleware
-    # actually defines are looked up once per signal instead; any change to the list
-    # (add_middleware, assigning it, or a different length) looks them up again.
     @property
     def middleware(self) -> list[dramatiq.Middleware]:  # type: ignore[override]
         """The broker's middleware, in order."""
@@ -55,13 +52,6 @@ class HookDispatch:
     @middleware.setter
     def middleware(self, value: list[dramatiq.Middleware]) -> None:
         self._middleware = value
-        self._hooks = {}
-
-    def add_middleware(self, middleware: dramatiq.Middleware, *,
-                       before: type[dramatiq.Middleware] | None = None,
-                       after: type[dramatiq.Middleware] | None = None) -> None:
-        """Dramatiq's ``add_middleware``; the hook lookup is redone afterwards."""
-        super().add_middleware(middleware, before=before, after=after)
         self._hooks = {}
 
     def _hooks_for(self, name: str, reverse: bool) -> list[Any]:

@@ -10,7 +10,7 @@ Redis outages into the same shape.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -23,6 +23,8 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 
 log = logging.getLogger("herald.web")
+
+T = TypeVar("T")
 
 #: Seconds a 503 asks the client to wait before trying again.
 RETRY_AFTER_S = 5
@@ -73,6 +75,13 @@ def api_error(status_code: int, code: str, message: str,
     """An exception a route raises to answer ``{"error": {"code", "message"}}`` with status."""
     return HTTPException(status_code, detail={"code": code, "message": message},
                          headers=headers)
+
+
+def found(value: T | None, kind: str, key: str) -> T:
+    """``value``, or a 404 ``<kind>_not_found`` ("no <kind> <key>") when it is None."""
+    if value is None:
+        raise api_error(404, f"{kind}_not_found", f"no {kind} {key}")
+    return value
 
 
 def error_body(code: str, message: str, **more: Any) -> dict[str, Any]:

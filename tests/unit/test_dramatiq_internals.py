@@ -4,6 +4,7 @@ tests pin them to the supported Dramatiq range, so an upgrade that moves one fai
 from __future__ import annotations
 
 import logging
+import threading
 import tomllib
 from importlib.metadata import version
 from pathlib import Path
@@ -23,6 +24,7 @@ from herald.queue.dramatiq_internals import (
     drop_worker_middleware,
 )
 from herald.queue.ledger import Ledger
+from herald.queue.registry import QueueSpec, declare
 
 PYPROJECT = Path(__file__).parents[2] / "pyproject.toml"
 
@@ -82,15 +84,37 @@ def test_the_hook_dispatch_calls_defined_hooks_and_follows_changes_to_the_list(
     broker.emit_before("enqueue", None, None)
     assert (first.calls[-1], second.calls) == ("before_enqueue", ["before_enqueue"])
 
-    broker.middleware = [Refuser()]
+    # a list of the same length assigned in its place: looked up again all the same
+    broker.middleware = [Refuser(), Recorder()]
     with pytest.raises(MiddlewareError):
         broker.emit_before("enqueue", None, None)
 
 
-def test_the_time_limit_manager_has_what_queue_time_limit_uses() -> None:
-    limit = QueueTimeLimit(time_limit=1000)
-    assert callable(limit.manager.add_timeout) and callable(limit.manager.remove_timeout)
-    assert callable(limit.after_process_boot)
+def test_the_time_limit_is_armed_only_for_runs_that_have_one() -> None:
+    # Given a broker with an actor whose queue sets no time limit
+    broker = ledger_broker()
+    limit = QueueTimeLimit(time_limit=60_000)
+    declare(QueueSpec(name="t-internals"))
+    dramatiq.Actor(lambda: None, broker=broker, actor_name="t_internals",
+                   queue_name="t-internals", priority=0, options={})
+    plain = dramatiq.Message(queue_name="t-internals", actor_name="t_internals", args=(),
+                             kwargs={}, options={})
+    timed = plain.copy(options={"time_limit": 1000})
+
+    # When a plain run and a timed run start and end
+    thread = threading.get_ident()
+    deadlines = limit.manager.deadlines  # the ctypes manager's: thread → deadline or None
+    limit.before_process_message(broker, plain)
+    armed_for_plain = deadlines.get(thread)
+    limit.after_process_message(broker, plain)
+    limit.before_process_message(broker, timed)
+    armed_for_timed = deadlines.get(thread)
+    limit.after_process_message(broker, timed)
+
+    # Then only the timed run had a deadline, cleared when it ended
+    assert armed_for_plain is None
+    assert armed_for_timed is not None
+    assert deadlines.get(thread) is None
 
 
 def test_a_stopped_workers_own_middleware_can_be_dropped() -> None:

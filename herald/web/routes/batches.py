@@ -13,7 +13,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validato
 
 from actors import batches
 from herald.web.auth import protected_router
-from herald.web.errors import api_error
+from herald.web.errors import api_error, found
 
 router: APIRouter = protected_router(["batches"])
 
@@ -50,10 +50,7 @@ def create_batch(body: BatchIn) -> dict[str, Any]:
 @router.get("/batches/{batch_id}", summary="A batch and its delivery summary")
 def get_batch(batch_id: str) -> dict[str, Any]:
     """Status, counts and the outcome → count summary of the batch's deliveries."""
-    report = batches.get_batch(batch_id)
-    if report is None:
-        raise api_error(404, "batch_not_found", f"no batch {batch_id}")
-    return batches.batch_view(report)
+    return batches.batch_view(found(batches.get_batch(batch_id), "batch", batch_id))
 
 
 @router.post("/batches/{batch_id}/cancel", summary="Cancel a scheduled batch")

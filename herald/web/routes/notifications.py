@@ -7,7 +7,7 @@ from typing import Any
 
 from actors import orchestration
 from herald.web.auth import protected_router
-from herald.web.errors import api_error
+from herald.web.errors import found
 
 router = protected_router(["notifications"])
 
@@ -15,16 +15,13 @@ router = protected_router(["notifications"])
 @router.get("/notifications/{notification_id}", summary="A notification and its deliveries")
 def get_notification(notification_id: str) -> dict[str, Any]:
     """The notification with every delivery's outcome."""
-    result = orchestration.get_notification(notification_id)
-    if result is None:
-        raise api_error(404, "notification_not_found", f"no notification {notification_id}")
+    result = found(orchestration.get_notification(notification_id), "notification",
+                   notification_id)
     return orchestration.notification_view(result)
 
 
 @router.get("/deliveries/{delivery_id}", summary="One delivery")
 def get_delivery(delivery_id: str) -> dict[str, Any]:
     """Channel, outcome, reason, provider, provider message id and attempts."""
-    delivery = orchestration.get_delivery(delivery_id)
-    if delivery is None:
-        raise api_error(404, "delivery_not_found", f"no delivery {delivery_id}")
+    delivery = found(orchestration.get_delivery(delivery_id), "delivery", delivery_id)
     return orchestration.delivery_view(delivery)
