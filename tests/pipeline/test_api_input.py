@@ -330,3 +330,17 @@ def test_push_alone_is_accepted_when_push_is_on(client: TestClient,
     response = post_event(client, account_id, channels=["push"])
     assert response.status_code == 202
     assert [d["channel"] for d in response.json()["deliveries"]] == ["push"]
+
+
+@pytest.mark.parametrize(("path", "code"), [
+    ("/v1/notifications/no-such-id", "notification_not_found"),
+    ("/v1/deliveries/no-such-id", "delivery_not_found"),
+    ("/v1/batches/no-such-id", "batch_not_found"),
+])
+def test_an_unknown_id_is_a_404_naming_what_was_not_found(client: TestClient, path: str,
+                                                          code: str) -> None:
+    response = client.get(path)
+
+    assert response.status_code == 404
+    assert response.json()["error"] == {"code": code, "message": f"no {code.split('_')[0]} "
+                                                                 "no-such-id"}
