@@ -120,27 +120,28 @@ QueueTable = Callable[[Settings], Iterable[QueueSpec]]
 _lock = threading.Lock()
 _declared: dict[str, QueueSpec] = {}
 _tables: list[QueueTable] = []
-_builtins: dict[str, QueueSpec] | None = None
+_tabled: dict[str, QueueSpec] | None = None
 
 
 def provide_queues(table: QueueTable) -> QueueTable:
-    r"""Register an application's queue table: ``table(settings)`` lists its queues, read
-    again from the settings after :func:`reset_registry`. A queue :func:`declare`\ d with
-    the same name replaces the table's. Registering the same table twice is harmless."""
-    global _builtins
+    """Register an application's queue table: ``table(settings)`` lists its queues, read
+    again from the settings after :func:`reset_registry`. A queue given to
+    :func:`declare` under the same name replaces the table's. Registering the same table
+    twice is harmless."""
+    global _tabled
     with _lock:
         if table not in _tables:
             _tables.append(table)
-            _builtins = None
+            _tabled = None
     return table
 
 
-def _ensure_builtins() -> dict[str, QueueSpec]:
-    global _builtins
-    if _builtins is None:
+def _from_tables() -> dict[str, QueueSpec]:
+    global _tabled
+    if _tabled is None:
         settings = get_settings()
-        _builtins = {spec.name: spec for table in _tables for spec in table(settings)}
-    return _builtins
+        _tabled = {spec.name: spec for table in _tables for spec in table(settings)}
+    return _tabled
 
 
 def declare(spec: QueueSpec) -> QueueSpec:
@@ -167,7 +168,7 @@ def redeclared(names: Iterable[str], **changes: Any) -> Iterator[None]:
 def get_spec(name: str) -> QueueSpec:
     """The spec of queue ``name``; :class:`UnknownQueue` (a KeyError) when undeclared."""
     with _lock:
-        spec = _declared.get(name) or _ensure_builtins().get(name)
+        spec = _declared.get(name) or _from_tables().get(name)
     if spec is None:
         raise UnknownQueue(name)
     return spec
@@ -176,7 +177,7 @@ def get_spec(name: str) -> QueueSpec:
 def all_specs() -> list[QueueSpec]:
     """Every queue: the queue tables' first, in their order, then those declared."""
     with _lock:
-        merged = dict(_ensure_builtins())
+        merged = dict(_from_tables())
         merged.update(_declared)
     return list(merged.values())
 
@@ -189,7 +190,7 @@ def names() -> Iterator[str]:
 def reset_registry() -> None:
     """Forget declared queues; the queue tables are read from the settings again on next
     use (tests)."""
-    global _builtins
+    global _tabled
     with _lock:
         _declared.clear()
-        _builtins = None
+        _tabled = None
