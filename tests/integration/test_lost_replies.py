@@ -17,6 +17,8 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from herald.queue import enqueue, queue, runtime
 from herald.queue.broker import LedgerBroker
@@ -89,18 +91,25 @@ def keep_busy(server: redis.Redis) -> threading.Thread:
     is busy (a ping goes unanswered). Join the thread to wait for the end."""
     server.config_resetstat()
     url = server.connection_pool.connection_kwargs
-    probe = redis.Redis(host=url["host"], port=url["port"], socket_timeout=0.05)
+    # No retries: redis-py otherwise sends a timed-out ping again (with backoff), and on a
+    # loaded machine the retries can outlast the busy spell, which is then never seen.
+    probe = redis.Redis(host=url["host"], port=url["port"], socket_timeout=0.05,
+                        retry=Retry(NoBackoff(), 0))
 
     def unanswered() -> bool:
-        try:
-            probe.ping()
-        except redis.TimeoutError:
-            return True
-        return False
+        # two pings in a row unanswered, so one slow reply on a loaded machine is not taken
+        # for a busy server
+        for _ in range(2):
+            try:
+                probe.ping()
+            except redis.TimeoutError:
+                continue
+            return False
+        return True
 
     try:
         # a starved test thread may see a busy spell only after it ended: start another
-        for _ in range(5):
+        for _ in range(10):
             busy = threading.Thread(target=server.eval, args=(BUSY, 0, BUSY_MS))
             busy.start()
             if wait_for(lambda busy=busy: unanswered() or not busy.is_alive(), timeout=5,
