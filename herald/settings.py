@@ -43,7 +43,24 @@ class Settings(BaseSettings):
     dispatch_backoff_ms: int = Field(default=1000, ge=0)
     email_worker_concurrency: int = Field(default=4, ge=1)
 
+    #: The eSIM store: order placement, the catalog syncs and FX refresh (their schedules
+    #: are removed from Redis at the clock's start while it is off).
     feature_esim_store: bool = False
+    #: eSIM provider plugins that sync catalogs and issue orders, comma-separated.
+    esim_providers: str = "mock"
+    #: Telecom operator adapters for activations and the package sync, comma-separated.
+    operators: str = "mock"
+    #: How often the clock refreshes exchange rates, and syncs the eSIM and package catalogs.
+    fx_refresh_interval_ms: int = Field(default=3_600_000, ge=1000)
+    catalog_sync_interval_s: float = Field(default=3600.0, ge=1.0)
+    #: Store recovery (docs/sweeps.md#store-recovery): how often its scans run, the age of
+    #: an in_flight order with no live job before it is requeued, how long an order with a
+    #: provider reference waits for a webhook before it is reconciled, and how long a
+    #: customer has to verify before the order is reconciled a last time (then failed).
+    store_recovery_interval_s: float = Field(default=60.0, ge=0.1)
+    store_stalled_age_s: float = Field(default=900.0, gt=0)
+    store_webhook_fallback_s: float = Field(default=600.0, gt=0)
+    store_verification_deadline_s: float = Field(default=86400.0, gt=0)
     feature_push: bool = False
 
     #: Active provider per channel (docs/pipeline.md#providers); mock sends nowhere real.

@@ -4,10 +4,16 @@ Importing this package registers every table on ``SQLModel.metadata`` (Alembic's
 autogenerate compares against it), so each table module is imported here.
 """
 
+from models.activations import Activation, ActivationStepRecord
 from models.audit import ADMIN_ACTOR, SYSTEM_ACTOR, AuditEntry, record_audit
 from models.batches import Batch
 from models.callbacks import CallbackReceipt
+from models.catalog import FxRate, OperatorPackage, ProviderHealth, StoreProduct
 from models.notifications import Account, Delivery, Notification
+from models.payments import Payment
+from models.store import Order, StoreOrder, StoreOrderStatusEvent
 
-__all__ = ["ADMIN_ACTOR", "SYSTEM_ACTOR", "Account", "AuditEntry", "Batch", "CallbackReceipt",
-           "Delivery", "Notification", "record_audit"]
+__all__ = ["ADMIN_ACTOR", "SYSTEM_ACTOR", "Account", "Activation", "ActivationStepRecord",
+           "AuditEntry", "Batch", "CallbackReceipt", "Delivery", "FxRate", "Notification",
+           "OperatorPackage", "Order", "Payment", "ProviderHealth", "StoreOrder",
+           "StoreOrderStatusEvent", "StoreProduct", "record_audit"]
