@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import warnings
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -21,6 +22,7 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel
 from sqlalchemy import text
 
+import actors  # noqa: F401  (herald's queue table: the probe below uses one of its queues)
 from herald import db
 from herald.health import serve_worker_health
 from herald.queue import actor, enqueue, runtime
@@ -373,3 +375,17 @@ def test_the_web_process_answers_head_over_real_http(web_process: str) -> None:
     request = urllib.request.Request(f"{web_process}/healthz", method="HEAD")
     with urllib.request.urlopen(request, timeout=READYZ_BOUND_S) as response:
         assert (response.status, response.read()) == (200, b"")
+
+
+def test_every_openapi_operation_has_an_id_of_its_own() -> None:
+    # Given the app's OpenAPI document (client generators name methods by operation id)
+    from herald.web import create_app
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # FastAPI warns of a duplicate id; fail on it
+        document = create_app().openapi()
+    # Then no two operations share an id (GET and HEAD of a probe included)
+    ids = [operation["operationId"] for path in document["paths"].values()
+           for operation in path.values()]
+    assert len(ids) == len(set(ids))
+    assert {"healthz_head", "readyz_head"} <= set(ids)

@@ -12,13 +12,11 @@ from herald.health import CONTENT_TYPE, OK, check_readiness, is_ready, metrics_t
 router = APIRouter(tags=["health"])
 
 
-#: Load balancers probe with HEAD: the GET's status and headers, no body (Starlette's
-#: responses send only the headers to a HEAD request).
-PROBE_METHODS = ["GET", "HEAD"]
-
-
-@router.api_route("/healthz", methods=PROBE_METHODS,
-                         summary="Liveness: the process answers (no I/O)")
+# Load balancers probe with HEAD: the GET's status and headers, no body (Starlette's
+# responses send only the headers to a HEAD request). HEAD is its own route so that each
+# operation has an id of its own in the OpenAPI document.
+@router.get("/healthz", summary="Liveness: the process answers (no I/O)")
+@router.head("/healthz", summary="Liveness, headers only", operation_id="healthz_head")
 async def healthz() -> dict[str, str]:
     """Always ``{"status": "ok"}`` while the process serves requests."""
     return {"status": OK}
@@ -32,14 +30,15 @@ class Readiness(BaseModel):
     broker: str
 
 
-@router.api_route(
-    "/readyz",
-    methods=PROBE_METHODS,
-    summary="Readiness: database, Redis and broker",
-    response_model=None,
-    responses={200: {"model": Readiness, "description": "Every check passed"},
-               503: {"model": Readiness, "description": "A check failed; the body names it"}},
-)
+READINESS_RESPONSES: dict[int | str, dict[str, object]] = {
+    200: {"model": Readiness, "description": "Every check passed"},
+    503: {"model": Readiness, "description": "A check failed; the body names it"}}
+
+
+@router.get("/readyz", summary="Readiness: database, Redis and broker", response_model=None,
+            responses=READINESS_RESPONSES)
+@router.head("/readyz", summary="Readiness, headers only", response_model=None,
+             responses=READINESS_RESPONSES, operation_id="readyz_head")
 def readyz() -> JSONResponse:
     """Each dependency ``ok`` or ``error: …``; 200 when all pass, 503 otherwise."""
     checks = check_readiness()
@@ -47,7 +46,7 @@ def readyz() -> JSONResponse:
 
 
 @router.get("/metrics", summary="Prometheus metrics, the queues' included",
-                   response_class=Response)
+            response_class=Response)
 def metrics() -> Response:
     """This process's metrics and every registry queue's counts (``queue_depth`` by queue
     and state, ``queue_jobs_total`` by outcome) in the Prometheus text format: the same
