@@ -116,8 +116,7 @@ class EsimhubProvider:
                                    "client_reference": request.order_id},
                              headers={"Idempotency-Key": key})
         order = _order(created)
-        if order.provider_order_ref is None:
-            raise EsimhubUnconfirmed("eSIMHub created an order without a reference")
+        assert order.provider_order_ref is not None  # _order refuses an order without one
         on_reference(order.provider_order_ref)
         return self._await_profile(order)
 
@@ -149,7 +148,7 @@ class EsimhubProvider:
         """Look at a processing order until it is no longer processing or the poll window
         ends; a look that fails leaves it processing (the reference is persisted)."""
         deadline = time.monotonic() + self._settings.esimhub_poll_s
-        assert order.provider_order_ref is not None
+        assert order.provider_order_ref is not None  # _order refuses an order without one
         while order.status is ProviderOrderStatus.PROCESSING and time.monotonic() < deadline:
             time.sleep(POLL_INTERVAL_S)
             try:
