@@ -61,6 +61,8 @@ class Settings(BaseSettings):
     store_stalled_age_s: float = Field(default=900.0, gt=0)
     store_webhook_fallback_s: float = Field(default=600.0, gt=0)
     store_verification_deadline_s: float = Field(default=86400.0, gt=0)
+    #: Store recovery: rows each scan re-drives per run, oldest first.
+    store_recovery_limit: int = Field(default=200, ge=1)
     feature_push: bool = False
 
     #: Active provider per channel (docs/pipeline.md#providers); mock sends nowhere real.
@@ -89,6 +91,16 @@ class Settings(BaseSettings):
     onesignal_app_id: str = ""
     onesignal_api_key: str = ""
     onesignal_base_url: str = "https://api.onesignal.com"
+
+    #: The eSIMHub provider plugin (``ESIM_PROVIDERS=...,esimhub``): its API host, bearer
+    #: key, the secret its status webhooks are signed with (refused while empty), how long
+    #: an issue waits for the profile before leaving it to the webhook, and the deadline of
+    #: each HTTP request.
+    esimhub_base_url: str = ""
+    esimhub_api_key: str = ""
+    esimhub_webhook_secret: str = ""
+    esimhub_poll_s: float = Field(default=3.0, ge=0)
+    esimhub_timeout_s: float = Field(default=10.0, gt=0)
 
     mock_callback_secret: str = "herald-mock-secret"
     #: Where the mock provider keeps its send records and scripts (default: REDIS_URL).

@@ -171,4 +171,5 @@ class EsimProvider(Protocol):
 #: The plugins, by name; ``ESIM_PROVIDERS`` says which are enabled.
 esim_providers = PluginRegistry[EsimProvider]({
     "mock": ("providers.esim_mock", "MockEsimProvider"),
+    "esimhub": ("providers.esim_http", "EsimhubProvider"),
 }, lambda settings: settings.esim_providers)

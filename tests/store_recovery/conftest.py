@@ -1,0 +1,87 @@
+"""Fixtures of the store recovery tests: PostgreSQL + Redis, the eSIM store on, empty
+store tables, and helpers that write store orders in any state at any age."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from herald import db, settings
+from herald.queue import redis as queue_redis
+from herald.queue import runtime
+
+
+@pytest.fixture(scope="session")
+def migrated_database(database_url: str) -> str:
+    """The test PostgreSQL database at the newest schema (migrated once per session)."""
+    db.migrate(database_url)
+    return database_url
+
+
+def use_env(monkeypatch: pytest.MonkeyPatch, **env: str) -> None:
+    """Set herald's environment and drop every cached settings object and client."""
+    for name, value in env.items():
+        monkeypatch.setenv(name.upper(), value)
+    settings.reset_settings()
+    queue_redis.reset_redis_client()
+    runtime.reset_brokers()
+    db.reset_engine()
+
+
+@pytest.fixture
+def store(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
+          redis_url: str) -> Iterator[None]:
+    """herald on PostgreSQL + Redis with the eSIM store on and no orders."""
+    use_env(monkeypatch, database_url=migrated_database, redis_url=redis_url, broker="redis",
+            queue_prefix=f"r{uuid.uuid4().hex[:10]}", feature_esim_store="true",
+            log_level="WARNING")
+    import actors.store_recovery  # noqa: F401  (declares the job, schedule and sweep)
+
+    with db.get_engine().begin() as connection:
+        connection.execute(text("TRUNCATE store_order_status_events, store_orders, orders, "
+                                "accounts CASCADE"))
+    yield
+    db.reset_engine()
+    runtime.reset_brokers()
+    queue_redis.reset_redis_client()
+    settings.reset_settings()
+
+
+def ago(**delta: float) -> Any:
+    """The time ``delta`` before now (timedelta keywords)."""
+    from models.base import utcnow
+
+    return utcnow() - timedelta(**delta)
+
+
+def store_order(state: str, **columns: Any) -> str:
+    """A paid order and its store order in issuance ``state`` with ``columns`` set;
+    returns the order id."""
+    from models.notifications import Account
+    from models.store import Order, StoreOrder
+
+    with db.session() as session:
+        account = Account(email="recovery@example.com")
+        session.add(account)
+        session.flush()
+        order = Order(account_id=account.id, status="paid", amount=Decimal("5.00"),
+                      currency="USD")
+        session.add(order)
+        session.flush()
+        session.add(StoreOrder(id=order.id, product_id="mock-ok", provider="mock",
+                               issuance_state=state, idempotency_key=order.id, **columns))
+    return order.id
+
+
+def reload(order_id: str) -> Any:
+    """The store order as the database holds it now."""
+    from models.store import StoreOrder
+
+    with db.session() as session:
+        return session.get(StoreOrder, order_id)
