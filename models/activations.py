@@ -1,15 +1,24 @@
 """Operator activations: a SIM activated with a telecom operator in three steps,
 ``initiate → verify_identity → complete`` (docs/state-machines.md#activations).
+
+An activation is a (step, status) pair: ``(initiate, pending)`` until its payment
+settles, ``(<step>, running)`` while the steps run, ``(complete, completed)`` at the end,
+``(<step>, failed)`` when a step failed for good. Every write to an activation goes
+through :func:`transition_activation`, guarded by the (step, status) it expects; each
+step attempt is one :class:`ActivationStepRecord`, opened ``running`` and closed with how
+it ended.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from enum import StrEnum
 
-from sqlmodel import Field, SQLModel
+from sqlalchemy import update
+from sqlmodel import Field, Session, SQLModel, col
 
-from models.base import id_field, timestamp_field
+from models.base import id_field, timestamp_field, utcnow
 
 
 class ActivationStep(StrEnum):
@@ -18,6 +27,14 @@ class ActivationStep(StrEnum):
     INITIATE = "initiate"
     VERIFY_IDENTITY = "verify_identity"
     COMPLETE = "complete"
+
+
+#: Each step's successor (None after the last).
+NEXT_STEP: dict[ActivationStep, ActivationStep | None] = {
+    ActivationStep.INITIATE: ActivationStep.VERIFY_IDENTITY,
+    ActivationStep.VERIFY_IDENTITY: ActivationStep.COMPLETE,
+    ActivationStep.COMPLETE: None,
+}
 
 
 class ActivationStatus(StrEnum):
@@ -56,7 +73,63 @@ class ActivationStepRecord(SQLModel, table=True):
     id: str = id_field()
     activation_id: str = Field(foreign_key="activations.id", max_length=36, index=True)
     step: str = Field(max_length=24)
-    #: ``running``, ``completed`` or ``failed``.
+    #: ``running``, then ``completed``, ``failed`` or ``retrying`` (a transient failure
+    #: with attempts left: the step runs again).
     status: str = Field(max_length=16)
     detail: str | None = Field(default=None, max_length=500)
     at: datetime = timestamp_field()
+
+
+class StepOutcome(StrEnum):
+    """How one step attempt (one :class:`ActivationStepRecord`) stands."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    RETRYING = "retrying"
+
+
+# -- the activation's transition helper -------------------------------------------------------
+def transition_activation(session: Session, activation_id: str, *,
+                          expect_step: ActivationStep,
+                          expect_status: Collection[ActivationStatus],
+                          step: ActivationStep, status: ActivationStatus,
+                          operator_ref: str | None = None, failed_reason: str | None = None,
+                          now: datetime | None = None) -> bool:
+    """Move an activation from (``expect_step``, one of ``expect_status``) to (``step``,
+    ``status``) in the caller's transaction, setting ``operator_ref`` and
+    ``failed_reason`` when given. One conditional UPDATE decides: False, with nothing
+    written, when the activation is elsewhere (a step already past, a failed or completed
+    activation, a missing one)."""
+    values: dict[str, object] = {"step": step.value, "status": status.value,
+                                 "updated_at": now or utcnow()}
+    if operator_ref is not None:
+        values["operator_ref"] = operator_ref
+    if failed_reason is not None:
+        values["failed_reason"] = failed_reason[:500]
+    result = session.execute(
+        update(Activation)
+        .where(col(Activation.id) == activation_id,
+               col(Activation.step) == expect_step.value,
+               col(Activation.status).in_([s.value for s in expect_status]))
+        .values(**values))
+    return result.rowcount == 1
+
+
+def open_step_record(session: Session, activation_id: str, step: ActivationStep) -> str:
+    """Add a ``running`` record of one step attempt in the caller's transaction; its id."""
+    record = ActivationStepRecord(activation_id=activation_id, step=step.value,
+                                  status=StepOutcome.RUNNING.value)
+    session.add(record)
+    return record.id
+
+
+def close_step_record(session: Session, record_id: str, outcome: StepOutcome,
+                      detail: str | None = None, *, now: datetime | None = None) -> None:
+    """Write how a running step attempt ended (and when) in the caller's transaction; a
+    record already closed is left as it is."""
+    session.execute(update(ActivationStepRecord)
+                    .where(col(ActivationStepRecord.id) == record_id,
+                           col(ActivationStepRecord.status) == StepOutcome.RUNNING.value)
+                    .values(status=outcome.value, at=now or utcnow(),
+                            detail=None if detail is None else detail[:500]))

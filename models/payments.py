@@ -4,6 +4,9 @@
 ``pending`` (created) → ``completed`` (the gateway says the money moved) → ``settled``
 (herald handed the order or activation on). Settlement may be replayed after it
 completed, so a failed downstream handoff can recover.
+
+Every write to a payment's status goes through :func:`transition_payment`, guarded by
+the status it expects; :func:`pay_order` is the order's half of a settlement.
 """
 
 from __future__ import annotations
@@ -12,10 +15,11 @@ from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
 
-from sqlalchemy import Numeric
-from sqlmodel import Field, SQLModel
+from sqlalchemy import Numeric, update
+from sqlmodel import Field, Session, SQLModel, col
 
-from models.base import UtcDateTime, id_field, timestamp_field
+from models.base import UtcDateTime, id_field, timestamp_field, utcnow
+from models.store import Order, OrderStatus
 
 
 class PaymentStatus(StrEnum):
@@ -45,3 +49,37 @@ class Payment(SQLModel, table=True):
     settled_at: datetime | None = Field(default=None, sa_type=UtcDateTime, nullable=True)
     created_at: datetime = timestamp_field()
     updated_at: datetime = timestamp_field()
+
+
+#: The timestamp column each status stamps when a payment enters it.
+_STAMPS = {PaymentStatus.COMPLETED: "completed_at", PaymentStatus.SETTLED: "settled_at"}
+
+
+# -- the payment's transition helper ----------------------------------------------------------
+def transition_payment(session: Session, payment_id: str, expect: PaymentStatus,
+                       to: PaymentStatus, *, now: datetime | None = None) -> bool:
+    """Move a payment from ``expect`` to ``to`` (stamping ``completed_at`` or
+    ``settled_at``) in the caller's transaction. One conditional UPDATE decides: False,
+    with nothing written, when the payment is not in ``expect`` (or does not exist), so
+    two completions or two settlements race to one winner."""
+    now = now or utcnow()
+    values: dict[str, object] = {"status": to.value, "updated_at": now}
+    if to in _STAMPS:
+        values[_STAMPS[to]] = now
+    result = session.execute(update(Payment)
+                             .where(col(Payment.id) == payment_id,
+                                    col(Payment.status) == expect.value)
+                             .values(**values))
+    return result.rowcount == 1
+
+
+def pay_order(session: Session, order_id: str, *, now: datetime | None = None) -> bool:
+    """Move a store order ``pending_payment → paid`` in the caller's transaction (a
+    settlement's other half). False, nothing written, when the order is not waiting for
+    its payment (or does not exist)."""
+    now = now or utcnow()
+    result = session.execute(update(Order)
+                             .where(col(Order.id) == order_id,
+                                    col(Order.status) == OrderStatus.PENDING_PAYMENT.value)
+                             .values(status=OrderStatus.PAID.value, updated_at=now))
+    return result.rowcount == 1

@@ -17,7 +17,7 @@ retention) are described in docs/queue.md. The library knows nothing of notifica
 orders: herald's own queues are declared by ``actors``.
 """
 
-from herald.queue.actor import JobActor, actor
+from herald.queue.actor import JobActor, actor, last_attempt
 from herald.queue.errors import Defer, InvalidMessage, InvalidPayload, Permanent, UnknownQueue
 from herald.queue.ledger import Job, JobState
 from herald.queue.operations import Queue, queue
@@ -59,6 +59,7 @@ __all__ = [
     "enqueue_groups",
     "enqueue_many",
     "get_spec",
+    "last_attempt",
     "queue",
     "running_worker",
     "schedule",

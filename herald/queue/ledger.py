@@ -61,12 +61,15 @@ class AddStatus(StrEnum):
     DUPLICATED = "duplicated"
     DEDUPLICATED = "deduplicated"
     RETRIED = "retried"
+    #: A completed job run again in place (``replay_completed``).
+    REPLAYED = "replayed"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Reissued:
-    """The message a duplicate add gave a waiting or delayed job (RabbitMQ): the job's own
-    actor, payload (JSON) and priority, and when it runs (0: now)."""
+    """The message an add gave an existing job (RabbitMQ: a waiting or delayed duplicate,
+    or a job retried or replayed in place): the job's own actor, payload (JSON) and
+    priority, and when it runs (0: now)."""
 
     actor: str
     data: str
@@ -79,8 +82,9 @@ class AddResult:
     """The outcome of one add: the status and the id of the job it concerns.
 
     For ``deduplicated`` the id is the job that holds the dedup key. ``reissued`` is set
-    when a ``duplicated`` job (waiting or delayed, RabbitMQ) now awaits the message named
-    by the add's token, which the caller must publish.
+    when an existing job (RabbitMQ: a waiting or delayed ``duplicated`` one, or one
+    ``retried`` or ``replayed`` in place) now awaits the message named by the add's token,
+    which the caller must publish.
     """
 
     status: AddStatus
@@ -99,6 +103,8 @@ class NewJob:
     run_at_ms: int = 0
     dedup_id: str | None = None
     retry_failed: bool = False
+    #: A completed job of this id runs again in place (settlement replay).
+    replay_completed: bool = False
     attempts: int = 3
     backoff: Backoff = Backoff.EXPONENTIAL
     backoff_base_ms: int = 1000
@@ -265,7 +271,7 @@ class Ledger:
     # -- producing ------------------------------------------------------------------------
     def add(self, queue: str, jobs: Sequence[NewJob], *, client: Any = None) -> list[AddResult]:
         """Add jobs of one actor in one round trip; each gets added|duplicated|deduplicated|
-        retried. The actor and its retry/retention config come from the first job."""
+        retried|replayed. The actor and its retry/retention config come from the first job."""
         return self.add_groups([(queue, jobs)], client=client)[0]
 
     def add_groups(self, groups: Sequence[tuple[str, Sequence[NewJob]]], *,
@@ -285,8 +291,9 @@ class Ledger:
             args += [self.base(queue), len(jobs), first.actor, config,
                      first.max_started_attempts or 0]
             for job in jobs:
+                again = ("f" if job.retry_failed else "") + ("c" if job.replay_completed else "")
                 args += [job.id, job.data, job.priority, job.run_at_ms, job.dedup_id or "",
-                         "1" if job.retry_failed else "0", job.token]
+                         again, job.token]
         raw = iter(self._scripts["add"](args=args, client=client) if client is not None
                    else self._run_own("add", args))
         # a plain row is {status, id}; a longer one is rare (see _reissued_result)

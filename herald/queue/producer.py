@@ -41,7 +41,7 @@ log = logging.getLogger("herald.jobs")
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class EnqueueResult:
-    """What an enqueue did: ``status`` is added|duplicated|deduplicated|retried."""
+    """What an enqueue did: ``status`` is added|duplicated|deduplicated|retried|replayed."""
 
     status: str
     job_id: str
@@ -63,7 +63,8 @@ def _new_job(target: JobActor[Any], payload: dict[str, Any] | BaseModel, *,
              job_id: str | None = None, priority: int = NORMAL_PRIORITY,
              delay: timedelta | None = None, at: datetime | None = None,
              dedup_id: str | None = None, retry_failed: bool = False,
-             token: str = "", options: dict[str, Any] | None = None) -> NewJob:
+             replay_completed: bool = False, token: str = "",
+             options: dict[str, Any] | None = None) -> NewJob:
     if priority not in PRIORITY_RANGE:
         raise InvalidPayload(f"priority must be {PRIORITY_RANGE.start}..{PRIORITY_RANGE.stop - 1}")
     if job_id is not None and (not job_id or len(job_id) > 512):
@@ -71,8 +72,12 @@ def _new_job(target: JobActor[Any], payload: dict[str, Any] | BaseModel, *,
     data = target.validate(payload)
     return NewJob(id=job_id or os.urandom(16).hex(), actor=target.name, data=data,
                   priority=priority, run_at_ms=_run_at(delay, at), dedup_id=dedup_id,
-                  retry_failed=retry_failed, token=token,
+                  retry_failed=retry_failed, replay_completed=replay_completed, token=token,
                   **(options or job_options(target.options, get_spec(target.queue))))
+
+
+#: Add statuses after which the job awaits a run under the add's own message (RabbitMQ).
+_NEW_RUN = frozenset({AddStatus.ADDED, AddStatus.RETRIED, AddStatus.REPLAYED})
 
 
 def _check_target(target: object) -> None:
@@ -82,8 +87,8 @@ def _check_target(target: object) -> None:
 
 def _submit(groups: Sequence[tuple[JobActor[Any], Sequence[NewJob]]]) -> list[list[AddResult]]:
     """Add groups of validated jobs (one actor each) in one round trip; on RabbitMQ, then
-    publish the messages of those added or retried, and of those duplicated that were
-    waiting or delayed (their message may never have gone out: a publish that failed
+    publish the messages of those added, retried or replayed, and of those duplicated that
+    were waiting or delayed (their message may never have gone out: a publish that failed
     after the add)."""
     broker = get_broker()
     results = get_ledger().add_groups([(target.queue, jobs) for target, jobs in groups])
@@ -91,11 +96,10 @@ def _submit(groups: Sequence[tuple[JobActor[Any], Sequence[NewJob]]]) -> list[li
     now = now_ms()
     for (target, jobs), group_results in zip(groups, results, strict=True):
         for job, result in zip(jobs, group_results, strict=True):
-            # a reissued duplicate goes out as the ledger holds it: its own payload and
-            # what is left of its delay
-            sent: NewJob | Reissued | None = (
-                job if external and result.status in (AddStatus.ADDED, AddStatus.RETRIED)
-                else result.reissued)
+            # an existing job (a reissued duplicate, a retry or replay in place) goes out
+            # as the ledger holds it: its own payload and what is left of its delay
+            sent: NewJob | Reissued | None = result.reissued or (
+                job if external and result.status in _NEW_RUN else None)
             if sent is not None:
                 publish(broker, target.queue, sent.actor, json.loads(sent.data),
                          job_id=job.id, token=job.token, priority=sent.priority,
@@ -123,20 +127,25 @@ def external_broker() -> bool:
 def enqueue(target: JobActor[Any], payload: dict[str, Any] | BaseModel, *,
             job_id: str | None = None, priority: int = NORMAL_PRIORITY,
             delay: timedelta | None = None, at: datetime | None = None,
-            dedup_id: str | None = None, retry_failed: bool = False) -> EnqueueResult:
+            dedup_id: str | None = None, retry_failed: bool = False,
+            replay_completed: bool = False) -> EnqueueResult:
     """Validate ``payload`` and add one job; nothing is written when validation fails.
 
     A job id that exists and is live or completed reports ``duplicated``; a held
     ``dedup_id`` reports ``deduplicated`` (with the holder's id); ``retry_failed`` retries
-    a retained failed job in place (``retried``). On RabbitMQ a ``duplicated`` job that is
-    waiting or delayed gets a fresh message (its own payload, the rest of its delay): its
-    first may never have gone out, if publishing failed after the add. An older message
-    that did go out is dropped on arrival, so the job still runs once.
+    a retained failed job in place (``retried``); ``replay_completed`` runs a retained
+    completed job again in place (``replayed``: same id, both attempt counters reset,
+    its return value cleared) — a live job is never doubled by either. On RabbitMQ a
+    ``duplicated`` job that is waiting or delayed gets a fresh message (its own payload,
+    the rest of its delay): its first may never have gone out, if publishing failed after
+    the add. An older message that did go out is dropped on arrival, so the job still runs
+    once.
     """
     _check_target(target)
     token = new_token() if external_broker() else ""
     job = _new_job(target, payload, job_id=job_id, priority=priority, delay=delay, at=at,
-                   dedup_id=dedup_id, retry_failed=retry_failed, token=token)
+                   dedup_id=dedup_id, retry_failed=retry_failed,
+                   replay_completed=replay_completed, token=token)
     result = _submit([(target, [job])])[0][0]
     return EnqueueResult(status=result.status.value, job_id=result.job_id)
 

@@ -6,9 +6,10 @@
 --   completed zset  job id -> finished at (ms)
 --   failed    zset  job id -> finished at (ms)
 --   job:<id>  hash  the job record: actor, data, prio, ts, cfg, state, [msa, am, as, rn, pt,
---                   ft, rt, tok, msg, cl, dd, run_at, fr, st, rv] (an absent counter is
+--                   ft, rt, rp, tok, msg, cl, dd, run_at, fr, st, rv] (an absent counter is
 --                   0); rn counts every start for good, rt is when it was last retried in
---                   place, tok the fence token of its latest run, msg the id of its current
+--                   place, rp when it was last replayed after completing,
+--                   tok the fence token of its latest run, msg the id of its current
 --                   message and cl the id of the claim that started its latest run
 --                   (RabbitMQ)
 --   dedup:<d> string the id of the job holding dedup id d

@@ -1,0 +1,345 @@
+"""The payment queue: a completed payment is settled, and settlement hands the store
+order or the activation on (docs/state-machines.md#payments).
+
+:func:`create_payment` persists a ``pending`` payment for exactly one store order
+(``pending_payment``; amount and currency must be the order's) or one pending activation
+(its amount is taken as given: an activation has no price of its own). The gateway's
+completion (:func:`complete_payment`) moves it to ``completed`` and adds the
+``settle_payment`` job, id ``{paymentId}-settle``. :func:`settle_payment` moves the
+payment to ``settled`` and the order to ``paid`` in one transaction, then hands off —
+the order's issuance run (``actors.store.enqueue_issuance``) or the activation's
+``initiate`` step — and adds the payment's receipt (``send_receipt``, id
+``{paymentId}-receipt``).
+
+Every payment job id is deterministic, so adding one again is a no-op while it is live
+or completed, and retries a retained failure in place. Settlement alone may be replayed
+after it completed (:func:`replay_settlement`): the job runs again under its id and
+re-does only the handoff, itself idempotent by its own job ids, so a handoff lost
+downstream recovers; the receipt, like every other completed payment action, stays
+deduplicated.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+from sqlmodel import Session, col, select
+
+from actors import activation as activations
+from actors import orchestration, store
+from herald.db import session as db_session
+from herald.queue import EnqueueResult, Permanent, actor, enqueue
+from models.activations import Activation, ActivationStatus
+from models.base import ID_LENGTH, utcnow
+from models.payments import Payment, PaymentStatus, pay_order, transition_payment
+from models.store import Order, OrderStatus
+
+log = logging.getLogger("herald.payments")
+
+PAYMENT_QUEUE = "payment"
+#: Gateways a payment may name (the gateway's own completion calls come to herald).
+GATEWAYS = ("mock", "stc_pay", "card")
+#: Largest amount a payment column holds (18 digits, 4 after the point).
+MAX_AMOUNT = Decimal("99999999999999.9999")
+#: Payment statuses that block a second payment for the same order or activation.
+LIVE_PAYMENT = (PaymentStatus.PENDING.value, PaymentStatus.COMPLETED.value,
+                PaymentStatus.SETTLED.value)
+
+
+class PaymentAction(StrEnum):
+    """What a payment job does; each has its own job id suffix."""
+
+    SETTLE = "settle_payment"
+    SEND_RECEIPT = "send_receipt"
+
+
+#: Job id suffix per action: ``{paymentId}-{suffix}``.
+JOB_SUFFIX = {PaymentAction.SETTLE: "settle", PaymentAction.SEND_RECEIPT: "receipt"}
+
+
+class PaymentNotFound(LookupError):
+    """No payment (or no order or activation to pay for) has this id; ``kind`` says
+    which was looked for."""
+
+    def __init__(self, kind: str, key: str) -> None:
+        super().__init__(f"no {kind} {key}")
+        self.kind = kind
+
+
+class InvalidPayment(ValueError):
+    """The payment cannot be accepted as given; nothing was persisted."""
+
+
+class PaymentConflict(RuntimeError):
+    """The payment (or what it pays for) is not in a state that allows this."""
+
+
+class PaymentJob(BaseModel):
+    """A payment job, shaped as the seed's payment job (camelCase keys)."""
+
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True,
+                              serialize_by_alias=True)
+
+    type: Literal["payment"] = "payment"
+    action: PaymentAction
+    payment_id: str = Field(min_length=1, max_length=ID_LENGTH)
+    order_id: str | None = Field(default=None, max_length=ID_LENGTH)
+    activation_id: str | None = Field(default=None, max_length=ID_LENGTH)
+    #: The account that pays.
+    user_id: str = Field(min_length=1, max_length=ID_LENGTH)
+    gateway: str = Field(min_length=1, max_length=32)
+    created_at: datetime
+
+
+def payment_job_id(payment_id: str, action: PaymentAction) -> str:
+    """The job id of one action of one payment: ``{paymentId}-settle``,
+    ``{paymentId}-receipt``."""
+    return f"{payment_id}-{JOB_SUFFIX[action]}"
+
+
+# -- creating -------------------------------------------------------------------------------
+def parse_amount(text: str) -> Decimal:
+    """A positive decimal amount with at most 4 places; InvalidPayment otherwise."""
+    try:
+        amount = Decimal(text)
+    except (InvalidOperation, TypeError):
+        raise InvalidPayment("amount: not a decimal number (like \"50.00\")") from None
+    if not amount.is_finite() or amount <= 0 or amount > MAX_AMOUNT:
+        raise InvalidPayment("amount: must be a positive amount")
+    if amount != amount.quantize(Decimal("0.0001")):
+        raise InvalidPayment("amount: at most 4 decimal places")
+    return amount
+
+
+def _for_order(session: Session, order_id: str, amount: Decimal, currency: str) -> str:
+    """Check (with the order row locked) that the order can be paid this amount; its
+    account's id."""
+    order = session.exec(select(Order).where(col(Order.id) == order_id)
+                         .with_for_update()).first() if activations.storable_id(order_id) else None
+    if order is None:
+        raise PaymentNotFound("order", order_id)
+    if order.status != OrderStatus.PENDING_PAYMENT:
+        raise PaymentConflict(f"order {order_id} is {order.status}, not pending_payment")
+    if (amount, currency) != (order.amount, order.currency):
+        raise InvalidPayment(f"amount: the order costs {money(order.amount)} {order.currency}")
+    _no_live_payment(session, col(Payment.order_id) == order_id, f"order {order_id}")
+    return order.account_id
+
+
+def _for_activation(session: Session, activation_id: str) -> str:
+    """Check (with the activation row locked) that the activation waits for a payment;
+    its account's id."""
+    found = session.exec(select(Activation).where(col(Activation.id) == activation_id)
+                         .with_for_update()).first() if activations.storable_id(
+                             activation_id) else None
+    if found is None:
+        raise PaymentNotFound("activation", activation_id)
+    if found.status != ActivationStatus.PENDING:
+        raise PaymentConflict(f"activation {activation_id} is {found.status}, not pending")
+    _no_live_payment(session, col(Payment.activation_id) == activation_id,
+                     f"activation {activation_id}")
+    return found.account_id
+
+
+def _no_live_payment(session: Session, condition: Any, what: str) -> None:
+    existing = session.exec(select(Payment.id).where(
+        condition, col(Payment.status).in_(LIVE_PAYMENT)).limit(1)).first()
+    if existing is not None:
+        raise PaymentConflict(f"{what} already has payment {existing}")
+
+
+def create_payment(*, order_id: str | None = None, activation_id: str | None = None,
+                   amount: str, currency: str, gateway: str = "mock") -> Payment:
+    """Persist a ``pending`` payment for one order or one activation.
+
+    :class:`InvalidPayment` (nothing written) for both or neither target, an amount that
+    is not a positive decimal, an unknown gateway, or an amount and currency that are not
+    the order's; :class:`PaymentNotFound` for an unknown order or activation;
+    :class:`PaymentConflict` for an order not ``pending_payment``, an activation not
+    ``pending``, or one that already has a live payment.
+    """
+    if (order_id is None) == (activation_id is None):
+        raise InvalidPayment("give order_id or activation_id, not both")
+    value = parse_amount(amount)
+    if gateway not in GATEWAYS:
+        raise InvalidPayment(f"gateway: must be one of {', '.join(GATEWAYS)}")
+    with db_session() as session:
+        if order_id is not None:
+            _for_order(session, order_id, value, currency)
+        else:
+            assert activation_id is not None
+            _for_activation(session, activation_id)
+        payment = Payment(order_id=order_id, activation_id=activation_id, amount=value,
+                          currency=currency, gateway=gateway)
+        session.add(payment)
+    log.info("payment created", extra={"payment_id": payment.id})
+    return payment
+
+
+def get_payment(payment_id: str) -> Payment | None:
+    """One payment, or None."""
+    if not activations.storable_id(payment_id):
+        return None
+    with db_session() as session:
+        return session.get(Payment, payment_id)
+
+
+def money(amount: Decimal) -> str:
+    """An amount as a decimal string with at least 2 places (``50.00``, ``12.3456``)."""
+    text = format(amount.normalize(), "f")
+    whole, _, places = text.partition(".")
+    return f"{whole}.{places.ljust(2, '0')}"
+
+
+def _stamp(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None
+
+
+def payment_view(payment: Payment) -> dict[str, Any]:
+    """A payment as JSON."""
+    return {"id": payment.id, "status": payment.status, "order_id": payment.order_id,
+            "activation_id": payment.activation_id, "amount": money(payment.amount),
+            "currency": payment.currency, "gateway": payment.gateway,
+            "created_at": payment.created_at.isoformat(),
+            "completed_at": _stamp(payment.completed_at),
+            "settled_at": _stamp(payment.settled_at),
+            "updated_at": payment.updated_at.isoformat()}
+
+
+# -- completing and settling ----------------------------------------------------------------
+def _account_of(session: Session, payment: Payment) -> str:
+    """The account that pays (the order's or the activation's)."""
+    owner = (session.get(Order, payment.order_id) if payment.order_id
+             else session.get(Activation, payment.activation_id))
+    if owner is None:
+        raise Permanent(f"payment {payment.id} pays for nothing that exists")
+    return owner.account_id
+
+
+def enqueue_payment_action(payment: Payment, action: PaymentAction, *,
+                           replay: bool = False) -> EnqueueResult:
+    """Add one action's job for ``payment`` (id ``{paymentId}-{suffix}``). A live or
+    completed job of that id is left alone (``duplicated``) and a retained failed one is
+    retried in place; ``replay`` (settlement only) also runs a completed settlement
+    again (``replayed``)."""
+    if replay and action is not PaymentAction.SETTLE:
+        raise ValueError("only settlement is replayed")
+    with db_session() as session:
+        user_id = _account_of(session, payment)
+    job = PaymentJob(action=action, payment_id=payment.id, order_id=payment.order_id,
+                     activation_id=payment.activation_id, user_id=user_id,
+                     gateway=payment.gateway, created_at=utcnow())
+    actor_of = {PaymentAction.SETTLE: settle_payment,
+                PaymentAction.SEND_RECEIPT: send_receipt}[action]
+    return enqueue(actor_of, job, job_id=payment_job_id(payment.id, action),
+                   retry_failed=True, replay_completed=replay)
+
+
+def complete_payment(payment_id: str) -> tuple[Payment, EnqueueResult | None]:
+    """The gateway's completion: ``pending → completed``, then add the settlement job.
+
+    Returns the payment and the settlement add; None when the payment was settled
+    already (nothing added: a completion never settles twice). A ``completed`` payment
+    whose settlement job was lost gets it added again. :class:`PaymentNotFound`,
+    :class:`PaymentConflict` for a failed payment.
+    """
+    payment = get_payment(payment_id)
+    if payment is None:
+        raise PaymentNotFound("payment", payment_id)
+    if payment.status == PaymentStatus.PENDING:
+        with db_session() as session:
+            transition_payment(session, payment_id, PaymentStatus.PENDING,
+                               PaymentStatus.COMPLETED)
+        payment = get_payment(payment_id)
+        assert payment is not None
+    if payment.status == PaymentStatus.SETTLED:
+        return payment, None
+    if payment.status != PaymentStatus.COMPLETED:
+        raise PaymentConflict(f"payment {payment_id} is {payment.status}")
+    return payment, enqueue_payment_action(payment, PaymentAction.SETTLE)
+
+
+def replay_settlement(payment_id: str) -> tuple[Payment, EnqueueResult]:
+    """Run the settlement of a completed or settled payment again (the operator's
+    repair for a lost handoff): its job, completed before, is replayed in place; a live
+    one is left alone, a failed one retried. :class:`PaymentNotFound`;
+    :class:`PaymentConflict` for a payment not yet completed."""
+    payment = get_payment(payment_id)
+    if payment is None:
+        raise PaymentNotFound("payment", payment_id)
+    if payment.status not in (PaymentStatus.COMPLETED, PaymentStatus.SETTLED):
+        raise PaymentConflict(f"payment {payment_id} is {payment.status}: only a completed "
+                              "payment is settled")
+    return payment, enqueue_payment_action(payment, PaymentAction.SETTLE, replay=True)
+
+
+def _settle_rows(payment_id: str) -> Payment:
+    """Payment ``completed → settled`` and its order ``pending_payment → paid`` in one
+    transaction (the payment row locked first). A settled payment is left as it is (a
+    replay); anything else is Permanent."""
+    with db_session() as session:
+        payment = session.exec(select(Payment).where(col(Payment.id) == payment_id)
+                               .with_for_update()).first()
+        if payment is None:
+            raise Permanent(f"payment {payment_id} does not exist")
+        if payment.status == PaymentStatus.SETTLED:
+            return payment
+        if payment.status != PaymentStatus.COMPLETED:
+            raise Permanent(f"payment {payment_id} is {payment.status}, not completed")
+        if payment.order_id is not None and not pay_order(session, payment.order_id):
+            order = session.get(Order, payment.order_id)
+            raise Permanent(f"order {payment.order_id} is "
+                            f"{order.status if order else 'gone'}, not pending_payment")
+        transition_payment(session, payment_id, PaymentStatus.COMPLETED,
+                           PaymentStatus.SETTLED)
+    settled = get_payment(payment_id)
+    assert settled is not None
+    return settled
+
+
+def _hand_off(payment: Payment) -> str:
+    """Start what the payment paid for; the add's status (idempotent by its job id)."""
+    if payment.order_id is not None:
+        return store.enqueue_issuance(payment.order_id).status
+    with db_session() as session:
+        found = session.get(Activation, payment.activation_id)
+    if found is None:
+        raise Permanent(f"activation {payment.activation_id} does not exist")
+    result = activations.hand_on(found)
+    return result.status if result else f"activation {found.status}"
+
+
+@actor(queue=PAYMENT_QUEUE, payload=PaymentJob)
+def settle_payment(job: PaymentJob) -> dict[str, Any]:
+    """Settle one payment and hand off (see the module's docstring)."""
+    payment = _settle_rows(job.payment_id)
+    handoff = _hand_off(payment)
+    receipt = enqueue_payment_action(payment, PaymentAction.SEND_RECEIPT).status
+    log.info("payment settled", extra={"payment_id": payment.id, "handoff": handoff})
+    return {"payment_id": payment.id, "handoff": handoff, "receipt": receipt}
+
+
+@actor(queue=PAYMENT_QUEUE, payload=PaymentJob)
+def send_receipt(job: PaymentJob) -> dict[str, Any]:
+    """Send the payer the ``payment.receipt`` notification of a settled payment, once
+    (its occurrence ``payment:{id}`` is the durable dedupe key)."""
+    payment = get_payment(job.payment_id)
+    if payment is None or payment.status != PaymentStatus.SETTLED:
+        raise Permanent(f"payment {job.payment_id} is not settled")
+    data = {"amount": money(payment.amount), "currency": payment.currency,
+            "order_id": payment.order_id or payment.activation_id,
+            "payment_method": payment.gateway,
+            "paid_at": payment.settled_at.isoformat() if payment.settled_at else None}
+    if payment.activation_id:
+        data["description"] = "SIM activation"
+    result = orchestration.trigger_event(
+        account_id=job.user_id, type="payment.receipt", occurrence=f"payment:{payment.id}",
+        data={key: value for key, value in data.items() if value is not None})
+    return {"payment_id": payment.id, "notification_id": result.notification.id,
+            "created": result.created}

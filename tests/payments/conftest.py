@@ -1,0 +1,63 @@
+"""Fixtures of the payment and activation tests: PostgreSQL + Redis, the mock operator,
+empty tables, and the activation and payment queues retrying after 100 ms (their real
+backoff is seconds; speed is not what these tests look at)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import text
+
+from herald import db, settings
+from herald.queue import redis as queue_redis
+from herald.queue import registry, runtime
+from herald.web import create_app
+
+LANES = ("activation", "payment")
+
+
+@pytest.fixture(scope="session")
+def migrated_database(database_url: str) -> str:
+    """The test PostgreSQL database at the newest schema (migrated once per session)."""
+    db.migrate(database_url)
+    return database_url
+
+
+@pytest.fixture
+def fulfillment(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
+                redis_url: str) -> Iterator[None]:
+    """herald on PostgreSQL + Redis with the mock operator and empty tables."""
+    for name, value in {"DATABASE_URL": migrated_database, "REDIS_URL": redis_url,
+                        "BROKER": "redis", "QUEUE_PREFIX": f"f{uuid.uuid4().hex[:10]}",
+                        "EMAIL_PROVIDER": "mock", "SMS_PROVIDER": "mock",
+                        "OPERATORS": "mock", "LOG_LEVEL": "WARNING"}.items():
+        monkeypatch.setenv(name, value)
+    settings.reset_settings()
+    queue_redis.reset_redis_client()
+    runtime.reset_brokers()
+    db.reset_engine()
+    import actors.activation
+    import actors.payments  # noqa: F401  (declares the actors)
+    from providers.operators import operators
+
+    operators.reset()
+    with db.get_engine().begin() as connection:
+        connection.execute(text("TRUNCATE payments, activation_steps, activations, "
+                                "store_order_status_events, store_orders, orders, "
+                                "deliveries, notifications, accounts CASCADE"))
+    with registry.redeclared(LANES, backoff_base=timedelta(milliseconds=100)):
+        yield
+    operators.reset()
+    db.reset_engine()
+    runtime.reset_brokers()
+    queue_redis.reset_redis_client()
+    settings.reset_settings()
+
+
+@pytest.fixture
+def client(fulfillment: None) -> TestClient:
+    return TestClient(create_app())
