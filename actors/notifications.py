@@ -14,16 +14,14 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from dramatiq.middleware import CurrentMessage
 from pydantic import BaseModel, Field
 from sqlalchemy import Connection
 
 from actors.render import RenderError, render
 from herald.db import autocommit
 from herald.db import session as db_session
-from herald.queue import actor, enqueue, enqueue_groups
+from herald.queue import actor, enqueue, enqueue_groups, is_last_attempt
 from herald.queue.errors import Defer, Permanent
-from herald.queue.registry import get_spec
 from models.notifications import (
     ClaimVerdict,
     Delivery,
@@ -89,12 +87,6 @@ def gate(recipient: Recipient, channel: str) -> Gate:
     return Gate(reason=None, address=address)
 
 
-def _last_attempt(queue: str) -> bool:
-    message = CurrentMessage.get_current_message()
-    made = message.options.get("attempts_made", 0) if message else 0
-    return made + 1 >= get_spec(queue).attempts
-
-
 def _claim(db: Connection, job: DeliveryJob) -> tuple[datetime, Recipient] | None:
     """This attempt's claim token and the recipient read with it; None when the delivery
     is final already. A live claim elsewhere defers the job until it would be stale; a
@@ -118,7 +110,6 @@ def deliver(job: DeliveryJob) -> dict[str, Any]:
     autocommit connection: the claim and each outcome are single conditional UPDATEs, so
     no statement needs a transaction around it (one round trip each).
     """
-    queue = CHANNEL_QUEUES[job.channel]
     with autocommit() as db:
         claimed = _claim(db, job)
         if claimed is None:
@@ -156,7 +147,7 @@ def deliver(job: DeliveryJob) -> dict[str, Any]:
             return {"delivery_id": job.delivery_id, "provider": provider.name,
                     "provider_message_id": result.provider_message_id}
         error = f"{result.failure_code}: {result.failure_message}"
-        if result.retryable and not _last_attempt(queue):
+        if result.retryable and not is_last_attempt():
             # keep sending, record the failure and release the claim for the retry
             write(Outcome.SENDING, provider=provider.name, error=error, count_attempt=True,
                   release_claim=True)
