@@ -225,3 +225,23 @@ def test_webhooks_naming_no_provider_or_no_order_are_404_and_bad_bodies_422(
             422, "invalid_webhook")
     assert store_row(verifying).webhook_at is None
     assert queue("store-fulfillment").counts()["waiting"] == 0
+
+
+def test_the_order_routes_need_the_token_and_the_webhook_its_signature(
+        client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    from herald import settings
+
+    monkeypatch.setenv("API_TOKEN", "store-token")
+    settings.reset_settings()
+    buyer = account()
+    body = {"account_id": buyer, "product_id": "mock-ok"}
+
+    assert place(client, body).status_code == 401
+    assert client.get("/v1/store/orders/x").status_code == 401
+    assert rows() == (0, 0, 0)
+    # the webhook carries no token: its signature is checked instead
+    webhook = post(client, b"{}", {})
+    assert (webhook.status_code, webhook.json()["error"]["code"]) == (401, "invalid_signature")
+    placed = client.post("/v1/store/orders", json=body,
+                         headers={"Authorization": "Bearer store-token"})
+    assert placed.status_code == 201

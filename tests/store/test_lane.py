@@ -221,3 +221,17 @@ def test_a_run_for_a_final_order_changes_nothing(worker: None) -> None:
     assert job.return_value["skipped"] == "already issued"
     assert events(order_id) == before
     assert MockEsimProvider.charges(order_id) == 1
+
+
+def test_an_unpaid_order_is_never_issued(worker: None) -> None:
+    from tests.store.support import placed
+
+    order_id = placed("mock-ok")
+    enqueue_issuance(order_id)
+    job = wait_job(f"{order_id}-issue", "failed")
+
+    assert "only a paid order is issued" in job.failed_reason
+    view = order(order_id)
+    assert (view["issuance_state"], view["status"]) == ("pending", "pending_payment")
+    assert events(order_id) == [PLACED]
+    assert MockEsimProvider.charges(order_id) == 0
