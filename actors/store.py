@@ -42,8 +42,9 @@ from enum import StrEnum
 from typing import Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session
 
 from actors.orchestration import trigger_event
 from herald.db import session as db_session
@@ -165,7 +166,7 @@ class AccountNotFound(LookupError):
     """The order names an account that does not exist."""
 
 
-def _check_provider(session: Any, provider: str) -> None:
+def _check_provider(session: Session, provider: str) -> None:
     """The checkout circuit breaker: refuse a provider whose plugin is off, or whose last
     health reading says it is unavailable."""
     if provider not in esim_providers.enabled() or provider not in esim_providers.classes:
@@ -352,7 +353,7 @@ def _persist_reference(order_id: str, reference: str) -> None:
 
 
 def _issue(plugin: EsimProvider, run: Run, *, expect: frozenset[IssuanceState],
-           guard: Any = None) -> dict[str, Any]:
+           guard: ColumnElement[bool] | None = None) -> dict[str, Any]:
     """Stamp ``in_flight`` (committed), then ask the provider for the order."""
     order = run.order
     if order.order_status != OrderStatus.PAID.value:
@@ -413,10 +414,13 @@ def _classified(run: Run, error: EsimError, *, issuing: bool) -> NoReturn:
     raise error  # a bare EsimError is unclassified: the order stays as it is
 
 
-def _fail(run: Run, code: str, reason: str, *, guard: Any = None,
+def _fail(run: Run, code: str, reason: str, *, guard: ColumnElement[bool] | None = None,
           expect: frozenset[IssuanceState] = RECONCILE_STATES) -> bool:
-    return _transition(run, f"failed ({code})", to=IssuanceState.FAILED, expect=expect,
-                       guard=guard, error_code=code, failed_reason=reason)
+    failed = _transition(run, f"failed ({code})", to=IssuanceState.FAILED, expect=expect,
+                         guard=guard, error_code=code, failed_reason=reason)
+    if failed:
+        log.info("order failed", extra={"order_id": run.order.id, "error_code": code})
+    return failed
 
 
 def _apply(run: Run, answer: ProviderOrder) -> dict[str, Any]:
@@ -459,6 +463,7 @@ def _issued(run: Run, answer: ProviderOrder, reference: dict[str, str]) -> dict[
                           activation_code=profile.activation_code,
                           smdp_address=profile.smdp_address, **reference)
     if applied:
+        log.info("order issued", extra={"order_id": run.order.id})
         announce_profile(run.order.id)
     return {"issued": applied}
 
