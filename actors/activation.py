@@ -25,7 +25,7 @@ from sqlmodel import Session, col, select
 
 from actors.orchestration import E164
 from herald.db import session as db_session
-from herald.queue import EnqueueResult, Permanent, actor, enqueue, last_attempt
+from herald.queue import EnqueueResult, Permanent, actor, enqueue, is_last_attempt
 from models.activations import (
     NEXT_STEP,
     Activation,
@@ -248,7 +248,7 @@ def run_activation_step(job: ActivationJob) -> dict[str, Any]:
     try:
         result = _call(activation, step)
     except TransientOperatorError as error:
-        final = last_attempt()
+        final = is_last_attempt()
         _end(activation, step, record_id, detail=str(error),
              outcome=StepOutcome.FAILED if final else StepOutcome.RETRYING)
         raise

@@ -20,7 +20,7 @@ from sqlalchemy import Connection
 from actors.render import RenderError, render
 from herald.db import autocommit
 from herald.db import session as db_session
-from herald.queue import actor, enqueue, enqueue_groups, last_attempt
+from herald.queue import actor, enqueue, enqueue_groups, is_last_attempt
 from herald.queue.errors import Defer, Permanent
 from models.notifications import (
     ClaimVerdict,
@@ -147,7 +147,7 @@ def deliver(job: DeliveryJob) -> dict[str, Any]:
             return {"delivery_id": job.delivery_id, "provider": provider.name,
                     "provider_message_id": result.provider_message_id}
         error = f"{result.failure_code}: {result.failure_message}"
-        if result.retryable and not last_attempt():
+        if result.retryable and not is_last_attempt():
             # keep sending, record the failure and release the claim for the retry
             write(Outcome.SENDING, provider=provider.name, error=error, count_attempt=True,
                   release_claim=True)

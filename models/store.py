@@ -10,14 +10,17 @@ same transaction whenever the state or the error code changes.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
+from typing import Any
 
-from sqlalchemy import Index, Numeric, text
-from sqlmodel import Field, SQLModel
+from sqlalchemy import ColumnElement, Index, Numeric, Row, insert, select, text, update
+from sqlmodel import Field, Session, SQLModel
+from sqlmodel import select as sqlmodel_select
 
-from models.base import UtcDateTime, id_field, timestamp_field
+from models.base import UtcDateTime, id_field, new_id, timestamp_field, utcnow
 
 
 class OrderStatus(StrEnum):
@@ -124,3 +127,183 @@ class StoreOrderStatusEvent(SQLModel, table=True):
     #: What happened and which run did it, e.g. ``reconcile (provider webhook)``.
     note: str = Field(max_length=255)
     created_at: datetime = timestamp_field()
+
+
+class EventSource(StrEnum):
+    """Who made a status change (``store_order_status_events.source``)."""
+
+    #: herald's own runs: the issuance lane and store recovery.
+    SYSTEM = "system"
+    #: A request to the HTTP API (placing the order).
+    API = "api"
+
+
+class _Keep:
+    """The type of :data:`KEEP`."""
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+#: Leave the column as it is (the default of ``error_code`` / ``failed_reason``).
+KEEP: Any = _Keep()
+
+_store = StoreOrder.__table__  # type: ignore[attr-defined]
+_orders = Order.__table__  # type: ignore[attr-defined]
+_events = StoreOrderStatusEvent.__table__  # type: ignore[attr-defined]
+
+#: What a final issuance does to its order, and the order status it may do it from.
+ORDER_OUTCOMES = {IssuanceState.ISSUED: OrderStatus.COMPLETED,
+                  IssuanceState.FAILED: OrderStatus.FAILED}
+_ORDER_SETTLES_FROM = OrderStatus.PAID.value
+#: Columns only :func:`transition_store_order` writes, through its own arguments.
+_GUARDED = frozenset({"issuance_state", "error_code", "failed_reason"})
+_FREE = frozenset(c.key for c in _store.columns) - _GUARDED - {"id", "created_at", "updated_at"}
+#: Reads of a row that another writer changed before this one's UPDATE (SQLite only: on
+#: PostgreSQL the read holds the row lock, so the first try decides).
+_TRIES = 5
+
+
+def _read_issuance(session: Session, order_id: str) -> Row[Any] | None:
+    """The order's issuance state and error code, its row locked until the transaction
+    ends on PostgreSQL (FOR UPDATE; SQLAlchemy leaves the clause out on SQLite)."""
+    return session.execute(select(_store.c.issuance_state, _store.c.error_code)
+                           .where(_store.c.id == order_id).with_for_update()).first()
+
+
+def transition_store_order(session: Session, order_id: str, *, to: IssuanceState,
+                           expect: Collection[IssuanceState], source: EventSource | str,
+                           note: str, error_code: str | None = KEEP,
+                           failed_reason: str | None = KEEP,
+                           guard: ColumnElement[bool] | None = None,
+                           now: datetime | None = None, **columns: Any) -> bool:
+    """Move a store order's issuance to ``to`` — the one write of ``issuance_state``,
+    ``error_code`` and ``failed_reason`` (docs/state-machines.md#store-orders). Commits;
+    returns whether the write applied (False: nothing changed).
+
+    It applies only while the state is one of ``expect`` and ``guard`` (any further
+    condition the write needs, over the ``store_orders`` columns) holds, checked by the
+    conditional UPDATE itself. ``columns`` are other ``store_orders`` columns written with
+    it (a profile, ``in_flight_at``, ...); ``error_code``/``failed_reason`` left at
+    :data:`KEEP` keep their value. When the state or the error code changes, a
+    ``store_order_status_events`` row (from, to, error code, ``source``, ``note``) is
+    added in the same transaction. Moving to ``issued`` (``failed``) also moves the paid
+    order to ``completed`` (``failed``) in that transaction.
+
+    Locking: the store-order row is locked before the order row. On PostgreSQL the read
+    of the current state takes the store-order row (``SELECT … FOR UPDATE``) and the
+    order's UPDATE then takes the order row. SQLite has no row locks: its first write
+    takes the database's one write lock, which serialises the whole write transaction
+    against every other writer; the UPDATE is then a compare-and-set on the state and
+    error code it read, re-read when another writer got in between.
+    """
+    unknown = set(columns) - _FREE
+    if unknown:
+        raise ValueError(f"transition_store_order cannot write {', '.join(sorted(unknown))}")
+    allowed = {IssuanceState(state).value for state in expect}
+    now = now or utcnow()
+    values = {**columns, "issuance_state": IssuanceState(to).value, "updated_at": now}
+    if error_code is not KEEP:
+        values["error_code"] = error_code
+    if failed_reason is not KEEP:
+        values["failed_reason"] = None if failed_reason is None else failed_reason[:500]
+    seen = _read_issuance(session, order_id)
+    for _ in range(_TRIES):
+        if seen is None or seen.issuance_state not in allowed:
+            break
+        condition = [_store.c.id == order_id, _store.c.issuance_state == seen.issuance_state,
+                     _store.c.error_code.is_not_distinct_from(seen.error_code)]
+        if guard is not None:
+            condition.append(guard)
+        if session.execute(update(_store).where(*condition).values(values)).rowcount == 1:
+            _after_transition(session, order_id, seen, values, source, note, now)
+            session.commit()
+            return True
+        again = _read_issuance(session, order_id)
+        if again is not None and tuple(again) == tuple(seen):
+            break  # the guard, not a concurrent writer, refused it
+        seen = again
+    session.rollback()
+    return False
+
+
+def _after_transition(session: Session, order_id: str, seen: Row[Any],
+                      values: dict[str, Any], source: EventSource | str, note: str,
+                      now: datetime) -> None:
+    """The status event of an applied transition and its order's move, in its transaction."""
+    to = values["issuance_state"]
+    error_code = values.get("error_code", seen.error_code)
+    if to != seen.issuance_state or error_code != seen.error_code:
+        _insert_event(session, order_id, from_state=seen.issuance_state, to_state=to,
+                      error_code=error_code, source=source, note=note, now=now)
+    outcome = ORDER_OUTCOMES.get(IssuanceState(to))
+    if outcome is not None:
+        # the store-order row is held already: the order row is always taken second
+        session.execute(update(_orders)
+                        .where(_orders.c.id == order_id,
+                               _orders.c.status == _ORDER_SETTLES_FROM)
+                        .values(status=outcome.value, updated_at=now))
+
+
+def _insert_event(session: Session, order_id: str, *, from_state: str | None, to_state: str,
+                  error_code: str | None, source: EventSource | str, note: str,
+                  now: datetime) -> None:
+    session.execute(insert(_events).values(
+        id=new_id(), store_order_id=order_id, from_state=from_state, to_state=to_state,
+        error_code=error_code, source=str(source), note=note[:255], created_at=now))
+
+
+def record_provider_reference(session: Session, order_id: str, reference: str) -> bool:
+    """Persist the provider's reference of an order being issued (``in_flight``) as soon
+    as it is known; commits. False when the order is not in flight any more."""
+    result = session.execute(
+        update(_store)
+        .where(_store.c.id == order_id,
+               _store.c.issuance_state == IssuanceState.IN_FLIGHT.value)
+        .values(provider_order_ref=reference[:255], updated_at=utcnow()))
+    session.commit()
+    return result.rowcount == 1
+
+
+def stamp_webhook(session: Session, order_id: str, *, now: datetime | None = None) -> None:
+    """Record that the provider's status webhook for the order arrived (``webhook_at``);
+    commits. The issuance state is left to the reconcile the webhook asks for."""
+    now = now or utcnow()
+    session.execute(update(_store).where(_store.c.id == order_id)
+                    .values(webhook_at=now, updated_at=now))
+    session.commit()
+
+
+def find_by_reference(session: Session, provider: str, reference: str) -> StoreOrder | None:
+    """The store order ``provider`` knows as ``reference``, or None."""
+    return session.exec(sqlmodel_select(StoreOrder).where(
+        StoreOrder.provider == provider, StoreOrder.provider_order_ref == reference)).first()
+
+
+def status_events(session: Session, order_id: str) -> list[StoreOrderStatusEvent]:
+    """A store order's status events, oldest first."""
+    return list(session.exec(sqlmodel_select(StoreOrderStatusEvent)
+                             .where(StoreOrderStatusEvent.store_order_id == order_id)
+                             .order_by(StoreOrderStatusEvent.created_at,
+                                       StoreOrderStatusEvent.id)).all())
+
+
+def insert_store_order(session: Session, *, account_id: str, product_id: str, provider: str,
+                       amount: Decimal, currency: str, source: EventSource | str = EventSource.API,
+                       note: str = "order placed") -> tuple[Order, StoreOrder]:
+    """Persist a new order (``pending_payment``), its store order (issuance ``pending``)
+    and the store order's first status event, together; commits. Raises IntegrityError,
+    persisting nothing, when the account does not exist."""
+    now = utcnow()
+    order = Order(account_id=account_id, amount=amount, currency=currency,
+                  created_at=now, updated_at=now)
+    store_order = StoreOrder(id=order.id, product_id=product_id, provider=provider,
+                             idempotency_key=order.id, created_at=now, updated_at=now)
+    session.add(order)
+    session.flush()  # the store order's foreign key needs the order first
+    session.add(store_order)
+    session.flush()
+    _insert_event(session, order.id, from_state=None, to_state=store_order.issuance_state,
+                  error_code=None, source=source, note=note, now=now)
+    session.commit()
+    return order, store_order

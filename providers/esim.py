@@ -134,7 +134,15 @@ class AmbiguousEsimError(EsimError):
 
 
 class InvalidWebhook(ValueError):
-    """A status webhook whose signature or body is wrong (answered 401/422, ignored)."""
+    """A status webhook whose signature or body is wrong (answered 401/422, ignored).
+
+    Raised as is, it means the signature did not verify (401); a correctly signed body
+    herald cannot read is :class:`InvalidWebhookBody` (422)."""
+
+
+class InvalidWebhookBody(InvalidWebhook):
+    """A status webhook whose signature verified but whose body has not the provider's
+    shape."""
 
 
 @runtime_checkable

@@ -98,8 +98,9 @@ _SEND_SCRIPT = Script(None, _SEND_LUA.encode())
 _store_clients: dict[str, redis.Redis] = {}
 
 
-def _store() -> redis.Redis:
-    """Where the mock's records and scripts live: MOCK_STORE_URL, else the job Redis."""
+def mock_store() -> redis.Redis:
+    """Where the mocks (this provider, the mock eSIM provider) keep their records:
+    MOCK_STORE_URL, else the job Redis."""
     url = get_settings().mock_store_url
     if not url:
         return redis_client()
@@ -130,7 +131,7 @@ class MockProvider:
         """Decide (atomically) what the script says for ``message.to``, record, answer:
         one round trip, on the sending thread's own connection (a scripted hang takes a
         second one, to record after waiting)."""
-        client = _store()
+        client = mock_store()
         sends_key, script_key = _keys()
         accepted = SendResult.ok(f"mock-{uuid.uuid4().hex}")
         body, ok_tail = _record_body(message), _record_tail(accepted)
@@ -156,12 +157,12 @@ class MockProvider:
         if not _BEHAVIOUR.match(behaviour):
             raise ValueError(f"unknown mock behaviour {behaviour!r}: "
                              "use ok, transient:N, terminal or hang:S")
-        _store().hset(_keys()[1], address, behaviour)
+        mock_store().hset(_keys()[1], address, behaviour)
 
     @classmethod
     def sends(cls, *, accepted_only: bool = False) -> list[dict[str, Any]]:
         """Every recorded send, oldest first (only the accepted ones if asked)."""
-        raw = _store().lrange(_keys()[0], 0, -1)
+        raw = mock_store().lrange(_keys()[0], 0, -1)
         records = [json.loads(item) for item in raw]
         if accepted_only:
             records = [record for record in records if record["outcome"] == "ok"]
@@ -170,7 +171,7 @@ class MockProvider:
     @classmethod
     def reset(cls) -> None:
         """Forget every recorded send and every scripted behaviour."""
-        _store().delete(*_keys())
+        mock_store().delete(*_keys())
 
 
 def _record_body(message: OutboundMessage) -> str:

@@ -17,7 +17,8 @@ retention) are described in docs/queue.md. The library knows nothing of notifica
 orders: herald's own queues are declared by ``actors``.
 """
 
-from herald.queue.actor import JobActor, actor, last_attempt
+from herald.queue.actor import JobActor, actor
+from herald.queue.current import attempts_made, is_last_attempt
 from herald.queue.errors import Defer, InvalidMessage, InvalidPayload, Permanent, UnknownQueue
 from herald.queue.ledger import Job, JobState
 from herald.queue.operations import Queue, queue
@@ -54,12 +55,13 @@ __all__ = [
     "Schedule",
     "UnknownQueue",
     "actor",
+    "attempts_made",
     "declare",
     "enqueue",
     "enqueue_groups",
     "enqueue_many",
     "get_spec",
-    "last_attempt",
+    "is_last_attempt",
     "queue",
     "running_worker",
     "schedule",

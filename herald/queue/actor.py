@@ -132,19 +132,6 @@ def exhausted_hook(actor_name: str, payload: Any, reason: str) -> None:
         job_actor.on_exhausted(job_actor.model.model_validate(payload), reason)
 
 
-def last_attempt() -> bool:
-    """True when the job this thread runs has no attempt left after this one: a failure
-    now fails it for good. False outside a job."""
-    message = CurrentMessage.get_current_message()
-    if message is None:
-        return False
-    with _lock:
-        job_actor = _actors.get(message.actor_name)
-    attempts = ((job_actor.options.attempts if job_actor else None)
-                or get_spec(message.queue_name).attempts)
-    return int(message.options.get("attempts_made", 0)) + 1 >= attempts
-
-
 def declared_actors() -> list[JobActor[Any]]:
     """Every actor declared so far in this process."""
     with _lock:

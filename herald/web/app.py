@@ -36,10 +36,12 @@ def _routers() -> list[APIRouter]:
         health,
         notifications,
         payments,
+        store,
     )
 
     return [health.router, accounts.router, events.router, notifications.router,
-            batches.router, callbacks.router, payments.router, activations.router]
+            batches.router, callbacks.router, payments.router, activations.router,
+            store.router, store.webhooks]
 
 
 def _version() -> str:

@@ -1,0 +1,63 @@
+"""An issued profile sends the ``esim.ready`` email — with its QR code attached — through
+the notification pipeline, once per profile however many runs see the order issued."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import func
+from sqlmodel import select
+
+from actors.store import Trigger, enqueue_issuance, issuance_job_id
+from herald import db
+from herald.queue import running_worker
+from models.notifications import Notification
+from providers.esim_mock import MockEsimProvider
+from providers.mock import MockProvider
+from tests.store.conftest import STORE_QUEUES
+from tests.store.support import account, order, paid, wait_job, wait_state
+from tests.support.waiting import wait_for
+
+
+@pytest.fixture
+def workers(store: str) -> Iterator[None]:
+    MockEsimProvider.reset()
+    MockProvider.reset()
+    with running_worker(list(STORE_QUEUES)):
+        yield
+    MockProvider.reset()
+    MockEsimProvider.reset()
+
+
+def emails_to(address: str) -> list[dict[str, object]]:
+    return [send for send in MockProvider.sends(accepted_only=True)
+            if send["channel"] == "email" and send["to"] == address]
+
+
+def test_the_esim_email_with_its_qr_code_is_sent_once_per_profile(workers: None) -> None:
+    address = "buyer@example.com"
+    order_id = paid("mock-ok", account(address))
+
+    # When the order is issued
+    enqueue_issuance(order_id)
+    profile = wait_state(order_id, "issued")["profile"]
+
+    # Then the eSIM email reaches the mock provider with the QR code attached
+    [email] = wait_for(lambda: emails_to(address), what="the esim.ready email")  # type: ignore[misc]
+    assert email["attachments"] == ["esim-qr.png"]
+    assert profile["iccid"] in str(email["text"])
+
+    # When more runs find the order issued (a requeue, a provider webhook)
+    for trigger, key in ((Trigger.REQUEUE, "again"), (Trigger.PROVIDER_WEBHOOK, "late")):
+        enqueue_issuance(order_id, trigger, run_key=key)
+        wait_job(issuance_job_id(order_id, trigger, key), "completed")
+
+    # Then there is still one notification of the profile and one email
+    with db.session() as session:
+        notifications = session.exec(select(func.count()).select_from(Notification).where(
+            Notification.type == "esim.ready",
+            Notification.occurrence == profile["iccid"])).one()
+    assert notifications == 1
+    assert len(emails_to(address)) == 1
+    assert order(order_id)["status"] == "completed"
