@@ -1,6 +1,7 @@
 """A store recovery step of the tests' own, for ``--import tests.lifecycle.recovery_probe``:
 herald's store recovery group with a startup step that enqueues a probe job onto
-``store-fulfillment``, as the real scan's enqueue does."""
+``store-fulfillment``, as the real scan's enqueue does. Only worker subprocesses import
+it: in a test process it would add its group to every plan."""
 
 from __future__ import annotations
 
@@ -9,10 +10,7 @@ import dataclasses
 from actors.lifecycle import STORE_RECOVERY_GROUP
 from herald.queue import enqueue
 from herald.queue.worker import declare_groups
-from tests.lifecycle.probes import Probe, lc_probe_store
-
-#: The id of the job the probe step enqueues.
-RECOVERY_PROBE_JOB = "recovery-probe"
+from tests.lifecycle.probes import RECOVERY_PROBE_JOB, Probe, lc_probe_store
 
 
 def enqueue_recovery_probe() -> None:

@@ -16,8 +16,14 @@ import redis
 
 from herald.queue import enqueue, queue
 from tests.lifecycle.conftest import Lifecycle, WorkerRun, reset_herald
-from tests.lifecycle.probes import Probe, events, lc_probe_email, lc_probe_store, open_gate
-from tests.lifecycle.recovery_probe import RECOVERY_PROBE_JOB
+from tests.lifecycle.probes import (
+    RECOVERY_PROBE_JOB,
+    Probe,
+    events,
+    lc_probe_email,
+    lc_probe_store,
+    open_gate,
+)
 from tests.support.waiting import wait_for
 
 #: The notification lanes' drain bound (their queues' shutdown_timeout).
