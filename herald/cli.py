@@ -318,8 +318,9 @@ def cmd_web(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
-    """``herald worker``: run queues until SIGTERM/SIGINT, then drain. A taken
-    ``WORKER_PORT`` stops it at start with one line saying so (exit code 1)."""
+    """``herald worker``: run queues in their worker groups (``actors.lifecycle``) until
+    SIGTERM/SIGINT, then drain. A failed start, or a taken ``WORKER_PORT``, stops it at
+    start with one line saying why (exit code 1)."""
     from herald.health import PortInUse, serve_worker_health
     from herald.queue.worker import run_worker_process
 
@@ -331,7 +332,8 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
         port = settings.worker_port
         return run_worker_process(
             queues, imports=args.imports,
-            health=None if port is None else lambda: serve_worker_health(port))
+            health=None if port is None else lambda lanes: serve_worker_health(
+                port, lanes=lanes))
     except PortInUse as error:
         return _fail(f"the worker's health port {error.port} (WORKER_PORT) is already in "
                      "use, by another worker on this machine perhaps; set WORKER_PORT to a "

@@ -140,6 +140,9 @@ class _HealthHandler(BaseHTTPRequestHandler):
             self._send_json(200, {"status": OK})
         elif path == "/readyz":
             checks = check_readiness()
+            lanes = getattr(self.server, "lanes", None)
+            if lanes is not None:
+                checks["lanes"] = lanes()
             self._send_json(200 if is_ready(checks) else 503, checks)
         elif path == "/metrics":
             self._send(200, metrics_text(), CONTENT_TYPE)
@@ -195,12 +198,15 @@ class PortInUse(OSError):
         self.port = port
 
 
-def serve_worker_health(port: int, host: str = "0.0.0.0") -> HealthServer:
+def serve_worker_health(port: int, host: str = "0.0.0.0", *,
+                        lanes: Callable[[], str] | None = None) -> HealthServer:
     """Serve ``/healthz``, ``/readyz`` and ``/metrics`` on ``host:port`` in a daemon thread.
 
     ``port=0`` picks a free port (see :attr:`HealthServer.port`). Raises
     :class:`PortInUse` when the port is taken, any other ``OSError`` when it cannot be
-    bound otherwise. Liveness answers even while every dependency is down.
+    bound otherwise. Liveness answers even while every dependency is down. ``lanes``
+    (the worker's own state, read from memory) adds a ``lanes`` check to ``/readyz``:
+    ``"ok"``, or ``"error: …"`` naming the lanes whose start failed.
     """
     try:
         server = ThreadingHTTPServer((host, port), _HealthHandler)
@@ -209,6 +215,7 @@ def serve_worker_health(port: int, host: str = "0.0.0.0") -> HealthServer:
             raise PortInUse(port) from None
         raise
     server.daemon_threads = True
+    server.lanes = lanes  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
                               name="herald-worker-health", daemon=True)
     thread.start()

@@ -127,8 +127,9 @@ class LedgerMiddleware(Middleware):
         self._started: dict[str, float] = {}
         self._running: dict[tuple[str, str], tuple[str, str]] = {}
         self._running_lock = threading.Lock()
-        self._heartbeat: threading.Thread | None = None
-        self._stop = threading.Event()
+        # one lock heartbeat per started worker (a process may run several, one per
+        # group of queues: docs/queue.md#lifecycle), each stopped with its own worker
+        self._heartbeats: dict[int, threading.Event] = {}
 
     # -- both brokers ---------------------------------------------------------------------
     def before_process_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
@@ -196,24 +197,27 @@ class LedgerMiddleware(Middleware):
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         if getattr(broker, "external_ledger", False):
-            self._stop.clear()
-            consumed = worker.consumer_whitelist
+            stop = self._heartbeats[id(worker)] = threading.Event()
+            consumed = set(worker.consumer_whitelist or ())
             specs = [spec for spec in all_specs() if not consumed or spec.name in consumed]
             interval = extend_interval(specs or all_specs())
-            self._heartbeat = threading.Thread(target=self._extend_locks,
-                                               args=(broker, interval),
-                                               name="herald-lock-heartbeat", daemon=True)
-            self._heartbeat.start()
+            threading.Thread(target=self._extend_locks, args=(broker, interval, stop, consumed),
+                             name="herald-lock-heartbeat", daemon=True).start()
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
-        self._stop.set()
+        stop = self._heartbeats.pop(id(worker), None)
+        if stop is not None:
+            stop.set()
 
-    def _extend_locks(self, broker: ExternalLedgerBroker, interval: float) -> None:
-        """Extend the lock of every run of this process each ``interval`` seconds (see
-        :func:`extend_interval`), until the worker shuts down."""
-        while not self._stop.wait(interval):
+    def _extend_locks(self, broker: ExternalLedgerBroker, interval: float,
+                      stop: threading.Event, consumed: set[str]) -> None:
+        """Extend the lock of every run of this process on the ``consumed`` queues (all
+        when empty) each ``interval`` seconds (see :func:`extend_interval`), until
+        ``stop`` is set (its worker shuts down)."""
+        while not stop.wait(interval):
             with self._running_lock:
-                running = dict(self._running)
+                running = {key: value for key, value in self._running.items()
+                           if not consumed or key[0] in consumed}
             by_queue: dict[str, list[tuple[str, str]]] = {}
             for (queue, job_id), (token, _) in running.items():
                 by_queue.setdefault(queue, []).append((job_id, token))
@@ -222,7 +226,6 @@ class LedgerMiddleware(Middleware):
                     broker.ledger.cycle(get_spec(queue), extend=entries, external=True)
                 except Exception:  # the next beat tries again; a stall is the fallback
                     log.warning("lock extension failed", extra={"queue": queue})
-
 
 def default_middleware() -> list[dramatiq.Middleware]:
     """The middleware herald's brokers run: ledger outcomes, current message, time limits."""

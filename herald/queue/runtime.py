@@ -10,7 +10,7 @@ import dramatiq
 from herald.queue import metrics
 from herald.queue.actor import bind_all
 from herald.queue.ledger import Ledger
-from herald.queue.redis import redis_client
+from herald.queue.redis import redis_client, reset_redis_client
 from herald.settings import get_settings
 
 _lock = threading.RLock()
@@ -65,3 +65,15 @@ def reset_brokers() -> None:
         _broker = None
         _ledger = None
         bind_all(None)
+
+
+def close_producers() -> None:
+    """Close the process-wide broker's connections and the shared Redis client, then
+    forget them; returns when both are closed. A later enqueue opens new ones."""
+    global _broker, _ledger
+    with _lock:
+        broker, _broker, _ledger = _broker, None, None
+        bind_all(None)
+    if broker is not None:
+        broker.close()
+    reset_redis_client()

@@ -1,26 +1,40 @@
-"""Running queues: Dramatiq's worker on herald's broker, one concurrency per queue.
+"""Running queues: Dramatiq's worker on herald's broker, one concurrency per queue, the
+queues of a process started and stopped in groups.
 
 A worker process runs the queues it is given, each with the registry's concurrency and
 independent of the others: the process gets as many threads as its queues' concurrencies
-add up to, and each queue's consumer fetches only up to its own free slots. SIGTERM and
-SIGINT drain in-flight jobs without force (queues with a shutdown bound get forced after
-it); a second signal during the drain is logged and ignored.
+add up to, and each queue's consumer fetches only up to its own free slots.
+
+An application sorts its queues into :class:`WorkerGroup` s (:func:`declare_groups`).
+A group has a startup step (build what its actors need), a failure policy for that step
+and a drain bound (its queues' ``shutdown_timeout``). At start every group of the process
+runs its step, in declaration order, before any queue is consumed; then the groups that
+started consume. A failed step of a ``stop_all`` group stops the process (exit code 1); a
+failed ``stop_group`` step leaves that group's queues unconsumed and the rest running.
+
+SIGTERM and SIGINT stop every group at once, each draining its in-flight jobs: a group
+with a bound forces its runs past it, one without waits for them however long they take;
+a second signal during the drain is logged and ignored. Then the producer clients close,
+within :data:`PRODUCER_CLOSE_BOUND`. See docs/queue.md#lifecycle.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
+from enum import StrEnum
 from types import FrameType
 from typing import Protocol
 
 import dramatiq
 
+from herald.queue import runtime
 from herald.queue.actor import declared_actors
 from herald.queue.dramatiq_internals import drop_worker_middleware
 from herald.queue.registry import all_specs, get_spec
@@ -31,8 +45,16 @@ log = logging.getLogger("herald.worker")
 # middleware logs every outcome with ids only and the job record keeps the stack.
 logging.getLogger("dramatiq.worker.WorkerThread").setLevel(logging.CRITICAL)
 
-#: How long a drain may take when no queue names a bound (Dramatiq's own default: 10 min).
-UNBOUNDED_DRAIN = timedelta(minutes=10)
+#: How long the producer clients get to close at the end of a worker process; past it
+#: they are left to the process's exit, which drops their connections.
+PRODUCER_CLOSE_BOUND = timedelta(seconds=5)
+#: What Dramatiq is given for a drain without a deadline (it takes milliseconds, and
+#: Python's thread joins refuse more than about 292 years).
+_NO_DEADLINE_MS = 100 * 365 * 24 * 3600 * 1000
+#: Exit code of a worker process whose start failed.
+STARTUP_FAILED = 1
+#: The readiness of a worker whose groups all run (the health checks' "ok").
+READY = "ok"
 
 
 def queues_or_all(queues: Sequence[str] | None) -> list[str]:
@@ -48,15 +70,112 @@ def import_modules(modules: Sequence[str]) -> None:
         importlib.import_module(module)
 
 
-def drain_timeout(queues: Sequence[str]) -> timedelta:
-    """How long a graceful stop waits: the longest bound among the queues, unbounded
-    (10 minutes, Dramatiq's default) if any queue has none."""
+def drain_bound(queues: Sequence[str]) -> timedelta | None:
+    """How long a graceful stop of these queues waits before forcing their runs: the
+    longest ``shutdown_timeout`` among them, or None (no deadline) when one has none."""
     bounds = [get_spec(queue).shutdown_timeout for queue in queues]
-    if any(bound is None for bound in bounds):
-        return UNBOUNDED_DRAIN
+    if not bounds or any(bound is None for bound in bounds):
+        return None
     return max(b for b in bounds if b is not None)
 
 
+# -- groups ---------------------------------------------------------------------------
+class OnFailure(StrEnum):
+    """What a failed startup step of a group does to its process."""
+
+    #: Nothing of the process runs: every group's workers stop, the producer clients
+    #: close, and the process exits with :data:`STARTUP_FAILED`.
+    STOP_ALL = "stop_all"
+    #: Only this group's queues stay unconsumed; the others run on, the producer
+    #: clients stay open, and the worker's ``/readyz`` names the group.
+    STOP_GROUP = "stop_group"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WorkerGroup:
+    """Queues a worker process starts together, after one startup step, and drains with
+    one bound (the longest ``shutdown_timeout`` of its queues; none if one has none)."""
+
+    name: str
+    #: The group's queues; a queue belongs to one group at most.
+    queues: tuple[str, ...] = ()
+    #: A group without queues of its own (a startup step only) runs in a process that
+    #: runs any of these queues.
+    runs_with: tuple[str, ...] = ()
+    #: Builds what the group's actors need; raising is a startup failure.
+    startup: Callable[[], None] | None = None
+    on_failure: OnFailure = OnFailure.STOP_ALL
+
+    def __post_init__(self) -> None:
+        if not self.name.strip():
+            raise ValueError("WorkerGroup needs a name")
+        if isinstance(self.queues, str) or isinstance(self.runs_with, str):
+            raise TypeError(f"WorkerGroup {self.name!r}: queues and runs_with are "
+                            "tuples of queue names")
+        object.__setattr__(self, "on_failure", OnFailure(self.on_failure))
+
+
+_groups_lock = threading.Lock()
+_groups: dict[str, WorkerGroup] = {}
+
+
+def declare_groups(*groups: WorkerGroup) -> None:
+    """Declare worker groups (a group of the same name is replaced); a queue already in
+    another group is refused with ``ValueError`` and nothing is declared."""
+    with _groups_lock:
+        merged = dict(_groups)
+        for group in groups:
+            merged[group.name] = group
+        _owners(merged.values())
+        _groups.clear()
+        _groups.update(merged)
+
+
+def declared_groups() -> list[WorkerGroup]:
+    """Every declared group, in declaration order."""
+    with _groups_lock:
+        return list(_groups.values())
+
+
+def _owners(groups: Iterable[WorkerGroup]) -> dict[str, WorkerGroup]:
+    owners: dict[str, WorkerGroup] = {}
+    for group in groups:
+        for queue in group.queues:
+            if queue in owners:
+                raise ValueError(f"queue {queue!r} is in worker groups "
+                                 f"{owners[queue].name!r} and {group.name!r}")
+            owners[queue] = group
+    return owners
+
+
+def plan_groups(queues: Sequence[str], groups: Sequence[WorkerGroup],
+                ) -> list[tuple[WorkerGroup, list[str]]]:
+    """The groups a process running ``queues`` starts, in order, each with its queues of
+    the process; queues of no group form a last group with no startup step."""
+    owners = _owners(groups)
+    planned = []
+    for group in groups:
+        mine = [queue for queue in queues if owners.get(queue) is group]
+        if mine or any(queue in queues for queue in group.runs_with):
+            planned.append((group, mine))
+    rest = [queue for queue in queues if queue not in owners]
+    if rest:
+        planned.append((WorkerGroup(name="ungrouped queues", queues=tuple(rest)), rest))
+    return planned
+
+
+class StartupFailed(Exception):
+    """A ``stop_all`` group's startup step (or its workers' start) failed."""
+
+
+def describe_error(error: BaseException) -> str:
+    """``Type: message`` on one line (a KeyError's quotes and a multi-line text cut)."""
+    text = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
+    lines = text.strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+
+
+# -- one Dramatiq worker --------------------------------------------------------------
 class Stoppable(Protocol):
     """Something running beside the worker that stops when asked (a health server)."""
 
@@ -75,6 +194,7 @@ class QueueWorker:
         threads = sum(get_spec(queue).concurrency for queue in self.queues)
         self.worker = dramatiq.Worker(self.broker, queues=set(self.queues),
                                       worker_threads=threads, worker_timeout=1000)
+        self.started = False
 
     def start(self) -> None:
         """Apply each queue's retention (a lowered limit takes effect now, not at the
@@ -88,20 +208,35 @@ class QueueWorker:
                 log.warning("retention at start failed: %s", type(error).__name__,
                             extra={"queue": queue})
         self.worker.start()
-        log.info("worker started", extra={"queues": ",".join(self.queues),
-                                          "actors": len(declared_actors())})
+        self.started = True
+        log.info("queues started", extra={"queues": ",".join(self.queues)})
 
-    def stop(self, timeout: timedelta | None = None) -> None:
-        """RunEnd in-flight jobs (up to ``timeout``), hand unstarted ones back, stop."""
-        timeout = timeout or drain_timeout(self.queues)
-        self.worker.stop(timeout=int(timeout.total_seconds() * 1000))
+    def stop(self, timeout: timedelta | None = None) -> int:
+        """End in-flight runs (waiting up to ``timeout``, else the queues'
+        :func:`drain_bound`, which may be no deadline), hand unstarted jobs back, stop.
+        Returns how many runs were still going at the bound (forced: their jobs keep
+        their locks until those run out, then they are restarted: docs/queue.md#stalls)."""
+        if not self.started:
+            return 0
+        bound = timeout if timeout is not None else drain_bound(self.queues)
+        bound_ms = _NO_DEADLINE_MS if bound is None else int(bound.total_seconds() * 1000)
+        self.worker.stop(timeout=bound_ms)
         drop_worker_middleware(self.broker, self.worker)
-        log.info("worker stopped", extra={"queues": ",".join(self.queues)})
+        self.started = False
+        forced = sum(thread.is_alive() for thread in self.worker.workers)
+        names = ",".join(self.queues)
+        if forced:
+            log.warning("drain bound of %g s reached: %d run(s) forced",
+                        bound.total_seconds() if bound else 0, forced,
+                        extra={"queues": names})
+        log.info("queues stopped", extra={"queues": names})
+        return forced
 
 
 @contextlib.contextmanager
 def running_worker(queues: Sequence[str] | None = None) -> Iterator[QueueWorker]:
-    """Run the queues in this process (real broker) for the duration of the block."""
+    """Run the queues in this process (real broker) for the duration of the block, as one
+    Dramatiq worker with no startup steps."""
     worker = QueueWorker(queues or [])
     worker.start()
     try:
@@ -110,15 +245,94 @@ def running_worker(queues: Sequence[str] | None = None) -> Iterator[QueueWorker]
         worker.stop()
 
 
-def run_worker_process(queues: Sequence[str], *, imports: Sequence[str] = (),
-                       health: Callable[[], Stoppable] | None = None) -> int:
-    """Run queues until SIGTERM/SIGINT, then drain gracefully. Returns the exit code.
+# -- a worker process -----------------------------------------------------------------
+@dataclasses.dataclass
+class _GroupRun:
+    """One group in this process: its worker (None for a startup step only) and, once
+    its startup failed, why."""
 
-    ``health`` starts the process's health server (the CLI passes one that serves
-    ``/healthz``, ``/readyz`` and ``/metrics``); it is stopped after the drain.
-    """
-    import_modules(imports)
-    worker = QueueWorker(queues)
+    group: WorkerGroup
+    worker: QueueWorker | None
+    failure: str | None = None
+
+
+class WorkerProcess:
+    """The queues of one process, in their groups (:func:`plan_groups` over the declared
+    groups)."""
+
+    def __init__(self, queues: Sequence[str] | None = None) -> None:
+        self.queues = queues_or_all(queues)
+        self.runs = [_GroupRun(group, QueueWorker(mine) if mine else None)
+                     for group, mine in plan_groups(self.queues, declared_groups())]
+
+    def start(self) -> None:
+        """Run every group's startup step in order, then start the groups that succeeded.
+
+        Raises :class:`StartupFailed` at the first failure of a ``stop_all`` group (no
+        queue has been consumed then, unless a worker's own start failed); a
+        ``stop_group`` failure is logged and its queues are left out. When no group is
+        left with queues to run, that is a failure of the process too.
+        """
+        for run in self.runs:
+            if run.group.startup is not None:
+                self._attempt(run, run.group.startup)
+        for run in self.runs:
+            if run.worker is not None and run.failure is None:
+                self._attempt(run, run.worker.start)
+        running = [queue for run in self.runs if run.worker is not None and run.failure is None
+                   for queue in run.worker.queues]
+        if self.queues and not running:
+            raise StartupFailed("no queue left to run: " + self.readiness().removeprefix(
+                "error: "))
+        log.info("worker started", extra={"queues": ",".join(running),
+                                          "actors": len(declared_actors())})
+
+    def _attempt(self, run: _GroupRun, step: Callable[[], None]) -> None:
+        try:
+            step()
+        except Exception as error:
+            message = f"{run.group.name} startup failed: {describe_error(error)}"
+            if run.group.on_failure is OnFailure.STOP_ALL:
+                raise StartupFailed(message) from error
+            run.failure = describe_error(error)
+            log.error("%s; its queues are not consumed, the others run on", message,
+                      extra={"queues": ",".join(run.worker.queues if run.worker else ())})
+
+    def readiness(self) -> str:
+        """:data:`READY` when every group runs, else ``error: <group> down (<why>)``."""
+        down = [f"{run.group.name} down ({run.failure})" for run in self.runs if run.failure]
+        return f"error: {'; '.join(down)}" if down else READY
+
+    def stop(self) -> None:
+        """Stop every started group at once, each draining within its own bound; returns
+        when all have stopped."""
+        threads = [threading.Thread(target=run.worker.stop, name=f"herald-stop-{index}")
+                   for index, run in enumerate(self.runs)
+                   if run.worker is not None and run.worker.started]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        log.info("worker stopped")
+
+
+def close_producers(bound: timedelta = PRODUCER_CLOSE_BOUND) -> bool:
+    """Close this process's producer clients (the broker's connections and the shared
+    Redis client), waiting up to ``bound``; past it they are left to the process's exit.
+    True when they closed in time."""
+    closing = threading.Thread(target=runtime.close_producers, name="herald-close-producers",
+                               daemon=True)
+    closing.start()
+    closing.join(bound.total_seconds())
+    if closing.is_alive():
+        log.warning("producer clients not closed within %g s: forced", bound.total_seconds())
+        return False
+    log.info("producer clients closed")
+    return True
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event set by the first SIGTERM/SIGINT; later ones are logged and ignored."""
     stopping = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -131,10 +345,36 @@ def run_worker_process(queues: Sequence[str], *, imports: Sequence[str] = (),
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    server = health() if health is not None else None
-    worker.start()
-    stopping.wait()
-    worker.stop()
+    return stopping
+
+
+def run_worker_process(queues: Sequence[str], *, imports: Sequence[str] = (),
+                       health: Callable[[Callable[[], str]], Stoppable] | None = None,
+                       ) -> int:
+    """Run queues in their groups until SIGTERM/SIGINT, then drain. Returns the exit code:
+    0 after a drain, :data:`STARTUP_FAILED` when the start failed (one error line says
+    why).
+
+    Shutdown order: the groups' workers (each within its bound), then the health server,
+    then the producer clients (:func:`close_producers`), so that runs still draining can
+    enqueue. ``health(readiness)`` starts the process's health server (the CLI passes
+    one that serves ``/healthz``, ``/readyz`` and ``/metrics``); ``readiness()`` is
+    :meth:`WorkerProcess.readiness`.
+    """
+    import_modules(imports)
+    process = WorkerProcess(queues)
+    stopping = _stop_on_signals()
+    server = health(process.readiness) if health is not None else None
+    code = 0
+    try:
+        process.start()
+    except StartupFailed as failure:
+        log.error("worker not started: %s", failure)
+        code = STARTUP_FAILED
+    else:
+        stopping.wait()
+    process.stop()
     if server is not None:
         server.stop()
-    return 0
+    close_producers()
+    return code

@@ -1,0 +1,109 @@
+"""herald's worker groups: which queues start together, what each group builds first, and
+what a failure of that step stops (docs/queue.md#worker-groups).
+
+=====================  ==========================================  =====================
+group                  startup step                                a failed step
+=====================  ==========================================  =====================
+notification lanes     build each channel's active provider; load  stops these lanes
+                       and compile every notification template     only (``/readyz`` of
+                                                                   the worker says so)
+business lanes         build the enabled eSIM provider plugins     stops the process
+                       (``ESIM_PROVIDERS``) and operators
+                       (``OPERATORS``)
+store recovery         enqueue one store recovery scan now (in     stops the process
+                       the process that runs ``store-fulfillment``)
+=====================  ==========================================  =====================
+
+Every step runs before any queue of the process is consumed, so a process that stops at
+start has taken no job. Notification lanes drain within 5 s (their queues'
+``shutdown_timeout``), then their runs are forced; business lanes drain without a
+deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from actors.render import NOTIFICATIONS_DIR, environment
+from herald.queue.worker import OnFailure, WorkerGroup, declare_groups
+from herald.settings import get_settings
+from providers.esim import esim_providers
+from providers.operators import operators
+from providers.plugins import PluginRegistry
+from providers.select import SERVICE_SETTINGS, active_provider
+
+log = logging.getLogger("herald.lifecycle")
+
+NOTIFICATION_LANES = ("notification-email", "notification-sms", "notification-push",
+                      "notification-orchestration")
+BUSINESS_LANES = ("activation", "payment", "store-fulfillment")
+
+
+class StartupError(RuntimeError):
+    """A group's startup step cannot build what its actors need; the message says which
+    setting to fix."""
+
+
+def start_notification_lanes() -> None:
+    """Build the provider of each channel (``EMAIL_PROVIDER``, ``SMS_PROVIDER``,
+    ``PUSH_PROVIDER``) and compile every notification template, so that a setting or a
+    template that cannot work fails here instead of in every send."""
+    for channel, setting in SERVICE_SETTINGS.items():
+        try:
+            active_provider(channel)
+        except Exception as error:
+            raise StartupError(f"{setting.upper()}: the {channel} provider cannot be built "
+                               f"({type(error).__name__}: {error})") from error
+    templates = environment()
+    names = templates.list_templates(filter_func=lambda name: name.startswith(
+        f"{NOTIFICATIONS_DIR}/"))
+    for name in names:
+        templates.get_template(name)
+    log.info("notification lanes ready", extra={"templates": len(names)})
+
+
+def start_business_lanes() -> None:
+    """Build every eSIM provider plugin ``ESIM_PROVIDERS`` enables and every operator
+    ``OPERATORS`` enables; an unknown name or a plugin that cannot be built fails here."""
+    _build_all(esim_providers, "ESIM_PROVIDERS", "eSIM provider")
+    _build_all(operators, "OPERATORS", "operator")
+
+
+def _build_all(registry: PluginRegistry[Any], setting: str, what: str) -> None:
+    settings = get_settings()
+    for name in registry.enabled(settings):
+        if name not in registry.classes:
+            raise StartupError(f"{setting} names {name!r}, which is not a known {what} "
+                               f"(known: {', '.join(sorted(registry.classes))})")
+        try:
+            registry.get(name, settings)
+        except Exception as error:
+            raise StartupError(f"{setting}: the {what} {name!r} cannot be built "
+                               f"({type(error).__name__}: {error})") from error
+
+
+def start_store_recovery_scan() -> None:
+    """Enqueue one store recovery scan now, so that orders a previous process left
+    behind are picked up at once rather than at the clock's next tick; raises when the
+    scan cannot be enqueued."""
+    try:
+        from actors.store_recovery import start_store_recovery
+    except ModuleNotFoundError as error:
+        if error.name != "actors.store_recovery":
+            raise
+        log.info("no store recovery in this build: nothing to scan at start")
+        return
+    start_store_recovery()
+
+
+NOTIFICATION_GROUP = WorkerGroup(name="notification lanes", queues=NOTIFICATION_LANES,
+                                 startup=start_notification_lanes,
+                                 on_failure=OnFailure.STOP_GROUP)
+BUSINESS_GROUP = WorkerGroup(name="business lanes", queues=BUSINESS_LANES,
+                             startup=start_business_lanes, on_failure=OnFailure.STOP_ALL)
+STORE_RECOVERY_GROUP = WorkerGroup(name="store recovery", runs_with=("store-fulfillment",),
+                                   startup=start_store_recovery_scan,
+                                   on_failure=OnFailure.STOP_ALL)
+
+declare_groups(NOTIFICATION_GROUP, BUSINESS_GROUP, STORE_RECOVERY_GROUP)
