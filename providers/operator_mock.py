@@ -30,7 +30,7 @@ from typing import Any
 from redis.commands.core import Script
 
 from herald.settings import Settings, get_settings
-from providers.mock import _store
+from providers.mock import mock_store
 from providers.operators import (
     OperatorRejected,
     Package,
@@ -118,7 +118,7 @@ class MockOperator:
                              "activation_id": request.activation_id,
                              "operator_ref": request.operator_ref,
                              "at": datetime.now(UTC).isoformat()})[:-1]
-        client = _store()
+        client = mock_store()
         decision = _STEP_SCRIPT(keys=(script_key, calls_key),
                                 args=(request.msisdn, step, record, CALLS_KEPT), client=client)
         decision = decision.decode() if isinstance(decision, bytes) else str(decision)
@@ -135,14 +135,14 @@ class MockOperator:
             if not _BEHAVIOUR.match(behaviour):
                 raise ValueError(f"unknown mock operator behaviour {behaviour!r}: use ok, "
                                  "transient:<step>:N or reject:<step>")
-        _store().hset(_keys()[0], msisdn, ",".join(behaviours) or "ok")
+        mock_store().hset(_keys()[0], msisdn, ",".join(behaviours) or "ok")
 
     @classmethod
     def calls(cls) -> list[dict[str, Any]]:
         """Every recorded step call, oldest first (``outcome``: ok, transient, reject)."""
-        return [json.loads(item) for item in _store().lrange(_keys()[1], 0, -1)]
+        return [json.loads(item) for item in mock_store().lrange(_keys()[1], 0, -1)]
 
     @classmethod
     def reset(cls) -> None:
         """Forget every recorded call and every scripted behaviour."""
-        _store().delete(*_keys())
+        mock_store().delete(*_keys())
