@@ -22,7 +22,7 @@ deduplicated.
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from typing import Any, Literal
@@ -35,6 +35,9 @@ from actors import activation as activations
 from actors import orchestration, store
 from herald.db import session as db_session
 from herald.queue import EnqueueResult, Permanent, actor, enqueue
+from herald.queue.schedules import Schedule, schedule
+from herald.queue.sweeps import register_sweep
+from herald.settings import get_settings
 from models.activations import Activation, ActivationStatus
 from models.base import ID_LENGTH, utcnow
 from models.payments import Payment, PaymentStatus, pay_order, transition_payment
@@ -223,11 +226,11 @@ def _account_of(session: Session, payment: Payment) -> str:
 
 
 def enqueue_payment_action(payment: Payment, action: PaymentAction, *,
-                           replay: bool = False) -> EnqueueResult:
+                           replay: bool = False, retry_failed: bool = True) -> EnqueueResult:
     """Add one action's job for ``payment`` (id ``{paymentId}-{suffix}``). A live or
     completed job of that id is left alone (``duplicated``) and a retained failed one is
-    retried in place; ``replay`` (settlement only) also runs a completed settlement
-    again (``replayed``)."""
+    retried in place (unless ``retry_failed`` is false); ``replay`` (settlement only) also
+    runs a completed settlement again (``replayed``)."""
     if replay and action is not PaymentAction.SETTLE:
         raise ValueError("only settlement is replayed")
     with db_session() as session:
@@ -238,7 +241,7 @@ def enqueue_payment_action(payment: Payment, action: PaymentAction, *,
     actor_of = {PaymentAction.SETTLE: settle_payment,
                 PaymentAction.SEND_RECEIPT: send_receipt}[action]
     return enqueue(actor_of, job, job_id=payment_job_id(payment.id, action),
-                   retry_failed=True, replay_completed=replay)
+                   retry_failed=retry_failed, replay_completed=replay)
 
 
 def complete_payment(payment_id: str) -> tuple[Payment, EnqueueResult | None]:
@@ -315,6 +318,36 @@ def _hand_off(payment: Payment) -> str:
     return result.status if result else f"activation {found.status}"
 
 
+def resettle_lost_payments(now: datetime | None = None) -> int:
+    """Add the settlement job again for completed payments whose job was lost (a crash
+    between the completion's commit and the add, a job Redis lost): payments ``completed``
+    for longer than HANDOFF_SWEEP_AGE_S, oldest first, up to HANDOFF_SWEEP_LIMIT.
+
+    A live or completed job is left alone by its deterministic id, and a retained *failed*
+    one too (an operator decides about a failure: ``replay_settlement``), so only a missing
+    job is recreated. Returns how many jobs were added.
+    """
+    settings = get_settings()
+    cutoff = (now or utcnow()) - timedelta(seconds=settings.handoff_sweep_age_s)
+    with db_session() as session:
+        stale = list(session.exec(
+            select(Payment).where(col(Payment.status) == PaymentStatus.COMPLETED.value,
+                                  col(Payment.completed_at) < cutoff)
+            .order_by(col(Payment.completed_at)).limit(settings.handoff_sweep_limit)))
+    added = 0
+    for payment in stale:
+        try:
+            result = enqueue_payment_action(payment, PaymentAction.SETTLE, retry_failed=False)
+        except Exception as error:  # one payment's failure never stops the others
+            log.warning("settlement re-add failed: %s", type(error).__name__,
+                        extra={"payment_id": payment.id})
+            continue
+        added += result.status == "added"
+    if added:
+        log.info("lost settlements re-added", extra={"rows": added})
+    return added
+
+
 @actor(queue=PAYMENT_QUEUE, payload=PaymentJob)
 def settle_payment(job: PaymentJob) -> dict[str, Any]:
     """Settle one payment and hand off (see the module's docstring)."""
@@ -343,3 +376,21 @@ def send_receipt(job: PaymentJob) -> dict[str, Any]:
         data={key: value for key, value in data.items() if value is not None})
     return {"payment_id": payment.id, "notification_id": result.notification.id,
             "created": result.created}
+
+
+class ResettleJob(BaseModel):
+    """The repair job carries nothing: it reads the database."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@actor(queue=PAYMENT_QUEUE, payload=ResettleJob)
+def resettle_lost_payments_job(job: ResettleJob) -> dict[str, int]:
+    """One run of :func:`resettle_lost_payments` as a job on the payment queue."""
+    return {"added": resettle_lost_payments()}
+
+
+schedule(Schedule(name="resettle-lost-payments", actor=resettle_lost_payments_job,
+                  every=timedelta(seconds=get_settings().handoff_sweep_interval_s),
+                  run_at_start=True))
+register_sweep("payments", resettle_lost_payments)

@@ -8,7 +8,9 @@ a webhook the provider never sent, a customer who never verified. Every
 ``recover_store_orders`` runs three scans, each oldest first and at most
 ``STORE_RECOVERY_LIMIT`` rows:
 
-1. **stalled order scan** — ``in_flight`` for longer than ``STORE_STALLED_AGE_S``;
+1. **stalled order scan** — ``in_flight`` or ``reconciliation_required``, or ``pending``
+   though paid (its first run lost, or its attempts used up on transient failures), for
+   longer than ``STORE_STALLED_AGE_S``;
 2. **webhook fallback check** — ``in_flight`` or ``reconciliation_required`` with a
    provider reference, no webhook since the last ``in_flight`` stamp, stamped longer than
    ``STORE_WEBHOOK_FALLBACK_S`` ago;
@@ -54,7 +56,7 @@ from herald.queue.schedules import Schedule, schedule
 from herald.queue.sweeps import register_sweep
 from herald.settings import get_settings
 from models.base import utcnow
-from models.store import IssuanceState, StoreOrder
+from models.store import IssuanceState, Order, OrderStatus, StoreOrder
 
 log = logging.getLogger("herald.store_recovery")
 
@@ -119,7 +121,13 @@ def _in_flight_since() -> Any:
 
 
 def _stalled(window: RecoveryWindow) -> list[ColumnElement[bool]]:
-    return [StoreOrder.issuance_state == IssuanceState.IN_FLIGHT.value,
+    # a paid order still pending lost its first run (or used up its attempts on transient
+    # failures); a parked ambiguous one may have no reference for a webhook to name
+    paid = select(Order.id).where(Order.status == OrderStatus.PAID.value)
+    return [or_(StoreOrder.issuance_state.in_([IssuanceState.IN_FLIGHT.value,
+                                               IssuanceState.RECONCILIATION_REQUIRED.value]),
+                and_(StoreOrder.issuance_state == IssuanceState.PENDING.value,
+                     StoreOrder.id.in_(paid))),
             _in_flight_since() < window.stalled_cutoff]
 
 

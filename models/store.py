@@ -55,6 +55,12 @@ RECONCILE_STATES = frozenset({IssuanceState.IN_FLIGHT, IssuanceState.RECONCILIAT
 FINAL_ISSUANCE_STATES = frozenset({IssuanceState.ISSUED, IssuanceState.FAILED})
 
 
+#: The issuances the recovery scans read: a partial index over them keeps the scans flat
+#: however many issued orders accumulate.
+UNFINISHED_ISSUANCE = ("issuance_state IN ('pending', 'in_flight', 'reconciliation_required', "
+                       "'pending_verification')")
+
+
 class Order(SQLModel, table=True):
     """A customer's order: what was bought, for how much, and whether it is done."""
 
@@ -73,14 +79,10 @@ class StoreOrder(SQLModel, table=True):
     """The eSIM issuance of one order (same id as the order)."""
 
     __tablename__ = "store_orders"
-    # the recovery scans read only unfinished issuances, oldest first: a partial index
-    # keeps them flat however many issued orders accumulate
     __table_args__ = (
         Index("ix_store_orders_unfinished", "updated_at",
-              postgresql_where=text("issuance_state IN ('in_flight', "
-                                    "'reconciliation_required', 'pending_verification')"),
-              sqlite_where=text("issuance_state IN ('in_flight', "
-                                "'reconciliation_required', 'pending_verification')")),
+              postgresql_where=text(UNFINISHED_ISSUANCE),
+              sqlite_where=text(UNFINISHED_ISSUANCE)),
     )
 
     id: str = Field(foreign_key="orders.id", primary_key=True, max_length=36)

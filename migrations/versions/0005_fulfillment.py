@@ -19,7 +19,8 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 #: The issuances the store recovery scans read (a partial index keeps them flat).
-UNFINISHED = "issuance_state IN ('in_flight', 'reconciliation_required', 'pending_verification')"
+UNFINISHED = ("issuance_state IN ('pending', 'in_flight', 'reconciliation_required', "
+              "'pending_verification')")
 
 
 def upgrade() -> None:

@@ -60,9 +60,9 @@ def ago(**delta: float) -> Any:
     return utcnow() - timedelta(**delta)
 
 
-def store_order(state: str, **columns: Any) -> str:
-    """A paid order and its store order in issuance ``state`` with ``columns`` set;
-    returns the order id."""
+def store_order(state: str, *, order_status: str = "paid", **columns: Any) -> str:
+    """An order (paid unless ``order_status`` says otherwise) and its store order in
+    issuance ``state`` with ``columns`` set; returns the order id."""
     from models.notifications import Account
     from models.store import Order, StoreOrder
 
@@ -70,7 +70,7 @@ def store_order(state: str, **columns: Any) -> str:
         account = Account(email="recovery@example.com")
         session.add(account)
         session.flush()
-        order = Order(account_id=account.id, status="paid", amount=Decimal("5.00"),
+        order = Order(account_id=account.id, status=order_status, amount=Decimal("5.00"),
                       currency="USD")
         session.add(order)
         session.flush()

@@ -59,6 +59,9 @@ def test_the_stalled_scan_requeues_old_in_flight_orders_with_no_live_job(store: 
         "in flight past the stalled age": store_order("in_flight", in_flight_at=ago(minutes=16)),
         "recovered more than a window ago": store_order(
             "in_flight", in_flight_at=ago(hours=2), recovered_at=ago(minutes=16)),
+        "paid, pending, its first run lost": store_order("pending", updated_at=ago(hours=1)),
+        "reconciliation required, no reference": store_order(
+            "reconciliation_required", in_flight_at=ago(hours=1)),
     }
     payment_run = store_order("in_flight", in_flight_at=ago(hours=1))
     webhook_run = store_order("in_flight", in_flight_at=ago(hours=1))
@@ -69,9 +72,10 @@ def test_the_stalled_scan_requeues_old_in_flight_orders_with_no_live_job(store: 
         "its payment run still waits": payment_run,
         "a webhook's run still waits": webhook_run,
         **{state: store_order(state, in_flight_at=ago(hours=1))
-           for state in ("pending", "issued", "failed")},
-        "reconciliation required, no reference": store_order(
-            "reconciliation_required", in_flight_at=ago(hours=1)),
+           for state in ("issued", "failed")},
+        "pending, paid recently": store_order("pending", updated_at=ago(minutes=5)),
+        "pending, not paid": store_order("pending", order_status="pending_payment",
+                                         updated_at=ago(hours=1)),
     }
     enqueue_issuance(payment_run, Trigger.PAYMENT)
     enqueue_issuance(webhook_run, Trigger.PROVIDER_WEBHOOK, "evt-1")
@@ -80,7 +84,7 @@ def test_the_stalled_scan_requeues_old_in_flight_orders_with_no_live_job(store: 
     report = recover_orders()
     # Then each stalled order has one stalled-scan run and a fresh stamp
     assert (report.stalled_scan, report.webhook_fallback, report.verification_deadline,
-            report.live) == (2, 0, 0, 2)
+            report.live) == (4, 0, 0, 2)
     assert_re_driven(stalled, Trigger.STALLED_SCAN)
     # and nothing else was touched: the orders with a live run keep that one run only
     assert_left_alone(left_alone, before)
