@@ -27,10 +27,18 @@ SHUTDOWN_GRACE_S = 20
 def _routers() -> list[APIRouter]:
     """Every router the app serves. A new area of the API adds its router here."""
     # these import actors: only when serving
-    from herald.web.routes import accounts, batches, callbacks, events, health, notifications
+    from herald.web.routes import (
+        accounts,
+        batches,
+        callbacks,
+        events,
+        health,
+        notifications,
+        products,
+    )
 
     return [health.router, accounts.router, events.router, notifications.router,
-            batches.router, callbacks.router]
+            batches.router, callbacks.router, products.router]
 
 
 def _version() -> str:
