@@ -94,3 +94,15 @@ def test_a_malformed_currency_is_a_422(client: TestClient, currency: str) -> Non
     error = response.json()["error"]
     assert error["code"] == "validation_error"
     assert error["message"].startswith("query.currency:")
+
+
+def test_an_unrated_currency_is_refused_even_with_nothing_to_convert(store: Store) -> None:
+    # Given an empty catalog (nothing synced yet)
+    with TestClient(create_app(), raise_server_exceptions=False) as empty:
+        # When a currency with no rate is asked for, Then it is refused all the same
+        response = empty.get("/v1/store/products", params={"currency": "XTS"})
+        assert response.status_code == 422
+        assert response.json()["error"]["message"] == "no exchange rate for XTS"
+        # while the base currency lists the empty catalog
+        assert empty.get("/v1/store/products", params={"currency": "USD"}).json() == {
+            "products": []}
