@@ -9,6 +9,7 @@ variable (:func:`load_settings`).
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -53,6 +54,15 @@ class Settings(BaseSettings):
     #: How often the clock refreshes exchange rates, and syncs the eSIM and package catalogs.
     fx_refresh_interval_ms: int = Field(default=3_600_000, ge=1000)
     catalog_sync_interval_s: float = Field(default=3600.0, ge=1.0)
+    #: Exchange rates (docs/pipeline.md#fx-refresh): where they come from (``mock``: fixed
+    #: rates), the provider's API origin and key, the currencies every refresh must
+    #: bring (US dollars are the base), and how far one refresh may move a stored rate
+    #: before it is refused as a glitch.
+    fx_provider: Literal["openexchangerates", "mock"] = "mock"
+    fx_base_url: str = "https://openexchangerates.org/api"
+    fx_api_key: str = ""
+    fx_currencies: str = "EUR,GBP,SAR,AED"
+    fx_max_jump_pct: float = Field(default=10.0, gt=0)
     #: Store recovery (docs/sweeps.md#store-recovery): how often its scans run, the age of
     #: an in_flight order with no live job before it is requeued, how long an order with a
     #: provider reference waits for a webhook before it is reconciled, and how long a
@@ -186,6 +196,22 @@ class Settings(BaseSettings):
                 raise ValueError(f"unknown channel {name!r}: use {', '.join(PROVIDER_CHANNELS)}")
         return ",".join(names)
 
+    @field_validator("fx_currencies")
+    @classmethod
+    def _currency_list(cls, value: str) -> str:
+        codes = [part.strip() for part in value.split(",") if part.strip()]
+        for code in codes:
+            if not re.fullmatch(r"[A-Z]{3}", code):
+                raise ValueError(f"{code!r} is not an upper-case ISO 4217 code (like EUR)")
+        return ",".join(codes)
+
+    @field_validator("fx_base_url")
+    @classmethod
+    def _fx_origin(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _upper(cls, value: object) -> object:
@@ -205,6 +231,11 @@ class Settings(BaseSettings):
             host, _, port = entry.rpartition(":")
             hosts.append((host, int(port)))
         return hosts
+
+    @property
+    def fx_currency_codes(self) -> list[str]:
+        """The FX_CURRENCIES codes, in order (USD left out: it is the base)."""
+        return [code for code in self.fx_currencies.split(",") if code and code != "USD"]
 
     @property
     def embedded_redis(self) -> bool:

@@ -7,12 +7,17 @@ Prices are stored in the currency the provider quotes; the ``fx_rates`` rows con
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
-from sqlalchemy import Numeric, UniqueConstraint
-from sqlmodel import Field, SQLModel
+from sqlalchemy import ColumnElement, Numeric, UniqueConstraint, delete, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlmodel import Field, Session, SQLModel, select
 
+from herald.db import session as db_session
 from models.base import UtcDateTime, id_field, timestamp_field
 
 
@@ -71,3 +76,86 @@ class FxRate(SQLModel, table=True):
     rate: Decimal = Field(sa_type=Numeric(24, 10))
     provider: str = Field(max_length=32)
     fetched_at: datetime = Field(sa_type=UtcDateTime, nullable=False)
+
+
+# -- the writes of the catalog syncs and the FX refresh ------------------------------------
+#: Written in place of a provider's reading when its provider is no longer enabled.
+NOT_ENABLED = "not enabled (ESIM_PROVIDERS)"
+
+
+def upsert(session: Session, model: type[SQLModel], rows: Sequence[dict[str, Any]],
+           keys: Sequence[str], *, keep: Collection[str] = ()) -> None:
+    """Insert ``rows`` of ``model``, updating the row already stored under the same
+    ``keys`` instead (``keep``: columns a stored row keeps, such as its id). One
+    statement, so two writers racing on a new key never fail on it."""
+    if not rows:
+        return
+    dialect = session.get_bind().dialect.name
+    insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
+    statement = insert(model).values(list(rows))
+    changes = {name: statement.excluded[name] for name in rows[0]
+               if name not in keys and name not in keep}
+    session.execute(statement.on_conflict_do_update(index_elements=list(keys), set_=changes))
+
+
+def deactivate_unlisted(session: Session, key: Any, listed: Collection[str],
+                        owned: ColumnElement[bool]) -> int:
+    """Mark the ``owned`` active rows whose ``key`` column is not in ``listed`` inactive
+    (kept: orders and activations refer to them); returns how many changed."""
+    model = key.class_
+    result = session.execute(
+        update(model).where(owned, model.active.is_(True), key.not_in(list(listed)))
+        .values(active=False))
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+def record_health(session: Session, readings: Mapping[str, tuple[bool, str | None]],
+                  now: datetime) -> None:
+    """Store each provider's reading (available, detail), checked at ``now``."""
+    upsert(session, ProviderHealth,
+           [{"provider": name, "available": available,
+             "detail": detail[:500] if detail else None, "checked_at": now}
+            for name, (available, detail) in readings.items()],
+           ["provider"])
+
+
+def disable_missing_providers(session: Session, enabled: Collection[str],
+                              now: datetime) -> int:
+    """Mark the readings of providers no longer enabled unavailable, so the checkout
+    refuses their products; returns how many changed."""
+    result = session.execute(
+        update(ProviderHealth)
+        .where(ProviderHealth.provider.not_in(list(enabled)),
+               ProviderHealth.detail.is_distinct_from(NOT_ENABLED))
+        .values(available=False, detail=NOT_ENABLED, checked_at=now))
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+def provider_available(provider: str, session: Session | None = None) -> bool:
+    """False when the provider's last health reading says it takes no orders (the
+    checkout's circuit breaker: an order for its products is refused). A provider never
+    read yet counts as available: its first catalog sync writes its first reading.
+    Reads in ``session`` when given, else in a session of its own."""
+    if session is None:
+        with db_session() as own:
+            return provider_available(provider, own)
+    reading = session.get(ProviderHealth, provider)
+    return reading is None or reading.available
+
+
+def stored_rates(session: Session, *, lock: bool = False) -> dict[str, Decimal]:
+    """The stored rates, currency → units per US dollar (``lock``: held until commit)."""
+    query = select(FxRate)
+    if lock and session.get_bind().dialect.name == "postgresql":
+        query = query.with_for_update()
+    return {row.currency: row.rate for row in session.exec(query)}
+
+
+def replace_rates(session: Session, rates: Mapping[str, Decimal], provider: str,
+                  fetched_at: datetime) -> None:
+    """Make ``rates`` the stored rates: each one written, any other currency removed
+    (a currency no longer refreshed must not price anything with a stale rate)."""
+    upsert(session, FxRate, [{"currency": currency, "rate": rate, "provider": provider,
+                              "fetched_at": fetched_at} for currency, rate in rates.items()],
+           ["currency"])
+    session.execute(delete(FxRate).where(FxRate.currency.not_in(list(rates))))

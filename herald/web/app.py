@@ -36,12 +36,13 @@ def _routers() -> list[APIRouter]:
         health,
         notifications,
         payments,
+        products,
         store,
     )
 
     return [health.router, accounts.router, events.router, notifications.router,
             batches.router, callbacks.router, payments.router, activations.router,
-            store.router, store.webhooks]
+            store.router, store.webhooks, products.router]
 
 
 def _version() -> str:
