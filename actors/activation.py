@@ -63,7 +63,7 @@ class InvalidActivation(ValueError):
 
 
 class ActivationJob(BaseModel):
-    """One step's job, shaped as the seed's activation job (camelCase keys)."""
+    """One step's job, in the camelCase shape other producers of activation jobs use."""
 
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True,
                               serialize_by_alias=True)

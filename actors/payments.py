@@ -84,7 +84,7 @@ class PaymentConflict(RuntimeError):
 
 
 class PaymentJob(BaseModel):
-    """A payment job, shaped as the seed's payment job (camelCase keys)."""
+    """A payment job, in the camelCase shape other producers of payment jobs use."""
 
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True,
                               serialize_by_alias=True)

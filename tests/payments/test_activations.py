@@ -84,7 +84,7 @@ def test_a_paid_activation_runs_its_three_steps_with_their_history(client: TestC
     assert body["operator_ref"].startswith("mock-op-")
     assert calls(activation_id) == [("initiate", "ok"), ("verify_identity", "ok"),
                                     ("complete", "ok")]
-    # each step was its own job, under {activationId}-{step}, shaped as the seed's
+    # each step was its own job, under {activationId}-{step}, in the camelCase job shape
     for step in ActivationStep:
         ran = job("activation", f"{activation_id}-{step.value}")
         assert ran is not None and ran.state == "completed"
