@@ -20,8 +20,11 @@ from tests.catalog.conftest import Store
 from tests.support.waiting import wait_for
 from tests.test_cli import herald_command, herald_env
 
-GATED = ("esim-product-sync", "fx-refresh")
-UNGATED = ("package-sync", "reconcile-handoffs")
+GATED = ("esim-product-sync", "fx-refresh", "store-recovery")
+UNGATED = ("package-sync", "reconcile-handoffs", "resettle-lost-payments")
+#: The queue of each schedule whose queue is not named after it.
+SCHEDULE_QUEUES = {"reconcile-handoffs": "notification-orchestration",
+                   "store-recovery": "store-fulfillment", "resettle-lost-payments": "payment"}
 
 
 def next_key() -> str:
@@ -30,8 +33,7 @@ def next_key() -> str:
 
 def startup_jobs(name: str) -> list[str]:
     """The ids of schedule ``name``'s startup jobs waiting in its queue."""
-    lane = "notification-orchestration" if name == "reconcile-handoffs" else name
-    return [job.id for job in queue(lane).jobs("waiting", per_page=100)
+    return [job.id for job in queue(SCHEDULE_QUEUES.get(name, name)).jobs("waiting", per_page=100)
             if job.id.startswith(f"startup:{name}:")]
 
 
@@ -57,13 +59,14 @@ def booted(count: int) -> bool:
     return len(startup_jobs("package-sync")) >= count
 
 
-def test_a_store_disabled_boot_removes_the_fx_and_esim_sync_schedules(
+def test_a_store_disabled_boot_removes_the_store_schedules(
         store: Store, tmp_path: Path) -> None:
     client = redis.Redis.from_url(store.env["REDIS_URL"])
     # Given a clock that booted with the store enabled
     with clock(store, tmp_path / "clock.log", FEATURE_ESIM_STORE="true"):
         wait_for(lambda: booted(1), timeout=60, what="the first clock to start")
-    # Then it scheduled the eSIM sync and FX refresh, and ran each once at its start
+    # Then it scheduled the eSIM sync, FX refresh and store recovery, and ran each once
+    # at its start
     for name in (*GATED, *UNGATED):
         assert client.zscore(next_key(), name) is not None, name
         assert len(startup_jobs(name)) == 1, name
@@ -72,7 +75,7 @@ def test_a_store_disabled_boot_removes_the_fx_and_esim_sync_schedules(
     with clock(store, tmp_path / "clock.log", FEATURE_ESIM_STORE="false"):
         wait_for(lambda: booted(2), timeout=60, what="the second clock to start")
 
-    # Then both store schedules are gone from Redis, the others stay, and the second
+    # Then the store's schedules are gone from Redis, the others stay, and the second
     # boot ran no store job at its start
     for name in GATED:
         assert client.zscore(next_key(), name) is None, name
