@@ -195,8 +195,10 @@ def test_a_gated_off_schedule_redis_refuses_to_remove_is_a_warning_and_the_clock
             stop.set()
             clock.join(timeout=10)
     # and the refused removal is a warning naming the schedule; the schedule is still there
-    refused = [r for r in caplog.records
-               if r.getMessage().startswith("could not remove gated-off schedule")]
-    assert [getattr(r, "schedule", None) for r in refused] == ["t-gated"]
-    assert "NOPERM" in refused[0].getMessage() or "permission" in refused[0].getMessage()
+    # (herald's own store schedules, gated off too, may be refused beside it when this
+    # process has imported them)
+    refused = {getattr(r, "schedule", None): r.getMessage() for r in caplog.records
+               if r.getMessage().startswith("could not remove gated-off schedule")}
+    assert "t-gated" in refused, refused
+    assert "NOPERM" in refused["t-gated"] or "permission" in refused["t-gated"]
     assert restricted.admin.zscore(next_key(), "t-gated") == 1

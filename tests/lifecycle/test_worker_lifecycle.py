@@ -142,7 +142,8 @@ def test_a_store_recovery_startup_failure_stops_the_process(
     # scan cannot be enqueued
     run = lifecycle.spawn("notification-email", "store-fulfillment",
                           imports=("tests.lifecycle.probes", *hook),
-                          REDIS_URL=f"redis://worker:worker-secret@{host_port}")
+                          REDIS_URL=f"redis://worker:worker-secret@{host_port}",
+                          FEATURE_ESIM_STORE="true")  # recovery runs with the store only
     code = run.wait()
 
     # Then it exits non-zero with one error line naming store recovery, and took no job
