@@ -2,8 +2,9 @@
 
 ::
 
-    herald demo [--jobs N] [--events N] [--batch-size N]
-                                      push jobs and notifications through the real workers
+    herald demo [--jobs N] [--events N] [--batch-size N] [--orders N]
+                                      push jobs, notifications and eSIM orders through the
+                                      real workers
     herald up [--procfile P] [NAME…]  run the Procfile's processes in one terminal
     herald web [--host H] [--port N]  the HTTP app
     herald worker [--import M]… [QUEUE…]  run queues (all when none given)
@@ -116,7 +117,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from herald import demo
 
     return demo.run(args.jobs, events=args.events, batch_size=args.batch_size,
-                    console=_console())
+                    orders=args.orders, console=_console())
 
 
 # -- up -------------------------------------------------------------------------------
@@ -556,6 +557,12 @@ def _batch_size(text: str) -> int:
     return _at_least(1, MAX_RECIPIENTS)(text)
 
 
+def _orders(text: str) -> int:
+    from herald.demo.orders import MAX_ORDERS
+
+    return _at_least(0, MAX_ORDERS)(text)
+
+
 def _port(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
@@ -571,7 +578,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="herald", description="herald: a durable notification and fulfillment pipeline")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = commands.add_parser("demo", help="push jobs through the real worker; show a summary")
+    demo = commands.add_parser("demo", help="push jobs, notifications and eSIM orders "
+                                            "through the real workers; show a summary")
     demo.add_argument("--jobs", type=_positive, default=DEFAULT_JOBS,
                       help=f"jobs to run through the demo queue (default {DEFAULT_JOBS})")
     demo.add_argument("--events", type=_at_least(0),
@@ -579,6 +587,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "phase)")
     demo.add_argument("--batch-size", type=_batch_size,
                       help="accounts in the scheduled batch (default 20)")
+    demo.add_argument("--orders", type=_orders,
+                      help="eSIM orders to place, paid and issued (default three of each "
+                           "mock eSIM product; 0 skips the order phase)")
     demo.set_defaults(handler=cmd_demo)
 
     up = commands.add_parser("up", help="run the Procfile's processes in one terminal")

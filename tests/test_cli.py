@@ -534,13 +534,15 @@ def test_demo_on_the_embedded_default(tmp_path: Path) -> None:
 
 def test_demo_events_0_skips_the_notification_phase(tmp_path: Path,
                                                    demo_env: dict[str, str]) -> None:
-    result = run_herald("demo", "--jobs", "20", "--events", "0", cwd=tmp_path, env=demo_env,
-                        timeout_s=DEMO_S)
+    result = run_herald("demo", "--jobs", "20", "--events", "0", "--orders", "0", cwd=tmp_path,
+                        env=demo_env, timeout_s=DEMO_S)
 
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
     assert "every job ended as planned" in result.stdout
-    # no notification phase: no deliveries table, and not even a database was made
+    # no notification or order phase: no deliveries or orders table, and not even a
+    # database was made
     assert "deliveries by channel" not in result.stdout
+    assert "orders by product" not in result.stdout
     assert not (tmp_path / "herald.db").exists()
 
 

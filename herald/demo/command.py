@@ -14,6 +14,12 @@ it) drives real notification traffic through the channel workers, with a schedul
 Redis keys of its own and scoped to the rows it made: a user's own queued work in the
 same Redis and database is neither run, nor waited for, nor counted.
 
+Then the order phase (:mod:`herald.demo.orders`, ``--orders N``; 0 skips it) places and
+pays eSIM orders across every behaviour of the mock eSIM provider through the HTTP API,
+runs the payment and store lanes in a worker process that one product crashes on purpose
+(restarted, the order repaired with one charge), and checks that each order ended as its
+product plans — with the same isolation.
+
 The ``demo`` queue is declared by :mod:`herald.demo.jobs`, which only this command
 imports: a production worker or ``herald queues`` never sees it.
 """
@@ -58,7 +64,9 @@ STATES = ("waiting", "delayed", "active", "paused", "completed", "failed")
 QUIET_DURING_RUN = {"herald.jobs": logging.ERROR, "herald.worker": logging.WARNING,
                     "dramatiq": logging.WARNING, "herald.orchestration": logging.WARNING,
                     "herald.batches": logging.WARNING, "herald.handoffs": logging.WARNING,
-                    "herald.callbacks": logging.WARNING}
+                    "herald.callbacks": logging.WARNING,
+                    "herald.store": logging.WARNING, "herald.payments": logging.WARNING,
+                    "herald.catalog": logging.WARNING}
 
 
 @contextlib.contextmanager
@@ -80,8 +88,10 @@ def _deadline(jobs: int) -> timedelta:
 
 
 def run(jobs: int = DEFAULT_JOBS, *, events: int | None = None, batch_size: int | None = None,
-        console: Console | None = None) -> int:
-    """Run the demo; returns the process exit code (0 only when every job ended as planned)."""
+        orders: int | None = None, console: Console | None = None) -> int:
+    """Run the demo; returns the process exit code (0 only when every job, delivery and
+    order ended as planned). ``events`` and ``orders`` of 0 skip their phase; None runs
+    it at its default size."""
     console = console or Console()
     settings = get_settings()
     started_embedded = settings.embedded_redis and not embedded_redis_running()
@@ -93,6 +103,11 @@ def run(jobs: int = DEFAULT_JOBS, *, events: int | None = None, batch_size: int 
             with quiet_logs():
                 code = run_notifications(DEFAULT_EVENTS if events is None else events,
                                          console, batch_size=batch_size)
+        if code == 0 and orders != 0:
+            from herald.demo.orders import DEFAULT_ORDERS, run_orders
+
+            with quiet_logs():
+                code = run_orders(DEFAULT_ORDERS if orders is None else orders, console)
         return code
     finally:
         if started_embedded:

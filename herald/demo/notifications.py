@@ -25,7 +25,7 @@ import time
 import uuid
 import warnings
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -78,32 +78,42 @@ def _reload_settings() -> None:
 
 
 @contextlib.contextmanager
-def own_namespace() -> Iterator[str]:
+def environment(**values: str) -> Iterator[None]:
+    """Run the block with these variables set in this process's environment and the
+    settings read again; every earlier value (in any spelling of the name: they are
+    case-insensitive) is restored after, and the settings read again."""
+    wanted = {name.upper() for name in values}
+    saved = {name: os.environ.pop(name) for name in list(os.environ)
+             if name.upper() in wanted}
+    os.environ.update(values)
+    _reload_settings()
+    try:
+        yield
+    finally:
+        for name in values:
+            os.environ.pop(name, None)
+        os.environ.update(saved)
+        _reload_settings()
+
+
+@contextlib.contextmanager
+def own_namespace(queues: Sequence[str] = QUEUES) -> Iterator[str]:
     """Run the block with this process's ledger, broker and mock provider under the demo's
     own key prefix (yielded); the queues under the configured prefix are left alone.
 
-    The notification queues of that prefix start empty: a job an earlier, interrupted demo
-    left there is not this run's.
+    ``queues`` of that prefix start empty: a job an earlier, interrupted demo left there
+    is not this run's.
     """
     from herald.queue import queue
     from herald.settings import get_settings
     from providers.mock import MockProvider
 
     prefix = get_settings().queue_prefix + NAMESPACE_SUFFIX
-    # variable names are case-insensitive: every spelling gives way for the block
-    saved = {name: os.environ.pop(name) for name in list(os.environ)
-             if name.upper() == "QUEUE_PREFIX"}
-    os.environ["QUEUE_PREFIX"] = prefix
-    _reload_settings()
-    try:
-        for name in QUEUES:
+    with environment(QUEUE_PREFIX=prefix):
+        for name in queues:
             queue(name).obliterate()
         MockProvider.reset()
         yield prefix
-    finally:
-        os.environ.pop("QUEUE_PREFIX", None)
-        os.environ.update(saved)
-        _reload_settings()
 
 
 def _seed_accounts(run_id: str, count: int) -> list[str]:
