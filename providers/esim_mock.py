@@ -11,8 +11,8 @@ issuance lane, and counts its charges per order (docs/pipeline.md#the-mock-esim-
 ``mock-verify``        charged, ``pending_verification`` with a verification URL;
                        issued once the customer verified (:meth:`customer_verifies`,
                        which also returns the signed ``verified`` webhook to post)
-``mock-crash``         charged and issued, then the calling *process* exits
-                       (``os._exit``) before it can record the profile; reconcile finds
+``mock-crash``         charged and issued, then the calling *process* is killed
+                       (SIGKILL) before it can record the profile; reconcile finds
                        it issued. Only the first issue of an order crashes.
 =====================  ==============================================================
 
@@ -33,6 +33,7 @@ import hashlib
 import json
 import logging
 import os
+import signal
 import uuid
 from collections.abc import Callable, Mapping
 from decimal import Decimal
@@ -71,8 +72,9 @@ MOCK_PRODUCTS: dict[str, tuple[str, Decimal]] = {
 }
 #: The statuses a mock webhook may carry.
 WEBHOOK_STATUSES = ("issued", "verified", "failed")
-#: The exit code of a process the ``mock-crash`` product stops.
-CRASH_EXIT_CODE = 70
+#: The return code its parent sees of a process the ``mock-crash`` product kills: it is
+#: killed with SIGKILL, as an out-of-memory kill or a host's hard stop would.
+CRASH_EXIT_CODE = -int(signal.SIGKILL)
 #: The mock's SM-DP+ server (profiles point their activation codes at it).
 SMDP_ADDRESS = "smdp.mock-esim.invalid"
 
@@ -139,9 +141,9 @@ class MockEsimProvider:
                                      provider_order_ref=reference)
         if product == "mock-crash" and mock_store().hsetnx(_key("crashed"),
                                                            request.order_id, 1):
-            log.warning("mock-crash: the process exits after the charge",
+            log.warning("mock-crash: the process is killed (SIGKILL) after the charge",
                         extra={"order_id": request.order_id})
-            os._exit(CRASH_EXIT_CODE)
+            os.kill(os.getpid(), signal.SIGKILL)
         return self.reconcile(request)
 
     def _accept(self, request: IssueRequest, status: str) -> str:
