@@ -59,6 +59,15 @@ def rabbitmq_url(service_set: ServiceSet) -> str:
     return service_set.url("RABBITMQ_URL")
 
 
+@pytest.fixture(scope="session")
+def migrated_database(database_url: str) -> str:
+    """The test PostgreSQL database at the newest schema (migrated once per session)."""
+    from herald import db
+
+    db.migrate(database_url)
+    return database_url
+
+
 @pytest.fixture
 def fresh_postgres(database_url: str) -> Iterator[str]:
     """A new, empty database on the test PostgreSQL server, dropped afterwards."""

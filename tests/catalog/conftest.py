@@ -25,13 +25,6 @@ ESIM_PLUGINS = {"alpha": "Alpha", "beta": "Beta"}
 OPERATOR_PLUGINS = {"gamma": "Gamma"}
 
 
-@pytest.fixture(scope="session")
-def migrated_database(database_url: str) -> str:
-    """The test PostgreSQL database at the newest schema (migrated once per session)."""
-    db.migrate(database_url)
-    return database_url
-
-
 def _reset() -> None:
     from providers.esim import esim_providers
     from providers.fx import fx_providers

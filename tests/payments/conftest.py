@@ -20,13 +20,6 @@ from herald.web import create_app
 LANES = ("activation", "payment")
 
 
-@pytest.fixture(scope="session")
-def migrated_database(database_url: str) -> str:
-    """The test PostgreSQL database at the newest schema (migrated once per session)."""
-    db.migrate(database_url)
-    return database_url
-
-
 @pytest.fixture
 def fulfillment(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
                 redis_url: str) -> Iterator[None]:

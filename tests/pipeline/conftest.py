@@ -16,13 +16,6 @@ from herald.queue import registry, runtime
 NOTIFICATION_QUEUES = ("notification-email", "notification-sms", "notification-push")
 
 
-@pytest.fixture(scope="session")
-def migrated_database(database_url: str) -> str:
-    """The test PostgreSQL database at the newest schema (migrated once per session)."""
-    db.migrate(database_url)
-    return database_url
-
-
 @pytest.fixture
 def pipeline(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
              redis_url: str) -> Iterator[None]:

@@ -22,13 +22,6 @@ _TABLES = ("store_order_status_events, store_orders, orders, store_products, "
            "provider_health, deliveries, notifications, accounts")
 
 
-@pytest.fixture(scope="session")
-def store_postgres(database_url: str) -> str:
-    """The session's PostgreSQL database at the newest schema."""
-    db.migrate(database_url)
-    return database_url
-
-
 @pytest.fixture(params=["postgres", "sqlite"])
 def backend(request: pytest.FixtureRequest) -> str:
     """Which database a test runs on (tests that depend on it ask for this fixture)."""
@@ -42,7 +35,7 @@ def database(request: pytest.FixtureRequest) -> str:
         url = str(request.getfixturevalue("fresh_sqlite"))
         db.migrate(url)
         return url
-    return str(request.getfixturevalue("store_postgres"))
+    return str(request.getfixturevalue("migrated_database"))
 
 
 @pytest.fixture

@@ -17,13 +17,6 @@ from herald.queue import redis as queue_redis
 from herald.queue import runtime
 
 
-@pytest.fixture(scope="session")
-def migrated_database(database_url: str) -> str:
-    """The test PostgreSQL database at the newest schema (migrated once per session)."""
-    db.migrate(database_url)
-    return database_url
-
-
 def use_env(monkeypatch: pytest.MonkeyPatch, **env: str) -> None:
     """Set herald's environment and drop every cached settings object and client."""
     for name, value in env.items():
