@@ -19,7 +19,10 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from twilio.request_validator import RequestValidator
 
+from herald.settings import reset_settings
 from herald.web import create_app
+from providers.esim import esim_providers
+from tests.providers.fake_esimhub import sign_webhook
 from tests.support.callbacks import (
     CALLBACKS,
     TWILIO_TOKEN,
@@ -106,3 +109,40 @@ def test_no_signed_twilio_callback_gets_a_server_error(
                      "Content-Type": "application/x-www-form-urlencoded"}))
 
     check()
+
+
+# -- signed eSIM store webhooks ----------------------------------------------------------
+#: Each eSIM plugin's webhook, as it signs it, and a body of the shape it sends.
+STORE_WEBHOOKS = {
+    "mock": (lambda body: hmac_signed("mock", body),
+             {"provider_order_ref": "mock-ref-1", "status": "verified"}),
+    "esimhub": (lambda body: sign_webhook(ESIMHUB_SECRET, body),
+                {"reference": "hub-ref-1", "status": "issued", "event": "order.updated"}),
+}
+ESIMHUB_SECRET = "fuzz-esimhub-secret"
+
+
+@pytest.mark.parametrize("provider", sorted(STORE_WEBHOOKS))
+def test_no_signed_store_webhook_gets_a_server_error(
+        provider: str, pipeline: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the store on with both plugins, each webhook signed with its secret
+    for name, value in {"FEATURE_ESIM_STORE": "true", "ESIM_PROVIDERS": "mock,esimhub",
+                        "ESIMHUB_WEBHOOK_SECRET": ESIMHUB_SECRET}.items():
+        monkeypatch.setenv(name, value)
+    reset_settings()
+    esim_providers.reset()
+    client = TestClient(create_app())
+    sign, webhook = STORE_WEBHOOKS[provider]
+
+    @given(body=mutated(webhook).map(lambda v: json.dumps(v).encode())
+           | JSON.map(lambda v: json.dumps(v).encode()) | st.binary(max_size=200))
+    @settings(max_examples=80, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    def check(body: bytes) -> None:
+        # Then whatever the signed body holds, the answer is never a server error
+        assert_client_error_at_most(client.post(
+            f"/v1/store/webhooks/{provider}", content=body,
+            headers={**sign(body), "Content-Type": "application/json"}))
+
+    check()
+    esim_providers.reset()
