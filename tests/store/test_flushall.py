@@ -4,9 +4,11 @@ every order still ends as its product plans, charged at most once.
 The orders cover every mock product. They are placed and paid through the HTTP app;
 real ``herald worker`` processes (the Procfile's fulfillment line) settle and issue them
 on PostgreSQL and a job Redis of the test's own; the mock eSIM provider keeps its orders
-and charges on another Redis, out of the flush's reach. A real ``herald clock`` runs the
-store recovery scans and the lost-settlement repair with windows of seconds. Workers
-that ``mock-crash`` stops are started again. The test plays the customer of the
+and charges on another Redis, out of the flush's reach. The flush comes once some orders
+are issued, while others are in flight or wait (for a retry, for verification, for their
+settlement: the payment queue is paused just before, so that some surely do). A real
+``herald clock`` runs the store recovery scans and the lost-settlement repair with windows
+of seconds. Workers that ``mock-crash`` stops are started again. The test plays the customer of the
 ``mock-verify`` orders: half of them verify (the signed webhook is posted), the other
 half let the verification deadline pass.
 """
@@ -33,8 +35,8 @@ from sqlalchemy import func, text
 from sqlmodel import select
 
 from herald import db, settings
+from herald.queue import queue, runtime
 from herald.queue import redis as queue_redis
-from herald.queue import runtime
 from models.notifications import Notification
 from models.payments import Payment
 from models.store import Order, StoreOrder, StoreOrderStatusEvent
@@ -60,6 +62,8 @@ OUTCOMES: dict[str, tuple[str, str, str | None, int]] = {
 }
 #: Orders issued before the flush.
 ISSUED_BEFORE_FLUSH = 30
+#: Paid orders whose settlement waits (the payment queue paused) when the flush hits.
+HELD_SETTLEMENTS = 20
 #: The Procfile's ``worker-fulfillment`` line.
 WORKER_QUEUES = ("activation", "payment", "store-fulfillment")
 #: The recovery windows the workers and the clock run with (seconds).
@@ -286,12 +290,21 @@ def test_a_flushall_mid_run_leaves_every_order_final_and_charged_once(
                     wait_for(lambda: placing.done() or issuance_states()["issued"]
                              >= ISSUED_BEFORE_FLUSH, timeout=120, every=0.1,
                              what=f"{ISSUED_BEFORE_FLUSH} orders to be issued")
+                    # (settlements held back, so the flush surely takes some of them)
+                    queue("payment").pause()
+                    wait_for(lambda: placing.done() or payment_statuses()["completed"]
+                             >= HELD_SETTLEMENTS, timeout=60, every=0.1,
+                             what=f"{HELD_SETTLEMENTS} settlements to wait")
                     at_flush = issuance_states(), payment_statuses(), len(customers.plans)
                     redis.Redis.from_url(flushall_store).flushall()
                     placing.result(timeout=120)
                 # Then recovery brings every order to a final state
-                wait_for(lambda: all_final(len(products), supervisor, verifier),
-                         timeout=150, every=0.5, what="every order to end issued or failed")
+                try:
+                    wait_for(lambda: all_final(len(products), supervisor, verifier),
+                             timeout=150, every=0.5, what="every order to end issued or failed")
+                except AssertionError as error:
+                    raise AssertionError(f"{error}: issuance {dict(issuance_states())}, "
+                                         f"payments {dict(payment_statuses())}") from None
             finally:
                 verifier.stop()
     finally:
@@ -300,8 +313,11 @@ def test_a_flushall_mid_run_leaves_every_order_final_and_charged_once(
         clock.kill()
         clock.wait(timeout=10)
     states, payments, placed = at_flush
-    # the flush hit a run in progress: orders issued, others not yet final
+    # the flush hit a run in progress: orders issued, others not yet final, settlements
+    # waiting, orders still to be placed
     assert states["issued"] >= ISSUED_BEFORE_FLUSH, at_flush
+    assert payments["completed"] >= HELD_SETTLEMENTS, at_flush
+    assert placed < len(products), at_flush
     assert placed - states["issued"] - states["failed"] > 0, at_flush
     assert workers.other_exits == []
     assert workers.crashes == PRODUCTS["mock-crash"]
