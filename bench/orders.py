@@ -22,7 +22,8 @@ Two set-ups, each with 2 worker processes (``--processes``):
 
 50 orders go through before the clock starts. Each of ``--repeat`` rounds measures the
 machine (``bench.machine``), then runs both set-ups; medians are reported with every run,
-and the CPU per order of each process group. Appends to ``bench/results.md``.
+and the CPU per order of each process group; then the database statements and CPU of
+each step of one order, in process. Appends to ``bench/results.md``.
 """
 
 from __future__ import annotations
@@ -70,6 +71,40 @@ def _reset_tables() -> None:
         connection.execute(text("TRUNCATE payments, store_order_status_events, store_orders,"
                                 " orders, store_products, provider_health, deliveries,"
                                 " notifications, accounts CASCADE"))
+
+
+def _order_history(per_account: int = 50) -> None:
+    """Give each account ``per_account`` earlier issued orders (settled payment, profile,
+    status events), so the store tables and the planner's statistics look like a store in
+    use (as ``bench.e2e`` does for notifications)."""
+    from herald.db import autocommit, get_engine
+
+    then = "now() - interval '1 day'"
+    with get_engine().begin() as connection:
+        connection.execute(text(
+            "INSERT INTO orders (id, account_id, status, amount, currency, created_at,"
+            f" updated_at) SELECT gen_random_uuid()::text, a.id, 'completed', 5, 'USD', {then},"
+            f" {then} FROM accounts a, generate_series(1, :n) n"), {"n": per_account})
+        connection.execute(text(
+            "INSERT INTO store_orders (id, product_id, provider, issuance_state,"
+            " provider_order_ref, idempotency_key, iccid, activation_code, smdp_address,"
+            " in_flight_at, created_at, updated_at) SELECT id, 'mock-ok', 'mock', 'issued',"
+            " 'mock-esim-' || md5(id), md5(id), '8999' || substr(md5(id), 1, 15),"
+            " 'LPA:1$smdp$' || md5(id), 'smdp', created_at, created_at, created_at"
+            " FROM orders"))
+        connection.execute(text(
+            "INSERT INTO payments (id, order_id, amount, currency, gateway, status,"
+            " completed_at, settled_at, created_at, updated_at) SELECT gen_random_uuid()::text,"
+            " id, 5, 'USD', 'mock', 'settled', created_at, created_at, created_at, created_at"
+            " FROM orders"))
+        connection.execute(text(
+            "INSERT INTO store_order_status_events (id, store_order_id, from_state, to_state,"
+            " source, note, created_at) SELECT gen_random_uuid()::text, id, s.f, s.t,"
+            " 'system', 'history', created_at FROM orders,"
+            " (VALUES (NULL, 'pending'), ('pending', 'in_flight'), ('in_flight', 'issued'))"
+            " s(f, t)"))
+    with autocommit() as connection:
+        connection.execute(text("VACUUM ANALYZE"))
 
 
 def _open_orders() -> int:
@@ -153,6 +188,38 @@ def _purge_queues() -> None:
         queue(name).drain()
 
 
+def per_order_costs(accounts: list[str], sample: int = 100) -> dict[str, tuple[float, float]]:
+    """Database statements and CPU ms of each step of one order, in process, one order at
+    a time: placing and paying it (the producer's part), its settlement, its issuance
+    (the mock, the issued write, the ``esim.ready`` trigger)."""
+    from actors.payments import PaymentAction, PaymentJob, settle_payment
+    from actors.store import StoreJob, issue_store_order
+    from bench.e2e import _Counter
+    from herald.db import session
+    from models.base import utcnow
+    from models.payments import Payment
+    from models.store import Order
+
+    before = utcnow()
+    with _Counter() as producing:
+        for n in range(sample):
+            place_and_pay(accounts[n % len(accounts)])
+    with session() as s:
+        paid = s.exec(select(Payment, Order.account_id).join(Order, Order.id == Payment.order_id)
+                      .where(Payment.created_at >= before)).all()
+    with _Counter() as settling:
+        for payment, account_id in paid:
+            settle_payment(PaymentJob(action=PaymentAction.SETTLE, payment_id=payment.id,
+                                      order_id=payment.order_id, user_id=account_id,
+                                      gateway=payment.gateway, created_at=utcnow()))
+    with _Counter() as issuing:
+        for payment, _ in paid:
+            issue_store_order(StoreJob(order_id=payment.order_id))
+    return {step: (counter.statements / sample, 1000 * counter.cpu_s / sample)
+            for step, counter in (("place and pay (producer)", producing),
+                                  ("settlement", settling), ("issuance", issuing))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--orders", type=int, default=1000)
@@ -177,6 +244,7 @@ def main() -> None:
 
         sync_esim_products()  # the mock's catalog and health, as the clock's sync writes them
         accounts = _accounts()
+        _order_history()
         for _ in range(args.repeat):
             speeds.append(machine.measure(os.environ["DATABASE_URL"], os.environ["REDIS_URL"]))
             for name, queues in SETUPS.items():
@@ -185,6 +253,7 @@ def main() -> None:
                 for group, value in costs.items():
                     label = group if group.startswith("peak") else f"CPU ms per order, {group}"
                     spent.setdefault(f"{name}: {label}", []).append(value)
+        steps = per_order_costs(accounts)
     finally:
         for service in started:
             service.stop()
@@ -196,6 +265,8 @@ def main() -> None:
     lines += [f"| orders/s, {name} | {median(values):,.0f} "
               f"({', '.join(f'{v:,.0f}' for v in values)}) |" for name, values in rates.items()]
     lines += [f"| {name} | {median(values):.2f} |" for name, values in spent.items()]
+    lines += [f"| {step}: database statements, CPU ms per order (in process) | "
+              f"{statements:.1f}, {cpu_ms:.1f} |" for step, (statements, cpu_ms) in steps.items()]
     lines += machine.table(speeds)
     publish(lines)
 
