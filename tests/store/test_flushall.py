@@ -6,11 +6,11 @@ real ``herald worker`` processes (the Procfile's fulfillment line) settle and is
 on PostgreSQL and a job Redis of the test's own; the mock eSIM provider keeps its orders
 and charges on another Redis, out of the flush's reach. The flush comes once some orders
 are issued, while others are in flight or wait (for a retry, for verification, for their
-settlement: the payment queue is paused just before, so that some surely do). A real
-``herald clock`` runs the store recovery scans and the lost-settlement repair with windows
-of seconds. Workers that ``mock-crash`` stops are started again. The test plays the customer of the
-``mock-verify`` orders: half of them verify (the signed webhook is posted), the other
-half let the verification deadline pass.
+settlement: the payment queue is paused just before 20 of them are paid), and the last 30
+are placed after it. A real ``herald clock`` runs the store recovery scans and the
+lost-settlement repair with windows of seconds. Workers that ``mock-crash`` stops are
+started again. The test plays the customer of the ``mock-verify`` orders: half of them
+verify (the signed webhook is posted), the other half let the verification deadline pass.
 """
 
 from __future__ import annotations
@@ -62,8 +62,10 @@ OUTCOMES: dict[str, tuple[str, str, str | None, int]] = {
 }
 #: Orders issued before the flush.
 ISSUED_BEFORE_FLUSH = 30
-#: Paid orders whose settlement waits (the payment queue paused) when the flush hits.
+#: Paid orders whose settlement waits (the payment queue paused) when the flush hits:
+#: those numbered from HELD_FROM; the orders after them are placed after the flush.
 HELD_SETTLEMENTS = 20
+HELD_FROM = 150
 #: The Procfile's ``worker-fulfillment`` line.
 WORKER_QUEUES = ("activation", "payment", "store-fulfillment")
 #: The recovery windows the workers and the clock run with (seconds).
@@ -179,24 +181,34 @@ def place_and_pay(client: TestClient, product: str, n: int) -> str:
     return str(order["id"])
 
 
+def planned(products: list[str]) -> list[tuple[str, str]]:
+    """Each product with what its order plans to end as: every second ``mock-verify``
+    order's customer verifies."""
+    verify_orders = 0
+    plans = []
+    for product in products:
+        plan = product
+        if product == "mock-verify":
+            plan = VERIFIED if verify_orders % 2 == 0 else EXPIRED
+            verify_orders += 1
+        plans.append((product, plan))
+    return plans
+
+
 @dataclasses.dataclass
 class Customers:
     """The orders placed so far with what each plans to end as, and the customers of
     ``mock-verify`` orders who verify."""
 
     client: TestClient
+    orders: list[tuple[str, str]]
     plans: dict[str, str] = dataclasses.field(default_factory=dict)
     verified: set[str] = dataclasses.field(default_factory=set)
 
-    def place_all(self, products: list[str]) -> None:
-        """Place and pay every order, one after the other; every second ``mock-verify``
-        order's customer will verify."""
-        verify_orders = 0
-        for n, product in enumerate(products):
-            plan = product
-            if product == "mock-verify":
-                plan = VERIFIED if verify_orders % 2 == 0 else EXPIRED
-                verify_orders += 1
+    def place(self, numbers: range) -> None:
+        """Place and pay those of the orders, one after the other."""
+        for n in numbers:
+            product, plan = self.orders[n]
             self.plans[place_and_pay(self.client, product, n)] = plan
 
     def verify_waiting(self) -> None:
@@ -281,22 +293,30 @@ def test_a_flushall_mid_run_leaves_every_order_final_and_charged_once(
     supervisor = Repeating(workers.restart_stopped)
     try:
         with TestClient(create_app()) as client:
-            customers = Customers(client)
+            customers = Customers(client, planned(products))
             verifier = Repeating(customers.verify_waiting, every=0.2)
+            flushed = threading.Event()
+
+            def produce() -> None:
+                customers.place(range(0, HELD_FROM))
+                flushed.wait(timeout=120)  # the last orders are placed after the flush
+                customers.place(range(HELD_FROM + HELD_SETTLEMENTS, len(products)))
+
             try:
                 with ThreadPoolExecutor(max_workers=1) as producer:
-                    placing = producer.submit(customers.place_all, products)
-                    # When Redis loses every job once some orders are issued
-                    wait_for(lambda: placing.done() or issuance_states()["issued"]
-                             >= ISSUED_BEFORE_FLUSH, timeout=120, every=0.1,
-                             what=f"{ISSUED_BEFORE_FLUSH} orders to be issued")
-                    # (settlements held back, so the flush surely takes some of them)
-                    queue("payment").pause()
-                    wait_for(lambda: placing.done() or payment_statuses()["completed"]
-                             >= HELD_SETTLEMENTS, timeout=60, every=0.1,
-                             what=f"{HELD_SETTLEMENTS} settlements to wait")
-                    at_flush = issuance_states(), payment_statuses(), len(customers.plans)
-                    redis.Redis.from_url(flushall_store).flushall()
+                    placing = producer.submit(produce)
+                    try:
+                        # When Redis loses every job once some orders are issued
+                        wait_for(lambda: issuance_states()["issued"] >= ISSUED_BEFORE_FLUSH,
+                                 timeout=120, every=0.1,
+                                 what=f"{ISSUED_BEFORE_FLUSH} orders to be issued")
+                        # (orders paid with their settlements held back: the flush takes them)
+                        queue("payment").pause()
+                        customers.place(range(HELD_FROM, HELD_FROM + HELD_SETTLEMENTS))
+                        at_flush = issuance_states(), payment_statuses(), len(customers.plans)
+                        redis.Redis.from_url(flushall_store).flushall()
+                    finally:
+                        flushed.set()
                     placing.result(timeout=120)
                 # Then recovery brings every order to a final state
                 try:
