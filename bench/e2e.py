@@ -135,11 +135,13 @@ class CpuMeter:
 
 def _configure(env: dict[str, str]) -> None:
     os.environ.update(env)
-    from herald import connections, db, jobs, settings
+    from herald import db, settings
+    from herald.queue import redis as queue_redis
+    from herald.queue import runtime
 
     settings.reset_settings()
-    connections.reset_redis_client()
-    jobs.reset_brokers()
+    queue_redis.reset_redis_client()
+    runtime.reset_brokers()
     db.reset_engine()
 
 
