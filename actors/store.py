@@ -62,6 +62,7 @@ from models.store import (
     StoreOrder,
     find_by_reference,
     insert_store_order,
+    mark_announced,
     record_provider_reference,
     stamp_webhook,
     status_events,
@@ -487,6 +488,10 @@ def announce_profile(order_id: str) -> None:
         data["plan_name"] = row.name[:100]
     trigger_event(account_id=row.account_id, type="esim.ready", occurrence=row.iccid,
                   data=data)
+    # only now: a run killed before this line leaves the order for the recovery scans,
+    # whose run triggers it again (a no-op if it had got through: one per profile)
+    with db_session() as session:
+        mark_announced(session, order_id)
 
 
 def run_issuance(job: StoreJob) -> dict[str, Any]:

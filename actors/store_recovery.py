@@ -9,8 +9,9 @@ a webhook the provider never sent, a customer who never verified. Every
 ``STORE_RECOVERY_LIMIT`` rows:
 
 1. **stalled order scan** — ``in_flight`` or ``reconciliation_required``, or ``pending``
-   though paid (its first run lost, or its attempts used up on transient failures), for
-   longer than ``STORE_STALLED_AGE_S``;
+   though paid (its first run lost, or its attempts used up on transient failures), or
+   ``issued`` with its ``esim.ready`` notification never triggered (``announced_at``),
+   for longer than ``STORE_STALLED_AGE_S``;
 2. **webhook fallback check** — ``in_flight`` or ``reconciliation_required`` with a
    provider reference, no webhook since the last ``in_flight`` stamp, stamped longer than
    ``STORE_WEBHOOK_FALLBACK_S`` ago;
@@ -123,11 +124,14 @@ def _in_flight_since() -> Any:
 def _stalled(window: RecoveryWindow) -> list[ColumnElement[bool]]:
     # a paid order still pending lost its first run (or used up its attempts on transient
     # failures); a parked ambiguous one may have no reference for a webhook to name
+    # and an issued one whose run ended before its eSIM notification was triggered
     paid = select(Order.id).where(Order.status == OrderStatus.PAID.value)
     return [or_(StoreOrder.issuance_state.in_([IssuanceState.IN_FLIGHT.value,
                                                IssuanceState.RECONCILIATION_REQUIRED.value]),
                 and_(StoreOrder.issuance_state == IssuanceState.PENDING.value,
-                     StoreOrder.id.in_(paid))),
+                     StoreOrder.id.in_(paid)),
+                and_(StoreOrder.issuance_state == IssuanceState.ISSUED.value,
+                     StoreOrder.announced_at.is_(None))),
             _in_flight_since() < window.stalled_cutoff]
 
 

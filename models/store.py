@@ -55,10 +55,12 @@ RECONCILE_STATES = frozenset({IssuanceState.IN_FLIGHT, IssuanceState.RECONCILIAT
 FINAL_ISSUANCE_STATES = frozenset({IssuanceState.ISSUED, IssuanceState.FAILED})
 
 
-#: The issuances the recovery scans read: a partial index over them keeps the scans flat
+#: The issuances the recovery scans read (unfinished ones, and issued ones whose eSIM
+#: notification was never triggered): a partial index over them keeps the scans flat
 #: however many issued orders accumulate.
 UNFINISHED_ISSUANCE = ("issuance_state IN ('pending', 'in_flight', 'reconciliation_required', "
-                       "'pending_verification')")
+                       "'pending_verification') "
+                       "OR (issuance_state = 'issued' AND announced_at IS NULL)")
 
 
 class Order(SQLModel, table=True):
@@ -108,6 +110,9 @@ class StoreOrder(SQLModel, table=True):
     in_flight_at: datetime | None = Field(default=None, sa_type=UtcDateTime, nullable=True)
     #: When the provider's last status webhook for it arrived.
     webhook_at: datetime | None = Field(default=None, sa_type=UtcDateTime, nullable=True)
+    #: When the issued profile's ``esim.ready`` notification was triggered (None until it
+    #: was: the recovery scans re-drive an issued order that has none).
+    announced_at: datetime | None = Field(default=None, sa_type=UtcDateTime, nullable=True)
     #: When a recovery scan last re-drove it (so the next scan waits a window).
     recovered_at: datetime | None = Field(default=None, sa_type=UtcDateTime, nullable=True)
     created_at: datetime = timestamp_field()
@@ -273,6 +278,15 @@ def stamp_webhook(session: Session, order_id: str, *, now: datetime | None = Non
     now = now or utcnow()
     session.execute(update(_store).where(_store.c.id == order_id)
                     .values(webhook_at=now, updated_at=now))
+    session.commit()
+
+
+def mark_announced(session: Session, order_id: str) -> None:
+    """Record that the issued order's ``esim.ready`` notification was triggered
+    (``announced_at``); commits."""
+    session.execute(update(_store).where(_store.c.id == order_id,
+                                         _store.c.announced_at.is_(None))
+                    .values(announced_at=utcnow()))
     session.commit()
 
 

@@ -20,7 +20,7 @@ depends_on: str | Sequence[str] | None = None
 
 #: The issuances the store recovery scans read (a partial index keeps them flat).
 UNFINISHED = ("issuance_state IN ('pending', 'in_flight', 'reconciliation_required', "
-              "'pending_verification')")
+              "'pending_verification') OR (issuance_state = 'issued' AND announced_at IS NULL)")
 
 
 def upgrade() -> None:
@@ -162,6 +162,7 @@ def upgrade() -> None:
         sa.Column("smdp_address", sa.String(length=255), nullable=True),
         sa.Column("in_flight_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("webhook_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("announced_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("recovered_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),

@@ -4,15 +4,19 @@ the notification pipeline, once per profile however many runs see the order issu
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import func
 from sqlmodel import select
 
 from actors.store import Trigger, enqueue_issuance, issuance_job_id
+from actors.store_recovery import recover_orders
 from herald import db
 from herald.queue import running_worker
+from models.base import utcnow
 from models.notifications import Notification
+from models.store import EventSource, IssuanceState, StoreOrder, transition_store_order
 from providers.esim_mock import MockEsimProvider
 from providers.mock import MockProvider
 from tests.store.conftest import STORE_QUEUES
@@ -61,3 +65,36 @@ def test_the_esim_email_with_its_qr_code_is_sent_once_per_profile(workers: None)
     assert notifications == 1
     assert len(emails_to(address)) == 1
     assert order(order_id)["status"] == "completed"
+
+
+def test_an_issued_order_whose_run_ended_before_its_email_gets_it_from_recovery(
+        workers: None) -> None:
+    address = "late@example.com"
+    order_id = paid("mock-ok", account(address))
+    # Given an order issued by a run that was killed before it triggered the eSIM email
+    # (no notification, announced_at unset), long enough ago for the stalled scan
+    with db.session() as session:
+        transition_store_order(session, order_id, to=IssuanceState.IN_FLIGHT,
+                               expect={IssuanceState.PENDING}, source=EventSource.SYSTEM,
+                               note="test: asking the provider",
+                               in_flight_at=utcnow() - timedelta(hours=1))
+    with db.session() as session:
+        transition_store_order(session, order_id, to=IssuanceState.ISSUED,
+                               expect={IssuanceState.IN_FLIGHT}, source=EventSource.SYSTEM,
+                               note="test: issued", iccid="8999000000000000042",
+                               activation_code="LPA:1$smdp.test$X", smdp_address="smdp.test")
+    # When the recovery scans run
+    assert recover_orders().stalled_scan == 1
+    # Then the run they add sends the eSIM email, and the order counts as announced
+    [email] = wait_for(lambda: emails_to(address), what="the esim.ready email")  # type: ignore[misc]
+    assert "8999000000000000042" in str(email["text"])
+    wait_for(lambda: store_row(order_id).announced_at is not None, what="the stamp")
+    # and a later scan leaves it alone
+    assert recover_orders().total == 0
+
+
+def store_row(order_id: str) -> StoreOrder:
+    with db.session() as session:
+        row = session.get(StoreOrder, order_id)
+        assert row is not None
+        return row

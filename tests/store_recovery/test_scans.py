@@ -62,6 +62,8 @@ def test_the_stalled_scan_requeues_old_in_flight_orders_with_no_live_job(store: 
         "paid, pending, its first run lost": store_order("pending", updated_at=ago(hours=1)),
         "reconciliation required, no reference": store_order(
             "reconciliation_required", in_flight_at=ago(hours=1)),
+        "issued, its eSIM notification never triggered": store_order(
+            "issued", in_flight_at=ago(hours=1)),
     }
     payment_run = store_order("in_flight", in_flight_at=ago(hours=1))
     webhook_run = store_order("in_flight", in_flight_at=ago(hours=1))
@@ -71,8 +73,9 @@ def test_the_stalled_scan_requeues_old_in_flight_orders_with_no_live_job(store: 
             "in_flight", in_flight_at=ago(hours=1), recovered_at=ago(minutes=5)),
         "its payment run still waits": payment_run,
         "a webhook's run still waits": webhook_run,
-        **{state: store_order(state, in_flight_at=ago(hours=1))
-           for state in ("issued", "failed")},
+        "issued and announced": store_order("issued", in_flight_at=ago(hours=1),
+                                            announced_at=ago(hours=1)),
+        "failed": store_order("failed", in_flight_at=ago(hours=1)),
         "pending, paid recently": store_order("pending", updated_at=ago(minutes=5)),
         "pending, not paid": store_order("pending", order_status="pending_payment",
                                          updated_at=ago(hours=1)),
@@ -84,7 +87,7 @@ def test_the_stalled_scan_requeues_old_in_flight_orders_with_no_live_job(store: 
     report = recover_orders()
     # Then each stalled order has one stalled-scan run and a fresh stamp
     assert (report.stalled_scan, report.webhook_fallback, report.verification_deadline,
-            report.live) == (4, 0, 0, 2)
+            report.live) == (5, 0, 0, 2)
     assert_re_driven(stalled, Trigger.STALLED_SCAN)
     # and nothing else was touched: the orders with a live run keep that one run only
     assert_left_alone(left_alone, before)
@@ -138,7 +141,7 @@ def test_the_webhook_fallback_reconciles_orders_whose_webhook_never_came(store: 
             "in_flight", provider_order_ref="ref-7", in_flight_at=ago(minutes=11),
             recovered_at=ago(minutes=5)),
         "issued": store_order("issued", provider_order_ref="ref-8",
-                              in_flight_at=ago(hours=1)),
+                              in_flight_at=ago(hours=1), announced_at=ago(hours=1)),
         "pending verification": store_order("pending_verification",
                                              provider_order_ref="ref-9",
                                              in_flight_at=ago(hours=1)),
