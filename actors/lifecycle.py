@@ -26,6 +26,7 @@ import logging
 from typing import Any
 
 from actors.render import NOTIFICATIONS_DIR, environment
+from actors.store_recovery import start_store_recovery
 from herald.queue.worker import OnFailure, WorkerGroup, declare_groups
 from herald.settings import get_settings
 from providers.esim import esim_providers
@@ -83,27 +84,13 @@ def _build_all(registry: PluginRegistry[Any], setting: str, what: str) -> None:
                                f"({type(error).__name__}: {error})") from error
 
 
-def start_store_recovery_scan() -> None:
-    """Enqueue one store recovery scan now, so that orders a previous process left
-    behind are picked up at once rather than at the clock's next tick; raises when the
-    scan cannot be enqueued."""
-    try:
-        from actors.store_recovery import start_store_recovery
-    except ModuleNotFoundError as error:
-        if error.name != "actors.store_recovery":
-            raise
-        log.info("no store recovery in this build: nothing to scan at start")
-        return
-    start_store_recovery()
-
-
 NOTIFICATION_GROUP = WorkerGroup(name="notification lanes", queues=NOTIFICATION_LANES,
                                  startup=start_notification_lanes,
                                  on_failure=OnFailure.STOP_GROUP)
 BUSINESS_GROUP = WorkerGroup(name="business lanes", queues=BUSINESS_LANES,
                              startup=start_business_lanes, on_failure=OnFailure.STOP_ALL)
 STORE_RECOVERY_GROUP = WorkerGroup(name="store recovery", runs_with=("store-fulfillment",),
-                                   startup=start_store_recovery_scan,
+                                   startup=start_store_recovery,
                                    on_failure=OnFailure.STOP_ALL)
 
 declare_groups(NOTIFICATION_GROUP, BUSINESS_GROUP, STORE_RECOVERY_GROUP)

@@ -19,8 +19,6 @@ from herald.settings import get_settings
 
 #: How often a gated run looks at its gate (s).
 GATE_POLL_S = 0.05
-#: The id of the job the store recovery probe step enqueues (tests.lifecycle.recovery_probe).
-RECOVERY_PROBE_JOB = "recovery-probe"
 
 
 class Probe(BaseModel):
