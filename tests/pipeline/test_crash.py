@@ -12,15 +12,12 @@ which are counted and bounded.
 from __future__ import annotations
 
 import collections
-import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import redis
@@ -33,9 +30,9 @@ from herald.queue import redis as queue_redis
 from herald.queue import runtime
 from models.notifications import FINAL_OUTCOMES, Delivery
 from providers.mock import MockProvider
+from tests.support.processes import spawn_herald
 from tests.support.waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[2]
 EVENTS = 2000
 ACCOUNTS = 100
 QUEUES = ["notification-email", "notification-sms", "notification-orchestration"]
@@ -61,15 +58,9 @@ def crash_env(pipeline: None, monkeypatch: pytest.MonkeyPatch, private_redis_url
     MockProvider.reset()
 
 
-def _spawn(*args: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "WORKER_PORT": "0", "LOG_LEVEL": "ERROR"}
-    return subprocess.Popen([sys.executable, "-m", "herald.cli", *args], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
 def _worker() -> subprocess.Popen[bytes]:
     # the providers' rate limits are lifted: this test is about loss, not throughput
-    return _spawn("worker", "--import", "bench.unlimited", *QUEUES)
+    return spawn_herald("worker", "--import", "bench.unlimited", *QUEUES)
 
 
 def _open_deliveries() -> int:
@@ -109,7 +100,7 @@ def _trigger_all(run: str) -> None:
 def test_kills_and_a_flushall_lose_no_delivery(crash_env: str) -> None:
     started = time.monotonic()
     workers = [_worker(), _worker()]
-    clock = _spawn("clock")
+    clock = spawn_herald("clock")
     in_flight_at_kills: set[str] = set()
     kills = 0
     try:

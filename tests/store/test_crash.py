@@ -4,27 +4,20 @@ issued, once, with one charge."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from actors.store import enqueue_issuance
 from providers.esim_mock import CRASH_EXIT_CODE, MockEsimProvider
 from tests.store.support import events, order, paid, store_row, wait_state
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.processes import spawn_herald
 
 
 def worker() -> subprocess.Popen[bytes]:
     """``herald worker`` on store-fulfillment with a 1 s lock (the environment is the
     test's: its database, Redis and queue prefix)."""
-    env = {**os.environ, "WORKER_PORT": "0", "LOG_LEVEL": "ERROR"}
-    return subprocess.Popen([sys.executable, "-m", "herald.cli", "worker", "--import",
-                             "tests.store.short_lock", "store-fulfillment"], cwd=REPO,
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return spawn_herald("worker", "--import", "tests.store.short_lock", "store-fulfillment")
 
 
 @pytest.mark.timeout(120)

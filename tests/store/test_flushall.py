@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import os
 import random
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,9 +38,9 @@ from models.notifications import Notification
 from models.payments import Payment
 from models.store import Order, StoreOrder, StoreOrderStatusEvent
 from providers.esim_mock import CRASH_EXIT_CODE, MockEsimProvider
+from tests.support.processes import spawn_herald
 from tests.support.waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[2]
 #: How many orders of each mock product (200 in all).
 PRODUCTS = {"mock-ok": 50, "mock-transient": 30, "mock-out-of-stock": 20,
             "mock-terminal": 20, "mock-ambiguous": 30, "mock-verify": 40, "mock-crash": 10}
@@ -96,14 +93,8 @@ def flushall_store(store: str, monkeypatch: pytest.MonkeyPatch, private_redis_ur
 
 
 # -- processes -------------------------------------------------------------------------------
-def _spawn(*args: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "WORKER_PORT": "0", "LOG_LEVEL": "ERROR"}
-    return subprocess.Popen([sys.executable, "-m", "herald.cli", *args], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
 def _worker() -> subprocess.Popen[bytes]:
-    return _spawn("worker", "--import", "tests.store.lanes_lock", *WORKER_QUEUES)
+    return spawn_herald("worker", "--import", "tests.store.lanes_lock", *WORKER_QUEUES)
 
 
 class Workers:
@@ -289,7 +280,7 @@ def test_a_flushall_mid_run_leaves_every_order_final_and_charged_once(
     products = [product for product, count in PRODUCTS.items() for _ in range(count)]
     random.Random(15).shuffle(products)
     workers = Workers(2)
-    clock = _spawn("clock")
+    clock = spawn_herald("clock")
     supervisor = Repeating(workers.restart_stopped)
     try:
         with TestClient(create_app()) as client:
