@@ -484,7 +484,7 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     unknown = [name for name in args.names if name not in sweeps]
     if unknown:
-        return _fail(f"unknown sweep {unknown[0]!r} (registered: {', '.join(sweeps)})",
+        return _fail(f"unknown sweep {unknown[0]!r} (registered: {', '.join(sorted(sweeps))})",
                      USAGE_ERROR)
     for name in args.names or list(sweeps):
         handled = sweeps[name]()
