@@ -51,7 +51,7 @@ from herald.db import session as db_session
 from herald.queue import EnqueueResult, Permanent, actor, enqueue, is_last_attempt
 from herald.settings import get_settings
 from models.base import utcnow
-from models.catalog import ProviderHealth, StoreProduct
+from models.catalog import StoreProduct, unavailable_reason
 from models.store import (
     FINAL_ISSUANCE_STATES,
     RECONCILE_STATES,
@@ -172,9 +172,9 @@ def _check_provider(session: Session, provider: str) -> None:
     health reading says it is unavailable."""
     if provider not in esim_providers.enabled() or provider not in esim_providers.classes:
         raise ProviderUnavailable(provider, "its plugin is not enabled (ESIM_PROVIDERS)")
-    health = session.get(ProviderHealth, provider)
-    if health is not None and not health.available:
-        raise ProviderUnavailable(provider, health.detail or "its health check failed")
+    reason = unavailable_reason(provider, session)
+    if reason is not None:
+        raise ProviderUnavailable(provider, reason)
 
 
 def place_order(account_id: str, product_id: str) -> dict[str, Any]:

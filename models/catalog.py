@@ -131,16 +131,23 @@ def disable_missing_providers(session: Session, enabled: Collection[str],
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
-def provider_available(provider: str, session: Session | None = None) -> bool:
-    """False when the provider's last health reading says it takes no orders (the
-    checkout's circuit breaker: an order for its products is refused). A provider never
-    read yet counts as available: its first catalog sync writes its first reading.
+def unavailable_reason(provider: str, session: Session | None = None) -> str | None:
+    """Why the checkout's circuit breaker refuses orders for the provider's products (its
+    last health reading says it takes no orders), or None when it does not. A provider
+    never read yet counts as available: its first catalog sync writes its first reading.
     Reads in ``session`` when given, else in a session of its own."""
     if session is None:
         with db_session() as own:
-            return provider_available(provider, own)
+            return unavailable_reason(provider, own)
     reading = session.get(ProviderHealth, provider)
-    return reading is None or reading.available
+    if reading is None or reading.available:
+        return None
+    return reading.detail or "its health check failed"
+
+
+def provider_available(provider: str, session: Session | None = None) -> bool:
+    """True unless :func:`unavailable_reason` names a reason."""
+    return unavailable_reason(provider, session) is None
 
 
 def stored_rates(session: Session, *, lock: bool = False) -> dict[str, Decimal]:

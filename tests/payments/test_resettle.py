@@ -4,15 +4,14 @@ settlement job was lost gets it again; a failed settlement is left to an operato
 from __future__ import annotations
 
 from datetime import timedelta
-from decimal import Decimal
 
 from actors.payments import resettle_lost_payments
 from herald.db import session as db_session
 from herald.queue import queue, running_worker
 from models.base import utcnow
-from models.notifications import Account
 from models.payments import Payment
-from models.store import Order, StoreOrder
+from models.store import Order
+from tests.support.orders import PRICE, store_order
 from tests.support.waiting import wait_for
 
 
@@ -20,21 +19,13 @@ def completed_payment(*, completed_ago: timedelta, order_status: str = "pending_
                       ) -> tuple[str, str]:
     """A store order and its payment marked completed ``completed_ago``, with no
     settlement job (as after a crash between the completion's commit and the add)."""
+    order_id = store_order("pending", order_status=order_status)
     with db_session() as session:
-        account = Account(email="payer@example.com")
-        session.add(account)
-        session.flush()
-        order = Order(account_id=account.id, status=order_status, amount=Decimal("5.00"),
-                      currency="USD")
-        session.add(order)
-        session.flush()
-        session.add(StoreOrder(id=order.id, product_id="mock-ok", provider="mock",
-                               idempotency_key=order.id))
-        payment = Payment(order_id=order.id, amount=Decimal("5.00"), currency="USD",
+        payment = Payment(order_id=order_id, amount=PRICE, currency="USD",
                           status="completed", completed_at=utcnow() - completed_ago)
         session.add(payment)
         session.flush()
-        return payment.id, order.id
+        return payment.id, order_id
 
 
 def settlement_state(payment_id: str) -> str | None:

@@ -16,11 +16,11 @@ from herald import db
 from herald.queue import running_worker
 from models.base import utcnow
 from models.notifications import Notification
-from models.store import EventSource, IssuanceState, StoreOrder, transition_store_order
+from models.store import EventSource, IssuanceState, transition_store_order
 from providers.esim_mock import MockEsimProvider
 from providers.mock import MockProvider
 from tests.store.conftest import STORE_QUEUES
-from tests.store.support import account, order, paid, wait_job, wait_state
+from tests.store.support import account, order, paid, store_row, wait_job, wait_state
 from tests.support.waiting import wait_for
 
 
@@ -92,9 +92,3 @@ def test_an_issued_order_whose_run_ended_before_its_email_gets_it_from_recovery(
     # and a later scan leaves it alone
     assert recover_orders().total == 0
 
-
-def store_row(order_id: str) -> StoreOrder:
-    with db.session() as session:
-        row = session.get(StoreOrder, order_id)
-        assert row is not None
-        return row

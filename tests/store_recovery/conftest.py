@@ -6,7 +6,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
-from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ from sqlalchemy import text
 from herald import db, settings
 from herald.queue import redis as queue_redis
 from herald.queue import runtime
+from tests.support.orders import store_order as store_order
 
 
 def use_env(monkeypatch: pytest.MonkeyPatch, **env: str) -> None:
@@ -51,25 +51,6 @@ def ago(**delta: float) -> Any:
     from models.base import utcnow
 
     return utcnow() - timedelta(**delta)
-
-
-def store_order(state: str, *, order_status: str = "paid", **columns: Any) -> str:
-    """An order (paid unless ``order_status`` says otherwise) and its store order in
-    issuance ``state`` with ``columns`` set; returns the order id."""
-    from models.notifications import Account
-    from models.store import Order, StoreOrder
-
-    with db.session() as session:
-        account = Account(email="recovery@example.com")
-        session.add(account)
-        session.flush()
-        order = Order(account_id=account.id, status=order_status, amount=Decimal("5.00"),
-                      currency="USD")
-        session.add(order)
-        session.flush()
-        session.add(StoreOrder(id=order.id, product_id="mock-ok", provider="mock",
-                               issuance_state=state, idempotency_key=order.id, **columns))
-    return order.id
 
 
 def reload(order_id: str) -> Any:
