@@ -5,7 +5,15 @@ autogenerate compares against it), so each table module is imported here.
 """
 
 from models.activations import Activation, ActivationStepRecord
-from models.audit import ADMIN_ACTOR, SYSTEM_ACTOR, AuditEntry, record_audit
+from models.audit import (
+    ADMIN_ACTOR,
+    SYSTEM_ACTOR,
+    AuditEntry,
+    begin_audit,
+    complete_audit,
+    recent_audit,
+    record_audit,
+)
 from models.batches import Batch
 from models.callbacks import CallbackReceipt
 from models.catalog import FxRate, OperatorPackage, ProviderHealth, StoreProduct
@@ -16,4 +24,5 @@ from models.store import Order, StoreOrder, StoreOrderStatusEvent
 __all__ = ["ADMIN_ACTOR", "SYSTEM_ACTOR", "Account", "Activation", "ActivationStepRecord",
            "AuditEntry", "Batch", "CallbackReceipt", "Delivery", "FxRate", "Notification",
            "OperatorPackage", "Order", "Payment", "ProviderHealth", "StoreOrder",
-           "StoreOrderStatusEvent", "StoreProduct", "record_audit"]
+           "StoreOrderStatusEvent", "StoreProduct", "begin_audit", "complete_audit",
+           "recent_audit", "record_audit"]

@@ -32,6 +32,10 @@ STALL_CHECK_MS = 1000
 ADD_CHUNK = 1000
 #: Records touched per script call by drain, clean and obliterate.
 BULK_CHUNK = 1000
+#: Failed records read per round trip while counting recent failures (:meth:`failed_since`).
+FAILED_PAGE = 500
+#: Minutes of throughput history kept per queue (the per-minute keys expire after it).
+HISTORY_MINUTES = 60
 #: How long a remove's answer is kept for the same call sent again after its reply was
 #: lost (ms): far longer than a client waits before sending again.
 REPLY_KEPT_MS = 600_000
@@ -238,6 +242,11 @@ def _text(value: bytes | str | None) -> str | None:
     if value is None:
         return None
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` as a literal in a Redis glob pattern (SCAN MATCH)."""
+    return "".join("\\" + c if c in "*?[]\\{}^-" else c for c in text)
 
 
 def _reissued_result(row: Sequence[Any]) -> AddResult:
@@ -448,6 +457,51 @@ class Ledger:
                    dedup_id=f.get("dd") or None, token=f.get("tok") or None,
                    message_id=f.get("msg") or None)
 
+    def failed_since(self, queue: str, since_ms: int, *, page_size: int = FAILED_PAGE) -> int:
+        """How many jobs failed at or after ``since_ms``: the failed set is paged newest
+        first and the count stops at the first record older than the cutoff, so retained
+        older failures cost nothing and never count."""
+        key = self.base(queue) + "failed"
+        counted, start = 0, 0
+        while True:
+            page = self.client.zrevrange(key, start, start + page_size - 1, withscores=True)
+            for _, finished_at in page:
+                if finished_at < since_ms:
+                    return counted
+                counted += 1
+            if len(page) < page_size:
+                return counted
+            start += page_size
+
+    def history(self, queue: str, *, minutes: int = HISTORY_MINUTES,
+                now: int | None = None) -> list[tuple[int, int, int]]:
+        """Completed and failed jobs per minute for the last ``minutes`` minutes, oldest
+        first, the current minute last: ``(minute start ms, completed, failed)``.
+
+        The consumer scripts count every job that finishes for good into one hash per
+        queue and minute, ``<base>tp:<minute>`` (minute = ms // 60000) with fields ``c``
+        and ``f``, which expires once it is older than the history keeps.
+        """
+        minute = (now_ms() if now is None else now) // 60_000
+        first = minute - minutes + 1
+        pipe = self.client.pipeline(transaction=False)
+        for m in range(first, minute + 1):
+            pipe.hmget(self.base(queue) + f"tp:{m}", "c", "f")
+        return [(m * 60_000, int(c or 0), int(f or 0))
+                for m, (c, f) in zip(range(first, minute + 1), pipe.execute(), strict=True)]
+
+    def find_job_ids(self, queue: str, prefix: str, *, limit: int = 20) -> list[str]:
+        """Ids of this queue's jobs that start with ``prefix`` (at most ``limit``, sorted).
+        A SCAN of the queue's job keys: an operator's search, not a hot path."""
+        base = self.base(queue) + "job:"
+        pattern = _glob_escape(base + prefix) + "*"
+        found: set[str] = set()
+        for key in self.client.scan_iter(match=pattern, count=BULK_CHUNK):
+            found.add((_text(key) or "")[len(base):])
+            if len(found) >= limit:
+                break
+        return sorted(found)
+
     def is_paused(self, queue: str) -> bool:
         """True while the queue is paused."""
         return _text(self.client.hget(self.base(queue) + "meta", "paused")) == "1"
@@ -566,7 +620,7 @@ class Ledger:
     def obliterate(self, queue: str) -> int:
         """Delete the queue's every key, active jobs included. Returns keys deleted."""
         deleted = 0
-        for key in self.client.scan_iter(match=self.base(queue).replace("{", "\\{")
-                                         .replace("}", "\\}") + "*", count=BULK_CHUNK):
+        for key in self.client.scan_iter(match=_glob_escape(self.base(queue)) + "*",
+                                         count=BULK_CHUNK):
             deleted += self.client.delete(key)
         return deleted

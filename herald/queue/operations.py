@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
-from herald.queue.ledger import Job, JobState, Ledger, new_token
+from herald.queue.ledger import HISTORY_MINUTES, Job, JobState, Ledger, new_token, now_ms
 from herald.queue.producer import external_broker, publish
 from herald.queue.registry import QueueSpec, get_spec
 from herald.queue.runtime import get_broker, get_ledger
@@ -22,6 +22,26 @@ class Queue:
     def counts(self) -> dict[str, int]:
         """Jobs per state: waiting, active, delayed, completed, failed, paused."""
         return self.ledger.counts(self.name)
+
+    def failed_within(self, window: timedelta = timedelta(hours=24)) -> int:
+        """Jobs that failed within the last ``window`` (the failed set paged newest first,
+        stopping at the cutoff: older retained failures stay inspectable but do not count)."""
+        return self.ledger.failed_since(self.name, now_ms() - int(window.total_seconds() * 1000))
+
+    def history(self, minutes: int = HISTORY_MINUTES) -> list[tuple[datetime, int, int]]:
+        """``(minute, completed, failed)`` per minute of the last ``minutes`` minutes (at
+        most the hour the ledger keeps), oldest first, the current minute last."""
+        return [(datetime.fromtimestamp(start / 1000, tz=UTC), completed, failed)
+                for start, completed, failed in self.ledger.history(
+                    self.name, minutes=min(minutes, HISTORY_MINUTES))]
+
+    def find(self, id_prefix: str, limit: int = 20) -> list[Job]:
+        """This queue's jobs whose id starts with ``id_prefix`` (the exact id first)."""
+        exact = self.get(id_prefix)
+        ids = [i for i in self.ledger.find_job_ids(self.name, id_prefix, limit=limit)
+               if exact is None or i != exact.id]
+        found = [job for job in (self.get(i) for i in ids) if job is not None]
+        return ([exact] if exact else []) + found[:limit - (1 if exact else 0)]
 
     def get(self, job_id: str) -> Job | None:
         """One job, or None when absent."""

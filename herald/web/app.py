@@ -30,8 +30,11 @@ def _routers() -> list[APIRouter]:
     from herald.web.routes import (
         accounts,
         activations,
+        admin,
+        admin_search,
         batches,
         callbacks,
+        console,
         events,
         health,
         notifications,
@@ -42,7 +45,8 @@ def _routers() -> list[APIRouter]:
 
     return [health.router, accounts.router, events.router, notifications.router,
             batches.router, callbacks.router, payments.router, activations.router,
-            store.router, store.webhooks, products.router]
+            store.router, store.webhooks, products.router, admin.router, admin_search.router,
+            console.router]
 
 
 def _version() -> str:
