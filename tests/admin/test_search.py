@@ -97,24 +97,25 @@ def test_a_job_is_found_by_exact_id_first_and_by_prefix_in_every_queue(client: T
     from actors.batches import BatchRunJob, run_batch
     from actors.payments import ResettleJob, resettle_lost_payments_job
 
-    # Given jobs whose ids share a prefix, in two queues (no worker runs them)
+    # Given jobs whose ids share a prefix, in two queues (no worker runs them); the
+    # exact id below sits in the later queue of the registry
     token = uuid.uuid4().hex[:12]
-    enqueue(run_batch, BatchRunJob(batch_id="b-1"), job_id=f"{token}-1")
-    enqueue(resettle_lost_payments_job, ResettleJob(), job_id=f"{token}-10")
-    enqueue(resettle_lost_payments_job, ResettleJob(), job_id=f"{token}-2")
+    enqueue(run_batch, BatchRunJob(batch_id="b-10"), job_id=f"{token}-10")
+    enqueue(run_batch, BatchRunJob(batch_id="b-2"), job_id=f"{token}-2")
+    enqueue(resettle_lost_payments_job, ResettleJob(), job_id=f"{token}-1")
 
     # When searching by the prefix: all three, each with its queue and state
     by_prefix = search(client, token)
     assert {(r["kind"], r.get("queue"), r["id"], r["state"]) for r in by_prefix} == {
-        ("job", ORCHESTRATION, f"{token}-1", "waiting"),
-        ("job", "payment", f"{token}-10", "waiting"),
-        ("job", "payment", f"{token}-2", "waiting")}
-    assert hit(by_prefix, "job", f"{token}-1")["links"] == {"batch_id": "b-1"}
+        ("job", ORCHESTRATION, f"{token}-10", "waiting"),
+        ("job", ORCHESTRATION, f"{token}-2", "waiting"),
+        ("job", "payment", f"{token}-1", "waiting")}
+    assert hit(by_prefix, "job", f"{token}-10")["links"] == {"batch_id": "b-10"}
 
     # When searching by one exact id: that job first, then the ids it is a prefix of
     by_id = search(client, f"{token}-1")
-    assert [(r["queue"], r["id"]) for r in by_id] == [(ORCHESTRATION, f"{token}-1"),
-                                                      ("payment", f"{token}-10")]
+    assert [(r["queue"], r["id"]) for r in by_id] == [("payment", f"{token}-1"),
+                                                      (ORCHESTRATION, f"{token}-10")]
     assert (by_id[0]["jobs"], by_id[0]["timeline"]) == ([], [])
 
 
