@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from herald import db, settings
 from herald.queue import enqueue, running_worker
@@ -282,3 +285,13 @@ def test_a_missing_query_is_422(client: TestClient) -> None:
     response = client.get("/admin/search", headers=ADMIN_HEADERS)
     assert response.status_code == 422
     assert response.json()["error"]["code"] == "validation_error"
+
+
+@hypothesis_settings(max_examples=60, deadline=None,
+                     suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(q=st.text(min_size=1, max_size=330))
+def test_any_query_answers_200_or_422_never_an_error(client: TestClient, q: str) -> None:
+    response = client.get("/admin/search", params={"q": q}, headers=ADMIN_HEADERS)
+    assert response.status_code in (200, 422), response.text
+    if response.status_code == 200:
+        assert response.json()["results"] == []
