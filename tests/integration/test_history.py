@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 
-from herald.queue import actor, enqueue, queue
+from herald.queue import actor, enqueue, enqueue_many, queue
 from herald.queue.ledger import JobState, now_ms
 from herald.queue.redis import redis_client
 from herald.queue.registry import Backoff, QueueSpec, declare
@@ -126,6 +126,17 @@ def test_failed_within_counts_across_pages(redis_only: HeraldOn) -> None:
         # nothing older than the cutoff: every page full but the last
         assert ledger.failed_since("t-other", 0, page_size=page_size) == 6, page_size
     assert queue("t-other").failed_within(timedelta(hours=24)) == 4
+    # paging stops at the first record past the cutoff: the older retained ones are not
+    # read at all (four pages of one recent record, then the page that crossed)
+    before = _zrevrange_calls()
+    assert ledger.failed_since("t-other", cutoff, page_size=1) == 4
+    assert _zrevrange_calls() - before == 5
+
+
+def _zrevrange_calls() -> int:
+    """How many ZREVRANGE commands the server has run (nothing else in the test session
+    sends any while a test reads the failed set)."""
+    return int(redis_client().info("commandstats")["cmdstat_zrevrange"]["calls"])
 
 
 def test_find_matches_ids_literally_exact_first_within_one_queue(
@@ -140,9 +151,12 @@ def test_find_matches_ids_literally_exact_first_within_one_queue(
     assert found("order-1") == ["order-1", "order-10", "order-11"]
     assert found("order-11") == ["order-11"]
     assert found("order-") == ["order-1", "order-10", "order-11", "order-2"]
-    # the exact id comes first even when the limit leaves room for one more only
-    two = found("order-1", limit=2)
-    assert two[0] == "order-1" and two[1] in ("order-10", "order-11") and len(two) == 2
+    # the exact id comes first even when many more ids start with it than the limit allows
+    enqueue_many(basic, [({"key": "b"}, {"job_id": f"batch-7{i}"}) for i in range(40)])
+    enqueue(basic, {"key": "b"}, job_id="batch-7")
+    three = found("batch-7", limit=3)
+    assert three[0] == "batch-7" and len(three) == 3
+    assert all(job_id.startswith("batch-7") for job_id in three)
     # glob characters in an id are taken literally
     assert found("ord*") == ["ord*er"]
     assert found("ord[") == ["ord[1]"]
