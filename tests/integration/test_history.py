@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 
-from herald.queue import actor, enqueue, enqueue_many, queue
+from herald.queue import actor, enqueue, enqueue_many, find_jobs, queue
 from herald.queue.ledger import JobState, now_ms
 from herald.queue.redis import redis_client
 from herald.queue.registry import Backoff, QueueSpec, declare
@@ -139,7 +139,7 @@ def _zrevrange_calls() -> int:
     return int(redis_client().info("commandstats")["cmdstat_zrevrange"]["calls"])
 
 
-def test_find_matches_ids_literally_exact_first_within_one_queue(
+def test_find_matches_ids_literally_exact_first_in_one_queue_or_all(
         redis_only: HeraldOn) -> None:
     for job_id in ("order-1", "order-10", "order-11", "order-2", "ord*er", "ord[1]", "ord?x"):
         enqueue(basic, {"key": job_id}, job_id=job_id)
@@ -167,3 +167,11 @@ def test_find_matches_ids_literally_exact_first_within_one_queue(
     # another queue's job is that queue's only
     assert found("order-12") == []
     assert [job.id for job in queue("t-other").find("order")] == ["order-12"]
+    # across every queue at once: exact ids first, each queue's own, globs literal
+    everywhere = [(job.queue, job.id) for job in find_jobs("order-1")]
+    assert everywhere[0] == ("t-basic", "order-1")
+    assert sorted(everywhere[1:]) == [("t-basic", "order-10"), ("t-basic", "order-11"),
+                                      ("t-other", "order-12")]
+    assert [job.id for job in find_jobs("batch-7", limit=2)][:1] == ["batch-7"]
+    assert [job.id for job in find_jobs("ord[1]")] == ["ord[1]"]
+    assert find_jobs("nothing-like-it") == []
