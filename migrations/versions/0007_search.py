@@ -1,7 +1,7 @@
 """The console's search: accounts by email or phone, a delivery's receipts by its
 provider's message id (docs/console.md#search).
 
-Revision ID: 0007_search
+Revision ID: 0007
 Revises: 0006
 Create Date: 2026-12-04
 """
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0007_search"
+revision: str = "0007"
 down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
