@@ -9,6 +9,7 @@ herald actually runs.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
@@ -108,15 +109,16 @@ async def _client_left_within(request: Request, seconds: float) -> bool:
     return await request.is_disconnected()
 
 
-async def health_events(request: Request) -> AsyncIterator[str]:
+async def health_events(request: Request, limit: int | None = None) -> AsyncIterator[str]:
     """The snapshot at once, then every :data:`STREAM_INTERVAL_S`, until the client goes
-    away: the wait notices a disconnect, and cancellation ends the stream too. Snapshots
-    are read off the event loop. Counted in :data:`LIVE_STREAMS` while it runs."""
+    away (or ``limit`` events were sent): the wait notices a disconnect, and cancellation
+    ends the stream too. Snapshots are read off the event loop. Counted in
+    :data:`LIVE_STREAMS` while it runs."""
     LIVE_STREAMS.inc()
     try:
-        while True:
+        for sent in itertools.count(1):
             yield await run_in_threadpool(_health_event)
-            if await _client_left_within(request, STREAM_INTERVAL_S):
+            if sent == limit or await _client_left_within(request, STREAM_INTERVAL_S):
                 return
     finally:
         LIVE_STREAMS.dec()

@@ -3,6 +3,7 @@ last hour, oldest first."""
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime, timedelta
 
 from fastapi.testclient import TestClient
@@ -25,7 +26,7 @@ def test_the_history_has_sixty_minutes_oldest_first(client: TestClient) -> None:
     minutes = body["minutes"]
     assert len(minutes) == 60
     starts = [datetime.fromisoformat(m["at"]) for m in minutes]
-    assert all(b - a == timedelta(minutes=1) for a, b in zip(starts, starts[1:], strict=False))
+    assert all(b - a == timedelta(minutes=1) for a, b in itertools.pairwise(starts))
     current = starts[-1]
     assert current <= after and current > before - timedelta(minutes=1)
     assert all((m["completed"], m["failed"]) == (0, 0) for m in minutes)

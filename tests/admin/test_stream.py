@@ -110,6 +110,16 @@ def test_a_client_that_goes_away_is_dropped(server: str) -> None:
              what="the stream of the client that left to end")
 
 
+def test_a_stream_asked_for_one_event_ends_after_it(server: str) -> None:
+    # When a script asks the stream for one event
+    with httpx.stream("GET", f"{server}/admin/health/queues/stream", params={"events": 1},
+                      headers=ADMIN_HEADERS, timeout=TWO_EVENTS_S) as response:
+        got = list(events(response))
+    # Then it gets the snapshot, and the stream ends there
+    assert [kind for kind, _ in got] == ["message"]
+    assert QUEUE in [row["name"] for row in got[0][1]["queues"]]
+
+
 def test_a_redis_that_is_away_is_reported_on_the_stream(
         server: str, monkeypatch: pytest.MonkeyPatch, private_redis_url: str) -> None:
     # Given herald on a Redis of its own that has stopped

@@ -63,10 +63,16 @@ def health_queues() -> dict[str, Any]:
             response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}},
                              "description": "one `data:` event at once, then every 5 s"}})
-async def health_stream(request: Request) -> StreamingResponse:
+async def health_stream(
+        request: Request,
+        events: Annotated[int | None, Query(ge=1, le=MAX_PAGE, description=(
+            "end the stream after this many events (a script's look); none: until the "
+            "client disconnects"))] = None,
+) -> StreamingResponse:
     """``text/event-stream``: the same JSON as ``/health/queues`` at once, then every 5 s,
-    until the client disconnects."""
-    return StreamingResponse(console.health_events(request), media_type="text/event-stream",
+    until the client disconnects (or ``events`` were sent)."""
+    return StreamingResponse(console.health_events(request, events),
+                             media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
