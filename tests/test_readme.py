@@ -208,7 +208,7 @@ class Web:
 @pytest.fixture
 def web(fresh_postgres: str, redis_url: str, tmp_path: Path) -> Iterator[Web]:
     """``herald web`` on a free port over a migrated database of its own, the test Redis
-    (a queue prefix of its own) and random ``API_TOKEN`` and ``ADMIN_TOKEN``."""
+    (a queue prefix of its own) and a random ``API_TOKEN`` and ``ADMIN_TOKEN``."""
     db.migrate(fresh_postgres)
     port, token, admin_token = free_port(), uuid.uuid4().hex, uuid.uuid4().hex
     env = herald_env(DATABASE_URL=fresh_postgres, REDIS_URL=redis_url, BROKER="redis",
