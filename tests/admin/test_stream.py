@@ -114,7 +114,11 @@ def test_a_stream_asked_for_one_event_ends_after_it(server: str) -> None:
     # When a script asks the stream for one event
     with httpx.stream("GET", f"{server}/admin/health/queues/stream", params={"events": 1},
                       headers=ADMIN_HEADERS, timeout=TWO_EVENTS_S) as response:
-        got = list(events(response))
+        got = []
+        for event in events(response):
+            got.append(event)
+            if len(got) > 1:  # a stream that went on: stop reading, the check fails below
+                break
     # Then it gets the snapshot, and the stream ends there
     assert [kind for kind, _ in got] == ["message"]
     assert QUEUE in [row["name"] for row in got[0][1]["queues"]]
