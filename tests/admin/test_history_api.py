@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from fastapi.testclient import TestClient
 
 from tests.admin.conftest import ADMIN_HEADERS
-from tests.admin.workload import QUEUE
+from tests.admin.workload import QUEUE, run_jobs
 
 HISTORY = f"/admin/health/queues/{QUEUE}/history"
 
@@ -30,3 +30,14 @@ def test_the_history_has_sixty_minutes_oldest_first(client: TestClient) -> None:
     current = starts[-1]
     assert current <= after and current > before - timedelta(minutes=1)
     assert all((m["completed"], m["failed"]) == (0, 0) for m in minutes)
+
+
+def test_the_history_counts_the_jobs_that_finished(client: TestClient) -> None:
+    # Given four jobs that completed and three that failed, run by a real worker
+    run_jobs(ok=4, failing=3)
+    # When the operator reads the queue's history
+    minutes = client.get(HISTORY, headers=ADMIN_HEADERS).json()["minutes"]
+    # Then the last minutes hold exactly those (a run may straddle a minute's end)
+    assert sum(m["completed"] for m in minutes) == 4
+    assert sum(m["failed"] for m in minutes) == 3
+    assert all((m["completed"], m["failed"]) == (0, 0) for m in minutes[:-2])
