@@ -207,11 +207,13 @@ class Web:
 @pytest.fixture
 def web(fresh_postgres: str, redis_url: str, tmp_path: Path) -> Iterator[Web]:
     """``herald web`` on a free port over a migrated database of its own, the test Redis
-    (a queue prefix of its own) and a random ``API_TOKEN``."""
+    (a queue prefix of its own) and a random ``API_TOKEN`` (``ADMIN_TOKEN`` set too: the
+    console is on)."""
     db.migrate(fresh_postgres)
     port, token = free_port(), uuid.uuid4().hex
     env = herald_env(DATABASE_URL=fresh_postgres, REDIS_URL=redis_url, BROKER="redis",
-                     QUEUE_PREFIX=f"readme{uuid.uuid4().hex[:10]}", API_TOKEN=token)
+                     QUEUE_PREFIX=f"readme{uuid.uuid4().hex[:10]}", API_TOKEN=token,
+                     ADMIN_TOKEN=uuid.uuid4().hex)
     log = tmp_path / "web.log"
     with log.open("wb") as output:
         process = subprocess.Popen([*herald_command(), "web", "--host", "127.0.0.1",

@@ -171,10 +171,10 @@
     const open = el("button", { type: "button", className: "link" }, name);
     open.addEventListener("click", () => selectQueue(name));
     const row = el("tr", { dataset: { queue: name } },
-      el("th", { scope: "row" }, open),
+      el("th", { scope: "row" }, open, " ", el("span", { className: "tag", dataset: { field: "is_paused" } })),
       el("td", { dataset: { field: "health" } }, el("span", { className: "badge" })));
     for (const field of QUEUE_FIELDS) row.append(el("td", { className: "num", dataset: { field } }));
-    row.append(el("td", { dataset: { field: "rate_limit" } }), el("td", { dataset: { field: "is_paused" } }));
+    row.append(el("td", { dataset: { field: "rate_limit" } }));
     tbody.append(row);
     return row;
   }
@@ -183,7 +183,7 @@
     const tr = queueRow(row.name);
     for (const field of QUEUE_FIELDS) tr.querySelector("[data-field=\"" + field + "\"]").textContent = String(row[field]);
     tr.querySelector("[data-field=rate_limit]").textContent = rateLimit(row.rate_limit);
-    tr.querySelector("[data-field=is_paused]").textContent = row.is_paused ? "paused" : "yes";
+    tr.querySelector("[data-field=is_paused]").textContent = row.is_paused ? "paused" : "";
     const [level, label, why] = health(row, before);
     const badge = tr.querySelector(".badge");
     badge.className = "badge " + level;
