@@ -29,6 +29,8 @@ class CallbackReceipt(SQLModel, table=True):
         Index("ix_callback_receipts_unprocessed", "received_at",
               postgresql_where=text("processed_at IS NULL"),
               sqlite_where=text("processed_at IS NULL")),
+        # a delivery's receipts, for the console's search (docs/console.md#search)
+        Index("ix_callback_receipts_message", "provider", "provider_message_id"),
     )
 
     id: str = id_field()

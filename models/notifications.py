@@ -84,8 +84,9 @@ class Account(SQLModel, table=True):
     __tablename__ = "accounts"
 
     id: str = id_field()
-    email: str | None = Field(default=None, max_length=320)
-    phone: str | None = Field(default=None, max_length=20)
+    # indexed for the console's search by address (docs/console.md#search)
+    email: str | None = Field(default=None, max_length=320, index=True)
+    phone: str | None = Field(default=None, max_length=20, index=True)
     locale: str = Field(default="en", max_length=16)
     active: bool = True
     marketing_opt_out: bool = False

@@ -3,8 +3,8 @@
 Every fenced block of the README is one of:
 
 - ``sh`` with ``curl``: run in order, in one bash session, against a real ``herald web``
-  (PostgreSQL, Redis, ``API_TOKEN`` set); each curl command documents the status it
-  answers with a trailing comment ``# → 201``, and gets exactly that.
+  (PostgreSQL, Redis, ``API_TOKEN`` and ``ADMIN_TOKEN`` set); each curl command documents
+  the status it answers with a trailing comment ``# → 201``, and gets exactly that.
 - ``json``: a response sample; it has the keys of the response to the last curl command
   of the block before it.
 - ``sh`` with cheap ``herald`` commands (``queues``, ``migrate``, ``sweep``, ``clean``,
@@ -202,18 +202,18 @@ class Web:
 
     origin: str
     token: str
+    admin_token: str
 
 
 @pytest.fixture
 def web(fresh_postgres: str, redis_url: str, tmp_path: Path) -> Iterator[Web]:
     """``herald web`` on a free port over a migrated database of its own, the test Redis
-    (a queue prefix of its own) and a random ``API_TOKEN`` (``ADMIN_TOKEN`` set too: the
-    console is on)."""
+    (a queue prefix of its own) and a random ``API_TOKEN`` and ``ADMIN_TOKEN``."""
     db.migrate(fresh_postgres)
-    port, token = free_port(), uuid.uuid4().hex
+    port, token, admin_token = free_port(), uuid.uuid4().hex, uuid.uuid4().hex
     env = herald_env(DATABASE_URL=fresh_postgres, REDIS_URL=redis_url, BROKER="redis",
                      QUEUE_PREFIX=f"readme{uuid.uuid4().hex[:10]}", API_TOKEN=token,
-                     ADMIN_TOKEN=uuid.uuid4().hex)
+                     ADMIN_TOKEN=admin_token)
     log = tmp_path / "web.log"
     with log.open("wb") as output:
         process = subprocess.Popen([*herald_command(), "web", "--host", "127.0.0.1",
@@ -229,7 +229,7 @@ def web(fresh_postgres: str, redis_url: str, tmp_path: Path) -> Iterator[Web]:
                 return False
 
         wait_for(answers, timeout=60, every=0.2, what="herald web")
-        yield Web(origin=origin, token=token)
+        yield Web(origin=origin, token=token, admin_token=admin_token)
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -254,7 +254,7 @@ def run_http_blocks(web: Web, workdir: Path) -> list[list[Call]]:
         script.append(block.text.replace(README_ORIGIN, web.origin))
     root = workdir / "calls"
     env = {"PATH": os.environ["PATH"], "HOME": str(workdir), "API_TOKEN": web.token,
-           "README_ROOT": str(root)}
+           "ADMIN_TOKEN": web.admin_token, "README_ROOT": str(root)}
     done = subprocess.run(["bash", "-c", "\n".join(script)], cwd=workdir, env=env,
                           capture_output=True, text=True, timeout=TOUR_S)
     assert done.returncode == 0, f"the README's curl examples stopped:\n{done.stderr[-3000:]}"
@@ -318,7 +318,7 @@ def route_of(command: Command) -> tuple[str, str]:
         method = "POST"
     else:
         method = "GET"
-    return method, found.group(1)
+    return method, found.group(1).partition("?")[0]
 
 
 def test_every_route_has_a_curl_example() -> None:
