@@ -249,6 +249,7 @@ def test_search_by_a_delivery_id_finds_its_timeline(origin: str, page: Page) -> 
     # message id
     hit = page.locator(f'#search-list li[data-kind="delivery"][data-id="{delivery["id"]}"]')
     expect(hit).to_be_visible(timeout=EXPECT_MS)
-    expect(hit.locator("ol.timeline li").first).to_be_visible()
-    expect(hit.locator("ol.timeline")).to_contain_text(sent["provider_message_id"])
+    expect(hit.locator('ol.timeline li[data-event="created"]')).to_be_visible()
+    expect(hit.locator('ol.timeline li[data-event="sent"]')).to_contain_text(
+        sent["provider_message_id"])
     expect(hit).to_contain_text(f"notification-email / {delivery['id']}")
