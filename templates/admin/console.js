@@ -28,8 +28,7 @@
   const $ = (id) => document.getElementById(id);
   const view = {
     token: null,
-    previous: new Map(),   // queue name -> the row of the sample before the latest
-    latest: new Map(),     // queue name -> the latest row
+    latest: new Map(),     // queue name -> its row in the latest sample
     selected: null,        // the queue whose panel is open
     jobsPage: 1, jobsPages: 1,
     auditPage: 1,
@@ -195,7 +194,6 @@
   function applySample(sample) {
     for (const row of sample.queues) {
       const before = view.latest.get(row.name);
-      if (before) view.previous.set(row.name, before);
       view.latest.set(row.name, row);
       renderQueue(row, before);
       if (row.name === view.selected) followSelected(row, before);
@@ -290,7 +288,8 @@
     const open = el("button", { type: "button", className: "link" }, job.id);
     open.addEventListener("click", () => openJob(name, job.id));
     const stamps = job.timestamps || {};
-    const summary = job.failed_reason || (typeof job.data === "string" ? job.data : pretty(job.data));
+    const payload = job.data === undefined ? job.payload : job.data;
+    const summary = job.failed_reason || (typeof payload === "string" ? payload : pretty(payload));
     return el("tr", { dataset: { job: job.id } },
       el("td", {}, open),
       el("td", { className: "num" }, job.attempts_made),

@@ -24,7 +24,16 @@ from playwright.sync_api import (
 from pydantic import BaseModel
 
 from herald import settings
-from herald.queue import JobState, QueueSpec, actor, declare, enqueue, queue, running_worker
+from herald.queue import (
+    JobState,
+    QueueSpec,
+    actor,
+    declare,
+    enqueue,
+    enqueue_many,
+    queue,
+    running_worker,
+)
 from herald.queue.registry import all_specs
 from tests.admin.browser import EXPECT_MS, launch_chromium, serving, sign_in
 from tests.admin.conftest import ADMIN_TOKEN
@@ -156,7 +165,7 @@ def test_without_the_token_the_page_shows_nothing_but_the_sign_in_prompt(
     assert status == 401
 
 
-def test_signed_in_it_lists_every_registry_queue_and_the_stream_updates_counts(
+def test_signed_in_it_lists_every_registry_queue_and_the_stream_updates_counts_and_badges(
         origin: str, page: Page) -> None:
     # Given the operator signed in
     sign_in(page, origin, ADMIN_TOKEN)
@@ -174,12 +183,16 @@ def test_signed_in_it_lists_every_registry_queue_and_the_stream_updates_counts(
     # When jobs arrive after the page loaded (no worker runs the queue)
     page.evaluate("window.loadedOnce = true")
     calls = api_calls(page)
-    for key in range(3):
-        enqueue(console_page_job, {"key": str(key)}, job_id=f"stream-{key}")
+    enqueue_many(console_page_job, [{"key": str(key)} for key in range(3)])  # one round trip
     # Then the waiting count follows, without a reload and without polling: the stream did it
     expect(queue_cell(page, QUEUE, "waiting")).to_have_text("3", timeout=EXPECT_MS)
     assert page.evaluate("window.loadedOnce") is True
     assert [c.url for c in calls if c.url.endswith("/admin/health/queues")] == []
+    # And the backlog grew by 3 between two samples, more than the queue's concurrency (1)
+    # drains: red; the next sample shows no growth, and the badge is back to ok
+    expect(queue_cell(page, QUEUE, "health")).to_have_text("backlog growing")
+    expect(queue_cell(page, QUEUE, "health")).to_have_text("ok", timeout=EXPECT_MS)
+    expect(queue_cell(page, QUEUE, "waiting")).to_have_text("3")
 
 
 def test_a_failed_jobs_stack_trace_opens_and_retry_moves_it_out_of_failed(
