@@ -85,11 +85,12 @@ def _herald_setup(url: str, prefix: str):
                        "BROKER": "redis"})
     from pydantic import BaseModel
 
-    from herald import connections, jobs, settings
+    from herald import jobs, settings
+    from herald.queue.redis import reset_redis_client
     from herald.queue.registry import Keep, QueueSpec, Retention, declare
 
     settings.reset_settings()
-    connections.reset_redis_client()
+    reset_redis_client()
     jobs.reset_brokers()
     declare(QueueSpec(name="bench-herald", concurrency=THREADS, attempts=1,
                       retention=Retention(completed=Keep(count=1000))))

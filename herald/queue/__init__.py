@@ -21,7 +21,7 @@ from herald.queue.actor import JobActor, actor
 from herald.queue.current import attempts_made, is_last_attempt
 from herald.queue.errors import Defer, InvalidMessage, InvalidPayload, Permanent, UnknownQueue
 from herald.queue.ledger import Job, JobState
-from herald.queue.operations import Queue, queue
+from herald.queue.operations import Queue, find_jobs, queue
 from herald.queue.producer import EnqueueResult, enqueue, enqueue_groups, enqueue_many
 from herald.queue.registry import (
     NORMAL_PRIORITY,
@@ -60,6 +60,7 @@ __all__ = [
     "enqueue",
     "enqueue_groups",
     "enqueue_many",
+    "find_jobs",
     "get_spec",
     "is_last_attempt",
     "queue",

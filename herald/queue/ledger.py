@@ -13,7 +13,7 @@ import itertools
 import json
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from functools import cache
@@ -500,6 +500,22 @@ class Ledger:
             found.add((_text(key) or "")[len(base):])
             if len(found) >= limit:
                 break
+        return sorted(found)
+
+    def find_job_refs(self, prefix: str, queues: Collection[str], *, limit: int = 50,
+                      ) -> list[tuple[str, str]]:
+        """``(queue, job id)`` of jobs in any of ``queues`` whose id starts with ``prefix``
+        (at most ``limit``, sorted): one SCAN over the keyspace for every queue at once."""
+        head = f"{self.prefix}:{{"
+        pattern = _glob_escape(head) + "*" + _glob_escape("}:job:" + prefix) + "*"
+        found: set[tuple[str, str]] = set()
+        for raw in self.client.scan_iter(match=pattern, count=BULK_CHUNK):
+            # a queue name has no braces, so the first "}:job:" ends it
+            name, _, job_id = (_text(raw) or "")[len(head):].partition("}:job:")
+            if name in queues and job_id.startswith(prefix):
+                found.add((name, job_id))
+                if len(found) >= limit:
+                    break
         return sorted(found)
 
     def is_paused(self, queue: str) -> bool:

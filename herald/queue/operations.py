@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from herald.queue.ledger import HISTORY_MINUTES, Job, JobState, Ledger, new_token, now_ms
 from herald.queue.producer import external_broker, publish
-from herald.queue.registry import QueueSpec, get_spec
+from herald.queue.registry import QueueSpec, all_specs, get_spec
 from herald.queue.runtime import get_broker, get_ledger
 
 
@@ -123,6 +123,19 @@ class Queue:
     def obliterate(self) -> int:
         """Delete everything the queue holds in Redis."""
         return self.ledger.obliterate(self.name)
+
+
+def find_jobs(id_prefix: str, limit: int = 50) -> list[Job]:
+    """Jobs of every registry queue whose id starts with ``id_prefix``, exact ids first
+    (one pass over the keyspace, not one per queue: an operator's search)."""
+    ledger = get_ledger()
+    names = [spec.name for spec in all_specs()]
+    # the exact ids are looked up, not left to the scan: it stops at the limit
+    exact = [job for name in names if (job := ledger.get(name, id_prefix)) is not None]
+    refs = ledger.find_job_refs(id_prefix, set(names), limit=limit)
+    more = [job for name, job_id in refs if job_id != id_prefix
+            and (job := ledger.get(name, job_id)) is not None]
+    return (exact + more)[:limit]
 
 
 def queue(name: str) -> Queue:

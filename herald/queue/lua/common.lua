@@ -15,11 +15,17 @@
 --   dedup:<d> string the id of the job holding dedup id d
 --   meta      hash  paused flag; seq counter
 --   metrics   hash  completed, failed, retried, deferred, stalled, deduplicated, duplicated
+--   tp:<m>    hash  c, f: jobs completed and failed for good in minute m (= ms // 60000);
+--                   expires THROUGHPUT_KEEP_MS after its first count (see count_throughput)
 --   marker    list  wake-ups for consumers blocked waiting for work
 --   limiter   string jobs started in the current rate-limit window (expires with it)
 --   removed:<c> string what remove call c answered (expires; see remove.lua)
 local PRIORITY_SHIFT = 1099511627776 -- 2^40
 local MARKER_CAP = 63
+-- The hour of history Ledger.history reads (HISTORY_MINUTES), plus a minute: a minute's
+-- key is created during that minute and read for the 59 after it, and the spare minute
+-- absorbs clock skew between the hosts that stamp `now`.
+local THROUGHPUT_KEEP_MS = 61 * 60000
 
 local function wait_score(base, priority)
   local seq = redis.call("HINCRBY", base .. "meta", "seq", 1)
@@ -79,7 +85,8 @@ local function prune(base, set, now, keep_count, keep_age_ms, limit)
 end
 
 -- Finish one job for good: outcome is "completed" or "failed"; remove drops the record.
--- Callers bump the metrics and prune the finished set once per script call.
+-- Callers bump the metrics, count the throughput and prune the finished set once per
+-- script call.
 local function finish_job(base, jk, id, now, outcome, remove, dd)
   redis.call("ZREM", base .. "active", id)
   release_dedup(base, dd, id)
@@ -89,6 +96,18 @@ local function finish_job(base, jk, id, now, outcome, remove, dd)
     redis.call("HSET", jk, "state", outcome, "ft", now)
     redis.call("ZADD", base .. outcome, now, id)
   end
+end
+
+-- Count jobs that finished for good into the current minute's throughput hash (read by
+-- Ledger.history). Callers tally per script call and count once, so the cost per call is
+-- fixed: at most two HINCRBYs, and a PEXPIRE only when a count creates its field (a new
+-- minute key always does), never a scan.
+local function count_throughput(base, now, completed, failed)
+  local key = base .. "tp:" .. math.floor(now / 60000)
+  local created = false
+  if completed > 0 then created = redis.call("HINCRBY", key, "c", completed) == completed end
+  if failed > 0 then created = (redis.call("HINCRBY", key, "f", failed) == failed) or created end
+  if created then redis.call("PEXPIRE", key, THROUGHPUT_KEEP_MS) end
 end
 
 -- The number and fence token of a job's next run. The token is unique for good: rn counts

@@ -234,6 +234,9 @@ if not external then
 end
 
 for metric, n in pairs(tally) do redis.call("HINCRBY", base .. "metrics", metric, n) end
+if tally.completed or tally.failed then
+  count_throughput(base, now, tally.completed or 0, tally.failed or 0)
+end
 if tally.completed then
   prune(base, "completed", now, keep.completed[1], keep.completed[2], 1000)
 end

@@ -28,7 +28,7 @@ from actors.store import issue_store_order
 from herald import db
 from herald.queue import queue
 from herald.queue.ledger import Job
-from herald.queue.registry import all_specs
+from herald.queue.operations import find_jobs as jobs_by_id_prefix
 from herald.web.auth import admin_router
 from herald.web.errors import api_error
 from models import timelines
@@ -45,8 +45,8 @@ router = admin_router(tags=["admin"])
 MAX_QUERY_LENGTH = 320
 #: Most results one search answers.
 MAX_RESULTS = 50
-#: Most jobs one queue contributes to a search by id prefix.
-JOBS_PER_QUEUE = 20
+#: Most issuance jobs listed for one order.
+JOBS_PER_ORDER = 20
 #: Most accounts an address finds, and most notifications and orders listed per account.
 RECENT = 10
 #: What may separate a phone number's digits as people write them.
@@ -127,9 +127,7 @@ def job_result(job: Job) -> Result:
 def find_jobs(session: Session, query: SearchQuery) -> Iterator[Result]:
     """Jobs whose id is the text or starts with it, in every registry queue; exact ids
     first."""
-    found = [job for spec in all_specs()
-             for job in queue(spec.name).find(query.text, limit=JOBS_PER_QUEUE)]
-    for job in sorted(found, key=lambda job: job.id != query.text):
+    for job in jobs_by_id_prefix(query.text, limit=MAX_RESULTS):
         yield job_result(job)
 
 
@@ -239,7 +237,7 @@ def order_result(session: Session, order: Order) -> Result:
     store_order = timelines.store_order_of(session, order.id)
     payments = timelines.payments_of_order(session, order.id)
     # an order's issuance runs are ``{orderId}-issue`` and ``{orderId}-{trigger}-{key}``
-    jobs = queue(issue_store_order.queue).find(f"{order.id}-", limit=JOBS_PER_QUEUE)
+    jobs = queue(issue_store_order.queue).find(f"{order.id}-", limit=JOBS_PER_ORDER)
     jobs += _existing_jobs(ref for payment in payments for ref in _payment_jobs(payment))
     summary = f"order {order.amount:f} {order.currency}: {order.status}"
     if store_order is not None:
