@@ -206,8 +206,12 @@ def test_a_failed_jobs_stack_trace_opens_and_retry_moves_it_out_of_failed(
     expect(queue_cell(page, QUEUE, "failed")).to_have_text("1", timeout=EXPECT_MS)
     expect(queue_cell(page, QUEUE, "health")).to_have_text("recent failures")
 
-    # When the operator opens the queue and the failed job
+    # When the operator opens the queue
     page.locator(f'#queues tr[data-queue="{QUEUE}"] th button').click()
+    # Then its chart of the last hour counts the failure
+    expect(page.locator("#chart-box svg")).to_have_attribute(
+        "aria-label", "Last hour: 0 completed, 1 failed")
+    # And the failed job
     page.locator("#jobs").get_by_role("button", name="doomed").click()
     # Then its full stack trace shows, with the exception and where it was raised
     stack = page.locator("#job-stack")
