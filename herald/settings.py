@@ -22,6 +22,23 @@ EMBEDDED_DIR = Path(".herald")
 EMBEDDED_DATABASE_URL = "sqlite:///./herald.db"
 #: The channels a provider can carry (``providers.base.Channel``; in-app needs none).
 PROVIDER_CHANNELS = ("email", "sms", "push")
+#: A bare email address: one ``@``, a dot in the domain, no spaces, quotes, brackets or
+#: separators (which would let one field smuggle in more recipients or headers).
+_NOT_IN_ADDRESS = r"@\s<>,;:\"()\[\]\\"
+_EMAIL_ADDRESS = re.compile(
+    rf"[^{_NOT_IN_ADDRESS}]+@[^{_NOT_IN_ADDRESS}]+\.[^{_NOT_IN_ADDRESS}.]+")
+#: Longest email address (RFC 5321's path limit).
+EMAIL_ADDRESS_MAX_CHARS = 254
+
+
+def email_address_problem(value: str) -> str | None:
+    """Why ``value`` is not a usable bare email address (``user@example.com``), or None
+    when it is."""
+    if len(value) > EMAIL_ADDRESS_MAX_CHARS:
+        return f"longer than {EMAIL_ADDRESS_MAX_CHARS} characters"
+    if not _EMAIL_ADDRESS.fullmatch(value):
+        return "not an email address like user@example.com"
+    return None
 
 
 class Settings(BaseSettings):
@@ -87,6 +104,12 @@ class Settings(BaseSettings):
     smtp_starttls: bool = True
     smtp_use_tls: bool = False
     email_from: str = "herald <no-reply@herald.local>"
+    #: Where herald's operator alerts go (docs/pipeline.md#the-email-retry-lane); empty:
+    #: alerts are not sent.
+    admin_alert_email: str = ""
+    #: Pauses (ms) between the in-call tries of an operational email: "200,400" is three
+    #: tries; empty is one try. Past them the email goes to the ``email-retry`` queue.
+    email_in_call_backoff_ms: str = "200,400"
 
     twilio_account_sid: str = ""
     twilio_auth_token: str = ""
@@ -196,6 +219,26 @@ class Settings(BaseSettings):
                 raise ValueError(f"unknown channel {name!r}: use {', '.join(PROVIDER_CHANNELS)}")
         return ",".join(names)
 
+    @field_validator("admin_alert_email")
+    @classmethod
+    def _alert_address(cls, value: str) -> str:
+        value = value.strip()
+        problem = value and email_address_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("email_in_call_backoff_ms")
+    @classmethod
+    def _pause_list(cls, value: str) -> str:
+        pauses = [part.strip() for part in value.split(",") if part.strip()]
+        for pause in pauses:
+            if not pause.isdigit() or int(pause) > 10_000:
+                raise ValueError(f"{pause!r} is not a pause of 0..10000 ms")
+        if len(pauses) > 5:
+            raise ValueError("at most 5 pauses (6 tries)")
+        return ",".join(pauses)
+
     @field_validator("fx_currencies")
     @classmethod
     def _currency_list(cls, value: str) -> str:
@@ -236,6 +279,11 @@ class Settings(BaseSettings):
     def fx_currency_codes(self) -> list[str]:
         """The FX_CURRENCIES codes, in order (USD left out: it is the base)."""
         return [code for code in self.fx_currencies.split(",") if code and code != "USD"]
+
+    @property
+    def email_in_call_pauses_s(self) -> list[float]:
+        """The EMAIL_IN_CALL_BACKOFF_MS pauses, in seconds, in order."""
+        return [int(part) / 1000 for part in self.email_in_call_backoff_ms.split(",") if part]
 
     @property
     def embedded_redis(self) -> bool:

@@ -61,6 +61,9 @@ class OutboundMessage:
     channel: Channel
     #: Email address, E.164 phone number, or push subscription / external id.
     to: str
+    #: Email only: more recipients (a ``Cc`` header), and a sender other than EMAIL_FROM.
+    cc: tuple[str, ...] = ()
+    sender: str | None = None
     subject: str | None = None
     text: str = ""
     html: str | None = None

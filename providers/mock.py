@@ -180,6 +180,8 @@ def _record_body(message: OutboundMessage) -> str:
     return json.dumps({
         "channel": str(message.channel),
         "to": message.to,
+        "cc": list(message.cc),
+        "from": message.sender,
         "subject": message.subject,
         "text": message.text,
         "html": message.html is not None,

@@ -21,7 +21,9 @@ Classification:
   ``no_recipients``
 - a 2xx without a readable id → transient ``bad_response`` (the retry is deduplicated)
 - an email with attachments → terminal ``attachments_unsupported``: the Create Message
-  API cannot carry files, and dropping an eSIM QR code silently is worse than failing
+  API cannot carry files, and dropping an eSIM QR code silently is worse than failing;
+  likewise an email with a Cc → terminal ``cc_unsupported`` (a sender other than the
+  app's goes as ``email_from_address`` / ``email_from_name``)
 - missing app id or API key → terminal ``not_configured``
 """
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import html
 import json
+from email.utils import parseaddr
 from typing import Any
 
 import httpx
@@ -72,6 +75,8 @@ class OneSignalProvider(HttpProvider):
         if message.channel is Channel.EMAIL and message.attachments:
             return SendResult.terminal("attachments_unsupported",
                                        "OneSignal email cannot carry attachments")
+        if message.channel is Channel.EMAIL and message.cc:
+            return SendResult.terminal("cc_unsupported", "OneSignal email cannot carry a Cc")
         return self.post_json(message, "/notifications",
                               build_payload(message, settings.onesignal_app_id),
                               {"Authorization": f"Key {settings.onesignal_api_key}",
@@ -86,6 +91,11 @@ def build_payload(message: OutboundMessage, app_id: str) -> dict[str, Any]:
     if message.channel is Channel.EMAIL:
         payload["email_to"] = [message.to]
         payload["email_subject"] = message.subject or ""
+        if message.sender:
+            name, address = parseaddr(message.sender)
+            payload["email_from_address"] = address
+            if name:
+                payload["email_from_name"] = name
         payload["email_body"] = (message.html if message.html is not None
                                  else html.escape(message.text).replace("\n", "<br>\n"))
     elif message.channel is Channel.SMS:

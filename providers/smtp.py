@@ -66,11 +66,11 @@ class SmtpProvider:
         """Send one email; ok carries the Message-ID, failures are classified."""
         if message.channel is not Channel.EMAIL:
             return SendResult.terminal("unsupported_channel", f"smtp cannot send {message.channel}")
-        mime = build_mime(message, sender=self._settings.email_from)
+        mime = build_mime(message, sender=message.sender or self._settings.email_from)
         message_id = str(mime["Message-ID"])
         attempt = _Attempt()
         try:
-            asyncio.run(asyncio.wait_for(self._deliver(mime, message.to, attempt),
+            asyncio.run(asyncio.wait_for(self._deliver(mime, [message.to, *message.cc], attempt),
                                          self._deadline_s))
         except TimeoutError:
             if attempt.accepted:  # the deadline hit during QUIT: the mail is with the relay
@@ -78,9 +78,9 @@ class SmtpProvider:
             result = SendResult.transient("timeout", f"no answer within {self._deadline_s} s")
         except aiosmtplib.SMTPRecipientsRefused as error:
             refused = error.recipients[0]
-            result = _reply_result(refused.code, refused.message, message.to)
+            result = _reply_result(refused.code, refused.message, message.to, *message.cc)
         except aiosmtplib.SMTPResponseException as error:
-            result = _reply_result(error.code, error.message, message.to)
+            result = _reply_result(error.code, error.message, message.to, *message.cc)
         except OSError as error:
             # refused, reset, disconnected, TLS handshake: nothing was accepted (aiosmtplib's
             # connect and disconnect errors are ConnectionErrors, hence OSErrors, too)
@@ -95,7 +95,8 @@ class SmtpProvider:
                                             "failure_code": result.failure_code})
         return result
 
-    async def _deliver(self, mime: EmailMessage, recipient: str, attempt: _Attempt) -> None:
+    async def _deliver(self, mime: EmailMessage, recipients: list[str],
+                       attempt: _Attempt) -> None:
         settings = self._settings
         smtp = aiosmtplib.SMTP(
             hostname=settings.smtp_host,
@@ -110,8 +111,8 @@ class SmtpProvider:
         )
         try:
             await smtp.connect()
-            await smtp.send_message(mime, sender=parseaddr(settings.email_from)[1],
-                                    recipients=[recipient])
+            await smtp.send_message(mime, sender=parseaddr(str(mime["From"]))[1],
+                                    recipients=recipients)
             attempt.accepted = True
             # the relay has the mail; a QUIT that fails or stalls changes nothing
             with contextlib.suppress(aiosmtplib.SMTPException, OSError, TimeoutError):
@@ -131,6 +132,8 @@ def build_mime(message: OutboundMessage, *, sender: str) -> EmailMessage:
     mime = EmailMessage()
     mime["From"] = sender
     mime["To"] = message.to
+    if message.cc:
+        mime["Cc"] = ", ".join(message.cc)
     mime["Subject"] = message.subject or ""
     mime["Date"] = formatdate(usegmt=True)
     mime["Message-ID"] = _message_id(message.idempotency_key, sender)
@@ -172,9 +175,11 @@ def _split_type(content_type: str) -> tuple[str, str]:
     return maintype, subtype
 
 
-def _reply_result(code: int, text: str, recipient: str) -> SendResult:
+def _reply_result(code: int, text: str, *recipients: str) -> SendResult:
     """Classify an SMTP reply: 5xx terminal; 4xx (and anything odd) transient."""
-    message = redact(f"{code} {text}", recipient)
+    message = f"{code} {text}"
+    for recipient in recipients:
+        message = redact(message, recipient)
     if 500 <= code < 600:
         return SendResult.terminal(f"smtp_{code}", message)
     return SendResult.transient(f"smtp_{code}", message)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import time
 import uuid
 from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -22,6 +21,7 @@ from typing import Any
 
 import redis
 
+from herald.queue import clock
 from herald.queue.redis import run_script_on, thread_connections
 from herald.queue.registry import Backoff, Keep, QueueSpec
 
@@ -209,8 +209,9 @@ class CycleResult:
 
 
 def now_ms() -> int:
-    """Wall-clock milliseconds (the ledger's one time unit)."""
-    return int(time.time() * 1000)
+    """Milliseconds since the epoch, the ledger's one time unit, read from the queue
+    clock (:mod:`herald.queue.clock`: the wall clock unless a test moved it)."""
+    return clock.now_ms()
 
 
 def new_token() -> str:

@@ -161,6 +161,27 @@ def test_an_email_with_attachments_is_refused_before_sending(
     assert onesignal.requests == []
 
 
+def test_an_email_with_a_cc_is_refused_before_sending(
+        onesignal: FakeOneSignal, provider: OneSignalProvider) -> None:
+    result = provider.send(OutboundMessage(channel=Channel.EMAIL, to="amina@example.com",
+                                           cc=("ops@example.com",), subject="Hi", text="Hi"))
+
+    assert result.failure_kind is FailureKind.TERMINAL
+    assert result.failure_code == "cc_unsupported"
+    assert onesignal.requests == []
+
+
+def test_an_email_from_another_sender_names_it(onesignal: FakeOneSignal,
+                                               provider: OneSignalProvider) -> None:
+    message = OutboundMessage(channel=Channel.EMAIL, to="amina@example.com", subject="Hi",
+                              text="Hi", sender="herald ops <alerts@herald.test>")
+
+    assert provider.send(message).accepted
+    [request] = onesignal.requests
+    assert request.json()["email_from_address"] == "alerts@herald.test"
+    assert request.json()["email_from_name"] == "herald ops"
+
+
 def test_an_unreachable_api_is_transient() -> None:
     with closing(make_provider(f"http://127.0.0.1:{find_free_port()}")) as provider:
         result = provider.send(OutboundMessage(channel=Channel.PUSH, to="acct-42", text="Hi"))

@@ -1,0 +1,53 @@
+"""Fixtures of the email-retry lane tests: herald on PostgreSQL + Redis (a queue prefix of
+its own) with the mock email provider, short in-call pauses, an empty audit log, and the
+queue clock back on the wall clock after each test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import text
+
+from herald import db, settings
+from herald.queue import clock, runtime
+from herald.queue import redis as queue_redis
+
+#: The in-call pauses the tests run with (ms): three tries, quickly.
+PAUSES_MS = "10,20"
+
+
+def _reset() -> None:
+    from providers.select import reset_providers
+
+    settings.reset_settings()
+    queue_redis.reset_redis_client()
+    runtime.reset_brokers()
+    db.reset_engine()
+    reset_providers()
+
+
+@pytest.fixture
+def lane(monkeypatch: pytest.MonkeyPatch, migrated_database: str, redis_url: str
+         ) -> Iterator[str]:
+    """herald over the test PostgreSQL and Redis with the mock email provider; yields the
+    queue prefix. The mock's records and the audit log start empty."""
+    prefix = f"e{uuid.uuid4().hex[:10]}"
+    for name, value in {"DATABASE_URL": migrated_database, "REDIS_URL": redis_url,
+                        "BROKER": "redis", "QUEUE_PREFIX": prefix, "EMAIL_PROVIDER": "mock",
+                        "EMAIL_IN_CALL_BACKOFF_MS": PAUSES_MS, "ADMIN_ALERT_EMAIL": "",
+                        "LOG_LEVEL": "WARNING"}.items():
+        monkeypatch.setenv(name, value)
+    _reset()
+    import actors.email_retry  # noqa: F401  (declares the lane's actor)
+    from providers.mock import MockProvider
+
+    MockProvider.reset()
+    with db.get_engine().begin() as connection:
+        connection.execute(text("TRUNCATE audit_log"))
+    try:
+        yield prefix
+    finally:
+        clock.reset()
+        _reset()
