@@ -33,10 +33,15 @@ def check_bearer_token(authorization: str | None) -> None:
 def check_admin_token(authorization: str | None) -> None:
     """Raise a 401 unless ``authorization`` is ``Bearer <ADMIN_TOKEN>``; a 404 while
     ADMIN_TOKEN is unset (the console is off, never open)."""
+    _require_token(authorization, require_console_on())
+
+
+def require_console_on() -> str:
+    """ADMIN_TOKEN; a 404 while it is unset (the console is off, never open)."""
     expected = get_settings().admin_token
     if not expected:
         raise api_error(404, "not_found", "the operator console is off (ADMIN_TOKEN is unset)")
-    _require_token(authorization, expected)
+    return expected
 
 
 def _require_token(authorization: str | None, expected: str) -> None:
