@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-from herald.queue.ledger import HISTORY_MINUTES, Job, JobState, Ledger, new_token, now_ms
+from herald.queue.ledger import (
+    BULK_CHUNK,
+    HISTORY_MINUTES,
+    Job,
+    JobState,
+    Ledger,
+    new_token,
+    now_ms,
+)
 from herald.queue.producer import external_broker, publish
 from herald.queue.registry import QueueSpec, all_specs, get_spec
 from herald.queue.runtime import get_broker, get_ledger
@@ -80,6 +88,20 @@ class Queue:
     def remove(self, job_id: str) -> bool:
         """Remove a job that is not active (releases its dedup key). True if removed."""
         return self.ledger.remove(self.name, [job_id]) == 1
+
+    def remove_all(self, state: str | JobState) -> int:
+        """Remove every job in ``state`` (any but active), a chunk of ids per round trip;
+        returns how many. Jobs that turn active meanwhile are left where they are."""
+        state = JobState(state)
+        if state is JobState.ACTIVE:
+            raise ValueError("an active job cannot be removed")
+        removed = 0
+        while ids := self.ledger.job_ids(self.name, state, 0, BULK_CHUNK - 1):
+            count = self.ledger.remove(self.name, ids)
+            removed += count
+            if count == 0:  # the chunk turned active meanwhile: leave the rest
+                return removed
+        return removed
 
     def pause(self) -> None:
         """Workers stop taking this queue's jobs (other queues continue)."""

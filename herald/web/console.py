@@ -40,8 +40,6 @@ LIST_DATA_CHARS = 500
 LIST_STACK_CHARS = 1000
 #: Jobs per page of a job list (unless asked otherwise) and audit rows per page.
 PER_PAGE = 50
-#: Job ids removed per round trip by a remove of every job in a state.
-REMOVE_CHUNK = 1000
 #: States ``clean`` takes (records aged by when they finished, or were created).
 CLEANABLE = (JobState.COMPLETED, JobState.FAILED, JobState.DELAYED)
 
@@ -205,17 +203,6 @@ def audited(action: str, *, queue_name: str, job_id: str | None, detail: dict[st
     return count
 
 
-def _remove_in_state(q: Queue, state: JobState) -> int:
-    """Remove every job in ``state`` (not active), a chunk of ids per round trip."""
-    removed = 0
-    while ids := q.ledger.job_ids(q.name, state, 0, REMOVE_CHUNK - 1):
-        count = q.ledger.remove(q.name, ids)
-        removed += count
-        if count == 0:  # the chunk turned active meanwhile: leave the rest for next time
-            return removed
-    return removed
-
-
 def _set_paused(q: Queue, paused: bool) -> int:
     """Pause or resume; 1 when that changed the queue, 0 when it already was so."""
     if q.is_paused() == paused:
@@ -235,7 +222,7 @@ def _queue_work(q: Queue, verb: str, parameters: dict[str, Any]) -> Callable[[],
     """What ``verb`` does to ``q`` with its checked ``parameters``; returns its count."""
     works: dict[str, Callable[[], int]] = {
         "retry": q.retry_all_failed,
-        "remove": lambda: _remove_in_state(q, JobState(parameters["state"])),
+        "remove": lambda: q.remove_all(parameters["state"]),
         "pause": lambda: _set_paused(q, True),
         "resume": lambda: _set_paused(q, False),
         "drain": q.drain,

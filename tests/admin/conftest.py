@@ -10,9 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from herald import db, settings
-from herald.queue import redis as queue_redis
-from herald.queue import runtime
+from herald import db
+from tests.support.reset import reset_herald
 
 #: The token the console tests sign in with.
 ADMIN_TOKEN = "test-admin-token"
@@ -33,23 +32,13 @@ def console(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
                         "EMAIL_PROVIDER": "mock", "SMS_PROVIDER": "mock",
                         "PUSH_PROVIDER": "mock", "LOG_LEVEL": "WARNING"}.items():
         monkeypatch.setenv(name, value)
-    _reset()
+    reset_herald()
     import actors.queues  # noqa: F401  (registers herald's queue table)
 
     with db.get_engine().begin() as connection:
         connection.execute(text(f"TRUNCATE {_TABLES} CASCADE"))
     yield prefix
-    _reset()
-
-
-def _reset() -> None:
-    from providers.select import reset_providers
-
-    settings.reset_settings()
-    queue_redis.reset_redis_client()
-    runtime.reset_brokers()
-    db.reset_engine()
-    reset_providers()
+    reset_herald()
 
 
 @pytest.fixture

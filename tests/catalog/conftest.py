@@ -13,29 +13,16 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text
 
-from herald import db, settings
-from herald.queue import redis as queue_redis
-from herald.queue import registry, runtime
+from herald import db
+from herald.queue import registry
 from tests.catalog import plugins
 from tests.catalog.plugins import FakeCatalog
+from tests.support.reset import reset_herald
 
 SYNC_QUEUES = ("package-sync", "esim-product-sync", "fx-refresh")
 #: The test plugins: registry name → class in tests.catalog.plugins.
 ESIM_PLUGINS = {"alpha": "Alpha", "beta": "Beta"}
 OPERATOR_PLUGINS = {"gamma": "Gamma"}
-
-
-def _reset() -> None:
-    from providers.esim import esim_providers
-    from providers.fx import fx_providers
-    from providers.operators import operators
-
-    settings.reset_settings()
-    queue_redis.reset_redis_client()
-    runtime.reset_brokers()
-    db.reset_engine()
-    for plugin_registry in (esim_providers, operators, fx_providers):
-        plugin_registry.reset()
 
 
 @dataclass
@@ -52,7 +39,7 @@ class Store:
         for name, value in variables.items():
             self.monkeypatch.setenv(name, value)
             self.env[name] = value
-        _reset()
+        reset_herald()
 
     def catalog(self, owner: str, *items: dict[str, object]) -> FakeCatalog:
         """A running catalog server for the test owner ``owner`` listing ``items``."""
@@ -93,4 +80,4 @@ def store(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
             yield setup
     plugins.ENDPOINTS.clear()
     monkeypatch.undo()
-    _reset()
+    reset_herald()

@@ -10,22 +10,12 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import text
 
-from herald import db, settings
-from herald.queue import clock, runtime
-from herald.queue import redis as queue_redis
+from herald import db
+from herald.queue import clock
+from tests.support.reset import reset_herald
 
 #: The in-call pauses the tests run with (ms): three tries, quickly.
 PAUSES_MS = "10,20"
-
-
-def _reset() -> None:
-    from providers.select import reset_providers
-
-    settings.reset_settings()
-    queue_redis.reset_redis_client()
-    runtime.reset_brokers()
-    db.reset_engine()
-    reset_providers()
 
 
 @pytest.fixture
@@ -39,7 +29,7 @@ def lane(monkeypatch: pytest.MonkeyPatch, migrated_database: str, redis_url: str
                         "EMAIL_IN_CALL_BACKOFF_MS": PAUSES_MS, "ADMIN_ALERT_EMAIL": "",
                         "LOG_LEVEL": "WARNING"}.items():
         monkeypatch.setenv(name, value)
-    _reset()
+    reset_herald()
     import actors.email_retry  # noqa: F401  (declares the lane's actor)
     from providers.mock import MockProvider
 
@@ -50,4 +40,4 @@ def lane(monkeypatch: pytest.MonkeyPatch, migrated_database: str, redis_url: str
         yield prefix
     finally:
         clock.reset()
-        _reset()
+        reset_herald()

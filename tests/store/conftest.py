@@ -12,9 +12,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from herald import db, settings
-from herald.queue import redis as queue_redis
-from herald.queue import registry, runtime
+from herald.queue import registry
 from herald.queue.registry import SECOND
+from tests.support.reset import reset_herald
 
 #: The queues the store tests run: issuance, and the notifications an issued order sends.
 STORE_QUEUES = ("store-fulfillment", "notification-email", "notification-sms")
@@ -48,7 +48,7 @@ def store(monkeypatch: pytest.MonkeyPatch, database: str, redis_url: str) -> Ite
                         "EMAIL_PROVIDER": "mock", "SMS_PROVIDER": "mock",
                         "LOG_LEVEL": "WARNING"}.items():
         monkeypatch.setenv(name, value)
-    _reset()
+    reset_herald()
     import actors.notifications
     import actors.store  # noqa: F401  (declares the queues and their actors)
 
@@ -58,19 +58,7 @@ def store(monkeypatch: pytest.MonkeyPatch, database: str, redis_url: str) -> Ite
     seed_catalog()
     with registry.redeclared(STORE_QUEUES, rate_limit=None, backoff_base=SECOND):
         yield database
-    _reset()
-
-
-def _reset() -> None:
-    from providers.esim import esim_providers
-    from providers.select import reset_providers
-
-    settings.reset_settings()
-    queue_redis.reset_redis_client()
-    runtime.reset_brokers()
-    db.reset_engine()
-    reset_providers()
-    esim_providers.reset()
+    reset_herald()
 
 
 def seed_catalog() -> None:
