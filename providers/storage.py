@@ -70,8 +70,13 @@ class LocalStorage:
         return self.url_of(key)
 
     def path_of(self, key: str) -> Path:
-        """The file that holds ``key``."""
-        return self.root / check_key(key)
+        """The file that holds ``key``: always inside the root."""
+        path = self.root / check_key(key)
+        # a second guard, on the resolved path: a symlink inside the root, or a future
+        # change to the key rule, must still never write outside it
+        if not path.resolve().is_relative_to(self.root):
+            raise ValueError(f"storage key {key!r} leads outside {self.root}")
+        return path
 
     def url_of(self, key: str) -> str:
         """The URL ``key`` is read back at."""

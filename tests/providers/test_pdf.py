@@ -153,12 +153,26 @@ def test_storing_again_replaces_the_document_and_leaves_no_temporary_file(
     assert (tmp_path / "purchase-orders/o-1/d-1.pdf").read_bytes() == b"%PDF-second"
 
 
-@pytest.mark.parametrize("key", ["", "../escape.pdf", "/etc/passwd", "a/../../b.pdf",
+@pytest.mark.parametrize("key", ["", "../escape.pdf", "{tmp}/absolute.pdf", "a/../../b.pdf",
                                  "a//b.pdf", "a/./b.pdf", "a b.pdf", ".hidden/x.pdf"])
 def test_a_key_that_could_leave_the_directory_is_refused(tmp_path: Path, key: str) -> None:
     root = tmp_path / "root"
+    # an absolute key points inside tmp_path: a broken check must not write anywhere else
+    key = key.format(tmp=tmp_path)
 
     with pytest.raises(ValueError, match="storage key"):
         LocalStorage(root).store(key, b"%PDF-x", "application/pdf")
 
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_symlink_inside_the_directory_cannot_lead_a_document_outside(tmp_path: Path) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "purchase-orders").symlink_to(outside, target_is_directory=True)
+
+    with pytest.raises(ValueError, match="leads outside"):
+        LocalStorage(root).store("purchase-orders/o-1.pdf", b"%PDF-x", "application/pdf")
+
+    assert list(outside.iterdir()) == []
