@@ -104,6 +104,12 @@ class Settings(BaseSettings):
     smtp_starttls: bool = True
     smtp_use_tls: bool = False
     email_from: str = "herald <no-reply@herald.local>"
+    #: Supplier order PDFs (docs/suppliers.md#pdf-transport): the program that renders
+    #: them (a path or a name on PATH), the directory they are stored in, and the public
+    #: origin that serves that directory (empty: the stored file's ``file://`` URL).
+    chromium_path: str = "chromium"
+    supplier_pdf_dir: str = str(EMBEDDED_DIR / "supplier-pdfs")
+    supplier_pdf_base_url: str = ""
     #: Where herald's operator alerts go (docs/pipeline.md#the-email-retry-lane); empty:
     #: alerts are not sent.
     admin_alert_email: str = ""
@@ -183,9 +189,9 @@ class Settings(BaseSettings):
             raise ValueError("must start with amqp:// or amqps://")
         return value
 
-    @field_validator("callback_base_url")
+    @field_validator("callback_base_url", "supplier_pdf_base_url")
     @classmethod
-    def _callback_origin(cls, value: str) -> str:
+    def _http_origin(cls, value: str) -> str:
         if value and not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return value.rstrip("/")

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid, parseaddr
@@ -67,58 +68,67 @@ class SmtpProvider:
         if message.channel is not Channel.EMAIL:
             return SendResult.terminal("unsupported_channel", f"smtp cannot send {message.channel}")
         mime = build_mime(message, sender=message.sender or self._settings.email_from)
-        message_id = str(mime["Message-ID"])
-        attempt = _Attempt()
-        try:
-            asyncio.run(asyncio.wait_for(self._deliver(mime, [message.to, *message.cc], attempt),
-                                         self._deadline_s))
-        except TimeoutError:
-            if attempt.accepted:  # the deadline hit during QUIT: the mail is with the relay
-                return SendResult.ok(message_id)
-            result = SendResult.transient("timeout", f"no answer within {self._deadline_s} s")
-        except aiosmtplib.SMTPRecipientsRefused as error:
-            refused = error.recipients[0]
-            result = _reply_result(refused.code, refused.message, message.to, *message.cc)
-        except aiosmtplib.SMTPResponseException as error:
-            result = _reply_result(error.code, error.message, message.to, *message.cc)
-        except OSError as error:
-            # refused, reset, disconnected, TLS handshake: nothing was accepted (aiosmtplib's
-            # connect and disconnect errors are ConnectionErrors, hence OSErrors, too)
-            result = SendResult.transient("connection", type(error).__name__)
-        except aiosmtplib.SMTPException as error:
-            # what is left is the relay lacking what the settings require (STARTTLS, AUTH):
-            # its messages are fixed sentences, never an address
-            result = SendResult.terminal("smtp_config", str(error))
-        else:
-            return SendResult.ok(message_id)
-        log.info("smtp send failed", extra={"delivery_id": message.idempotency_key,
-                                            "failure_code": result.failure_code})
+        result = send_mime(mime, [message.to, *message.cc], self._settings,
+                           deadline_s=self._deadline_s)
+        if not result.accepted:
+            log.info("smtp send failed", extra={"delivery_id": message.idempotency_key,
+                                                "failure_code": result.failure_code})
         return result
 
-    async def _deliver(self, mime: EmailMessage, recipients: list[str],
-                       attempt: _Attempt) -> None:
-        settings = self._settings
-        smtp = aiosmtplib.SMTP(
-            hostname=settings.smtp_host,
-            port=settings.smtp_port,
-            username=settings.smtp_username or None,
-            password=settings.smtp_password or None,
-            use_tls=settings.smtp_use_tls,
-            # True requires STARTTLS (never send credentials in clear); implicit TLS
-            # (SMTP_USE_TLS) excludes it
-            start_tls=settings.smtp_starttls and not settings.smtp_use_tls,
-            timeout=self._deadline_s,
-        )
-        try:
-            await smtp.connect()
-            await smtp.send_message(mime, sender=parseaddr(str(mime["From"]))[1],
-                                    recipients=recipients)
-            attempt.accepted = True
-            # the relay has the mail; a QUIT that fails or stalls changes nothing
-            with contextlib.suppress(aiosmtplib.SMTPException, OSError, TimeoutError):
-                await smtp.quit(timeout=QUIT_TIMEOUT_S)
-        finally:
-            smtp.close()  # idempotent; also runs when the deadline cancels us
+
+def send_mime(mime: EmailMessage, recipients: Sequence[str], settings: Settings, *,
+              deadline_s: float = SEND_DEADLINE_S) -> SendResult:
+    """Send an already built message to ``recipients`` through the SMTP_* relay within
+    ``deadline_s``: ok carries its Message-ID; a failure is classified as described at the
+    top of this module and its message never holds a recipient's address."""
+    message_id = str(mime["Message-ID"])
+    attempt = _Attempt()
+    try:
+        asyncio.run(asyncio.wait_for(_deliver(mime, list(recipients), attempt, settings,
+                                              deadline_s), deadline_s))
+    except TimeoutError:
+        if attempt.accepted:  # the deadline hit during QUIT: the mail is with the relay
+            return SendResult.ok(message_id)
+        return SendResult.transient("timeout", f"no answer within {deadline_s} s")
+    except aiosmtplib.SMTPRecipientsRefused as error:
+        refused = error.recipients[0]
+        return _reply_result(refused.code, refused.message, *recipients)
+    except aiosmtplib.SMTPResponseException as error:
+        return _reply_result(error.code, error.message, *recipients)
+    except OSError as error:
+        # refused, reset, disconnected, TLS handshake: nothing was accepted (aiosmtplib's
+        # connect and disconnect errors are ConnectionErrors, hence OSErrors, too)
+        return SendResult.transient("connection", type(error).__name__)
+    except aiosmtplib.SMTPException as error:
+        # what is left is the relay lacking what the settings require (STARTTLS, AUTH):
+        # its messages are fixed sentences, never an address
+        return SendResult.terminal("smtp_config", str(error))
+    return SendResult.ok(message_id)
+
+
+async def _deliver(mime: EmailMessage, recipients: list[str], attempt: _Attempt,
+                   settings: Settings, deadline_s: float) -> None:
+    smtp = aiosmtplib.SMTP(
+        hostname=settings.smtp_host,
+        port=settings.smtp_port,
+        username=settings.smtp_username or None,
+        password=settings.smtp_password or None,
+        use_tls=settings.smtp_use_tls,
+        # True requires STARTTLS (never send credentials in clear); implicit TLS
+        # (SMTP_USE_TLS) excludes it
+        start_tls=settings.smtp_starttls and not settings.smtp_use_tls,
+        timeout=deadline_s,
+    )
+    try:
+        await smtp.connect()
+        await smtp.send_message(mime, sender=parseaddr(str(mime["From"]))[1],
+                                recipients=recipients)
+        attempt.accepted = True
+        # the relay has the mail; a QUIT that fails or stalls changes nothing
+        with contextlib.suppress(aiosmtplib.SMTPException, OSError, TimeoutError):
+            await smtp.quit(timeout=QUIT_TIMEOUT_S)
+    finally:
+        smtp.close()  # idempotent; also runs when the deadline cancels us
 
 
 def build_mime(message: OutboundMessage, *, sender: str) -> EmailMessage:
