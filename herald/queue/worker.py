@@ -36,7 +36,7 @@ import dramatiq
 
 from herald.queue import runtime
 from herald.queue.actor import declared_actors
-from herald.queue.dramatiq_internals import drop_worker_middleware
+from herald.queue.dramatiq_internals import drop_worker_middleware, install_deadline_join
 from herald.queue.registry import all_specs, get_spec
 from herald.queue.runtime import get_broker, get_ledger
 
@@ -55,6 +55,9 @@ _NO_DEADLINE_MS = 100 * 365 * 24 * 3600 * 1000
 STARTUP_FAILED = 1
 #: The readiness of a worker whose groups all run (the health checks' "ok").
 READY = "ok"
+
+# a queue's drain bound is the time its runs get, however many threads it has
+install_deadline_join()
 
 
 def queues_or_all(queues: Sequence[str] | None) -> list[str]:
