@@ -15,6 +15,7 @@ import math
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -23,8 +24,8 @@ import pytest
 from herald.queue import InvalidPayload, QueueSpec, enqueue, enqueue_many, queue
 from herald.queue.ledger import GROUP_WAIT_MS, RunEnd
 from herald.queue.registry import get_spec
-from herald.queue.runtime import get_ledger
-from herald.queue.worker import running_worker
+from herald.queue.runtime import get_broker, get_ledger
+from herald.queue.worker import QueueWorker, running_worker
 from tests.integration.conftest import HeraldOn, wait_for
 from tests.integration.group_queues import QUEUE, grouped
 from tests.integration.queues import events, open_gate
@@ -53,8 +54,8 @@ def worker_process() -> Iterator[subprocess.Popen[bytes]]:
         stop(process)
 
 
-def add(key: str, group: str, **step: object) -> None:
-    """Add one job of ``group`` whose id and key are ``key``."""
+def add(key: str, group: str | None, **step: object) -> None:
+    """Add one job of ``group`` (None: no group) whose id and key are ``key``."""
     enqueue(grouped, {"key": key, **step}, job_id=key, group=group)
 
 
@@ -155,20 +156,22 @@ def test_a_slow_sysco_job_holds_back_sysco_in_the_other_process_but_not_costco(
     assert queue(QUEUE).group_counts() == {}
 
 
-def test_failed_attempts_and_permanent_failures_give_the_slot_back(herald_on: HeraldOn,
-                                                                    ) -> None:
-    # Given sysco jobs: one failing once then succeeding, one failing for good, one fine
+def test_failures_and_deferrals_give_the_slot_back(herald_on: HeraldOn) -> None:
+    # Given sysco jobs: one failing once then succeeding, one deferring once, one failing
+    # for good, one fine
     add("s-retry", "sysco", fail_times=1)
+    add("s-defer", "sysco", defer_ms=200, defer_times=1)
     add("s-perm", "sysco", permanent=True)
     add("s-last", "sysco")
     # When a worker runs them
     with running_worker([QUEUE]):
-        wait_for(lambda: done("s-retry", "s-last") and state("s-perm") == "failed",
+        wait_for(lambda: done("s-retry", "s-defer", "s-last") and state("s-perm") == "failed",
                  what="every sysco job to end")
-    # Then each failure freed the slot for the next job, one run at a time
+    # Then each failed attempt, deferral and failure freed the slot, one run at a time
     assert queue(QUEUE).get("s-retry").attempts_made == 1
+    assert queue(QUEUE).get("s-defer").attempts_started == 2
     runs = spans("s-")
-    assert len(runs) == 4
+    assert len(runs) == 6
     assert_one_at_a_time(runs)
     assert queue(QUEUE).group_counts() == {}
 
@@ -196,6 +199,39 @@ def test_a_killed_workers_job_recovers_and_its_group_is_not_stuck(herald_on: Her
     assert queue(QUEUE).get("s-crash").attempts_started == 2
     assert_one_at_a_time([run for run in spans("s-") if run[3] != first.pid])
     assert queue(QUEUE).group_counts() == {}
+
+
+def test_a_job_handed_back_unstarted_at_shutdown_gives_its_slot_back(herald_on: HeraldOn,
+                                                                       ) -> None:
+    # Given a worker stopping while an ungrouped run still goes on, its idle threads gone
+    add("busy", None, gated=True)
+    worker = QueueWorker([QUEUE])
+    worker.start()
+    stopping = threading.Thread(target=worker.stop)
+    try:
+        wait_for(lambda: state("busy") == "active", what="the busy run")
+        stopping.start()
+        wait_for(lambda: sum(t.is_alive() for t in worker.worker.workers) == 1,
+                 what="the idle threads to stop")
+        # When a sysco job arrives and its consumer, still up, takes it into a free slot
+        add("s-late", "sysco")
+        if herald_on.kind != "rabbitmq":  # the Redis broker's fetch takes the slot
+            wait_for(lambda: queue(QUEUE).group_counts() == {"sysco": 1},
+                     what="the sysco job fetched")
+        else:  # RabbitMQ's claim comes only when a thread runs it: it never does here
+            wait_for(lambda: get_broker().get_queue_message_counts(QUEUE)[0] == 0,
+                     what="the sysco job delivered")
+    finally:
+        open_gate("busy")
+        stopping.join(timeout=60)
+    assert not stopping.is_alive()
+    # Then it was handed back unstarted, its slot free: another worker runs it, and the
+    # sysco job after it
+    assert (state("s-late"), queue(QUEUE).group_counts()) == ("waiting", {})
+    add("s-after", "sysco")
+    with running_worker([QUEUE]):
+        wait_for(lambda: done("s-late", "s-after"), what="both sysco jobs")
+    assert_one_at_a_time(spans("s-"))
 
 
 def test_held_back_jobs_are_waiting_and_can_be_removed_or_drained(herald_on: HeraldOn,
