@@ -9,6 +9,7 @@ the token of each run. Scripts live in ``herald/queue/lua/`` and run with EVALSH
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import itertools
 import json
 import uuid
@@ -36,6 +37,9 @@ BULK_CHUNK = 1000
 FAILED_PAGE = 500
 #: Minutes of throughput history kept per queue (the per-minute keys expire after it).
 HISTORY_MINUTES = 60
+#: How long a RabbitMQ message of a job whose group is at its limit waits before it is
+#: delivered again (ms).
+GROUP_WAIT_MS = 500
 #: How long a remove's answer is kept for the same call sent again after its reply was
 #: lost (ms): far longer than a client waits before sending again.
 REPLY_KEPT_MS = 600_000
@@ -117,6 +121,8 @@ class NewJob:
     remove_on_fail: bool = False
     #: RabbitMQ: the id of the message that will carry the job ("" on the Redis broker).
     token: str = ""
+    #: The job's group key: the queue's group limits hold it back (docs/queue.md#groups).
+    group: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -144,6 +150,8 @@ class Job:
     token: str | None
     #: RabbitMQ: the id of the message that carries the job's current attempt.
     message_id: str | None
+    #: The job's group key, if it has one.
+    group: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -250,6 +258,16 @@ def _glob_escape(text: str) -> str:
     return "".join("\\" + c if c in "*?[]\\{}^-" else c for c in text)
 
 
+def _group_args(spec: QueueSpec) -> list[Any]:
+    """A queue's group limits as the scripts read them (``read_group_limits`` in
+    common.lua): the default limit (0: none), how many groups are listed, then each group
+    and its limit."""
+    args: list[Any] = [spec.default_group_limit or 0, len(spec.group_limits)]
+    for group, limit in spec.group_limits.items():
+        args += [group, limit]
+    return args
+
+
 def _reissued_result(row: Sequence[Any]) -> AddResult:
     """An add script's row for a duplicate that now awaits a new message (see add.lua)."""
     status, job_id, actor, data, priority, run_at = row
@@ -303,7 +321,7 @@ class Ledger:
             for job in jobs:
                 again = ("f" if job.retry_failed else "") + ("c" if job.replay_completed else "")
                 args += [job.id, job.data, job.priority, job.run_at_ms, job.dedup_id or "",
-                         again, job.token]
+                         again, job.token, job.group or ""]
         raw = iter(self._scripts["add"](args=args, client=client) if client is not None
                    else self._run_own("add", args))
         # a plain row is {status, id}; a longer one is rare (see _reissued_result)
@@ -320,7 +338,8 @@ class Ledger:
         if spec.rate_limit is not None:
             rate_max, window_ms = spec.rate_limit[0], _ms(spec.rate_limit[1])
         return [_ms(spec.lock_duration), rate_max, window_ms, STALL_CHECK_MS,
-                *_keep_args(spec.retention.completed), *_keep_args(spec.retention.failed)]
+                *_keep_args(spec.retention.completed), *_keep_args(spec.retention.failed),
+                *_group_args(spec)]
 
     def cycle_raw(self, spec: QueueSpec, config: Sequence[Any], *,
                   done: Iterable[tuple[str, ...]] = (), finishes: Sequence[RunEnd] = (),
@@ -396,7 +415,8 @@ class Ledger:
             rate_max, window_ms = spec.rate_limit[0], _ms(spec.rate_limit[1])
         raw = self._scripts["start"](args=[self.base(spec.name), now_ms(),
                                            _ms(spec.lock_duration), job_id, message_id,
-                                           rate_max, window_ms, new_token()])
+                                           rate_max, window_ms, new_token(), GROUP_WAIT_MS,
+                                           *_group_args(spec)])
         verdict = _text(raw[0])
         if verdict == "start":
             return "start", (int(raw[1]), int(raw[2]), _text(raw[3]))
@@ -411,10 +431,11 @@ class Ledger:
         """Jobs per state; waiting jobs count as paused while the queue is paused."""
         base = self.base(queue)
         pipe = self.client.pipeline(transaction=False)
-        for key in ("wait", "active", "delayed", "completed", "failed"):
+        for key in ("wait", "parked", "active", "delayed", "completed", "failed"):
             pipe.zcard(base + key)
         pipe.hget(base + "meta", "paused")
-        waiting, active, delayed, completed, failed, paused = pipe.execute()
+        ready, parked, active, delayed, completed, failed, paused = pipe.execute()
+        waiting = ready + parked  # a parked job waits for its group's slot
         is_paused = _text(paused) == "1"
         return {"waiting": 0 if is_paused else waiting, "active": active, "delayed": delayed,
                 "completed": completed, "failed": failed,
@@ -456,7 +477,7 @@ class Ledger:
                    stacktrace=f.get("st") or None,
                    return_value=json.loads(f["rv"]) if f.get("rv") else None,
                    dedup_id=f.get("dd") or None, token=f.get("tok") or None,
-                   message_id=f.get("msg") or None)
+                   message_id=f.get("msg") or None, group=f.get("grp") or None)
 
     def failed_since(self, queue: str, since_ms: int, *, page_size: int = FAILED_PAGE) -> int:
         """How many jobs failed at or after ``since_ms``: the failed set is paged newest
@@ -519,18 +540,36 @@ class Ledger:
                     break
         return sorted(found)
 
+    def group_counts(self, queue: str) -> dict[str, int]:
+        """Jobs active now per group key (groups with none active are left out)."""
+        raw = self.client.hgetall(self.base(queue) + "groups")
+        return {_text(k) or "": int(v) for k, v in raw.items() if int(v) > 0}
+
     def is_paused(self, queue: str) -> bool:
         """True while the queue is paused."""
         return _text(self.client.hget(self.base(queue) + "meta", "paused")) == "1"
 
     def job_ids(self, queue: str, state: JobState, start: int, stop: int) -> list[str]:
-        """Ids in one state, newest first, positions start..stop inclusive."""
-        key = {JobState.WAITING: "wait", JobState.PAUSED: "wait"}.get(state, state.value)
-        if state in (JobState.WAITING, JobState.PAUSED) and (
-                self.is_paused(queue) != (state is JobState.PAUSED)):
+        """Ids in one state, newest first, positions start..stop inclusive (-1: the last).
+        Waiting (or paused) jobs include the parked ones, in their wait order."""
+        if state not in (JobState.WAITING, JobState.PAUSED):
+            raw = self.client.zrevrange(self.base(queue) + state.value, start, stop)
+            return [_text(i) or "" for i in raw]
+        if self.is_paused(queue) != (state is JobState.PAUSED):
             return []
-        raw = self.client.zrevrange(self.base(queue) + key, start, stop)
-        return [_text(i) or "" for i in raw]
+        return self._waiting_ids(queue, start, stop)
+
+    def _waiting_ids(self, queue: str, start: int, stop: int) -> list[str]:
+        """Positions start..stop of the wait and parked sets merged, newest (highest wait
+        score) first: each set's first stop + 1 are enough to fill the page."""
+        base = self.base(queue)
+        pipe = self.client.pipeline(transaction=False)
+        for key in ("wait", "parked"):
+            pipe.zrevrange(base + key, 0, stop, withscores=True)
+        ready, parked = pipe.execute()
+        merged = heapq.merge(ready, parked, key=lambda row: row[1], reverse=True)
+        end = None if stop < 0 else stop + 1
+        return [_text(i) or "" for i, _ in itertools.islice(merged, start, end)]
 
     def jobs(self, queue: str, state: JobState, *, page: int = 1, per_page: int = 50,
              ) -> list[Job]:
@@ -599,8 +638,8 @@ class Ledger:
                 return removed
 
     def drain(self, queue: str) -> int:
-        """Remove every waiting and delayed job. Returns how many."""
-        return self._remove_set(queue, "wait") + self._remove_set(queue, "delayed")
+        """Remove every waiting (parked included) and delayed job. Returns how many."""
+        return sum(self._remove_set(queue, key) for key in ("wait", "parked", "delayed"))
 
     def clean(self, queue: str, state: JobState, older_than: timedelta) -> int:
         """Remove finished (or delayed) records older than ``older_than``. Returns how many."""

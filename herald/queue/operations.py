@@ -103,6 +103,10 @@ class Queue:
                 return removed
         return removed
 
+    def group_counts(self) -> dict[str, int]:
+        """Jobs active now per group key, across every process (docs/queue.md#groups)."""
+        return self.ledger.group_counts(self.name)
+
     def pause(self) -> None:
         """Workers stop taking this queue's jobs (other queues continue)."""
         self.ledger.set_paused(self.name, True)

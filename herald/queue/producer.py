@@ -32,7 +32,7 @@ from herald.queue.ledger import (
     new_token,
     now_ms,
 )
-from herald.queue.registry import NORMAL_PRIORITY, PRIORITY_RANGE, get_spec
+from herald.queue.registry import NORMAL_PRIORITY, PRIORITY_RANGE, get_spec, group_key_problem
 from herald.queue.runtime import get_broker, get_ledger
 from herald.settings import get_settings
 
@@ -63,17 +63,19 @@ def _new_job(target: JobActor[Any], payload: dict[str, Any] | BaseModel, *,
              job_id: str | None = None, priority: int = NORMAL_PRIORITY,
              delay: timedelta | None = None, at: datetime | None = None,
              dedup_id: str | None = None, retry_failed: bool = False,
-             replay_completed: bool = False, token: str = "",
+             replay_completed: bool = False, group: str | None = None, token: str = "",
              options: dict[str, Any] | None = None) -> NewJob:
     if priority not in PRIORITY_RANGE:
         raise InvalidPayload(f"priority must be {PRIORITY_RANGE.start}..{PRIORITY_RANGE.stop - 1}")
     if job_id is not None and (not job_id or len(job_id) > 512):
         raise InvalidPayload("job_id must be 1..512 characters")
+    if group is not None and (problem := group_key_problem(group)) is not None:
+        raise InvalidPayload(problem)
     data = target.validate(payload)
     return NewJob(id=job_id or os.urandom(16).hex(), actor=target.name, data=data,
                   priority=priority, run_at_ms=_run_at(delay, at), dedup_id=dedup_id,
                   retry_failed=retry_failed, replay_completed=replay_completed, token=token,
-                  **(options or job_options(target.options, get_spec(target.queue))))
+                  group=group, **(options or job_options(target.options, get_spec(target.queue))))
 
 
 #: Add statuses after which the job awaits a run under the add's own message (RabbitMQ).
@@ -128,7 +130,7 @@ def enqueue(target: JobActor[Any], payload: dict[str, Any] | BaseModel, *,
             job_id: str | None = None, priority: int = NORMAL_PRIORITY,
             delay: timedelta | None = None, at: datetime | None = None,
             dedup_id: str | None = None, retry_failed: bool = False,
-            replay_completed: bool = False) -> EnqueueResult:
+            replay_completed: bool = False, group: str | None = None) -> EnqueueResult:
     """Validate ``payload`` and add one job; nothing is written when validation fails.
 
     A job id that exists and is live or completed reports ``duplicated``; a held
@@ -139,13 +141,14 @@ def enqueue(target: JobActor[Any], payload: dict[str, Any] | BaseModel, *,
     ``duplicated`` job that is waiting or delayed gets a fresh message (its own payload,
     the rest of its delay): its first may never have gone out, if publishing failed after
     the add. An older message that did go out is dropped on arrival, so the job still runs
-    once.
+    once. ``group`` names the job's group: at most the queue's limit for that group run
+    at once, across every process (docs/queue.md#groups).
     """
     _check_target(target)
     token = new_token() if external_broker() else ""
     job = _new_job(target, payload, job_id=job_id, priority=priority, delay=delay, at=at,
                    dedup_id=dedup_id, retry_failed=retry_failed,
-                   replay_completed=replay_completed, token=token)
+                   replay_completed=replay_completed, group=group, token=token)
     result = _submit([(target, [job])])[0][0]
     return EnqueueResult(status=result.status.value, job_id=result.job_id)
 

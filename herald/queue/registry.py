@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-from collections.abc import Callable, Iterable, Iterator
+import types
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
@@ -19,10 +20,10 @@ from typing import Any
 from herald.queue.errors import UnknownQueue
 from herald.settings import Settings, get_settings
 
-__all__ = ["DAY", "HOUR", "MINUTE", "NORMAL_PRIORITY", "PRIORITY_RANGE", "SECOND",
-           "URGENT_PRIORITY", "Backoff", "Keep", "QueueSpec", "QueueTable", "Retention",
-           "all_specs", "declare", "get_spec", "names", "provide_queues", "redeclared",
-           "reset_registry"]
+__all__ = ["DAY", "HOUR", "MAX_GROUP_LENGTH", "MINUTE", "NORMAL_PRIORITY", "PRIORITY_RANGE",
+           "SECOND", "URGENT_PRIORITY", "Backoff", "Keep", "QueueSpec", "QueueTable",
+           "Retention", "all_specs", "declare", "get_spec", "group_key_problem", "names",
+           "provide_queues", "redeclared", "reset_registry"]
 
 SECOND = timedelta(seconds=1)
 MINUTE = timedelta(minutes=1)
@@ -93,6 +94,11 @@ class QueueSpec:
     max_started_attempts: int | None = None
     #: Seconds a worker waits for in-flight jobs at shutdown before forcing (None: no bound).
     shutdown_timeout: timedelta | None = None
+    #: Most jobs of one group key active at once across all processes, per group
+    #: (docs/queue.md#groups). Not hashed: a mapping has no hash.
+    group_limits: Mapping[str, int] = dataclasses.field(default_factory=dict, hash=False)
+    #: The limit of a group not in ``group_limits`` (None: such groups are unlimited).
+    default_group_limit: int | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -110,8 +116,47 @@ class QueueSpec:
             problems.append("lock_duration must be at least 1 s")
         if self.max_started_attempts is not None and self.max_started_attempts < 1:
             problems.append("max_started_attempts must be >= 1")
+        problems += _group_problems(self.group_limits, self.default_group_limit)
+        if not problems:
+            # a copy nobody can change: the spec stays what was declared
+            object.__setattr__(self, "group_limits",
+                               types.MappingProxyType(dict(self.group_limits)))
         if problems:
             raise ValueError(f"QueueSpec {self.name!r}: " + "; ".join(problems))
+
+    def group_limit(self, group: str) -> int | None:
+        """How many jobs of ``group`` may be active at once (None: no limit)."""
+        return self.group_limits.get(group, self.default_group_limit)
+
+
+#: Longest group key a job may carry.
+MAX_GROUP_LENGTH = 200
+
+
+def group_key_problem(group: object) -> str | None:
+    """What is wrong with ``group`` as a job's group key, or None when it is a good one
+    (a non-empty string of at most :data:`MAX_GROUP_LENGTH` characters)."""
+    if not isinstance(group, str) or not 1 <= len(group) <= MAX_GROUP_LENGTH:
+        return f"a group key must be a string of 1..{MAX_GROUP_LENGTH} characters"
+    return None
+
+
+def _is_limit(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _group_problems(limits: Mapping[str, int], default: int | None) -> list[str]:
+    problems = []
+    if not isinstance(limits, Mapping):
+        return ["group_limits must map group keys to limits"]
+    for group, limit in limits.items():
+        if (problem := group_key_problem(group)) is not None:
+            problems.append(f"group_limits: {problem} (got {group!r})")
+        elif not _is_limit(limit):
+            problems.append(f"group_limits[{group!r}] must be an integer >= 1")
+    if default is not None and not _is_limit(default):
+        problems.append("default_group_limit must be None or an integer >= 1")
+    return problems
 
 
 #: Makes an application's queue table from the settings (see :func:`provide_queues`).

@@ -1,10 +1,11 @@
 -- Add jobs, in groups: each group is jobs of one actor in one queue, and one call can add
 -- the groups of several queues (an event's channel jobs: one round trip for all of them).
 -- ARGV: now_ms, number of groups, then per group: base, n, actor, cfg (see parse_cfg),
---   max started (0 = unbounded), then per job 7 fields:
+--   max started (0 = unbounded), then per job 8 fields:
 --   id, data, priority, run_at_ms, dedup_id ("" = none), again (flags: "f" retry a
 --   retained failed job in place, "c" replay a completed job in place; "" = neither),
---   message id ("" = none: the Redis broker's jobs have no message of their own)
+--   message id ("" = none: the Redis broker's jobs have no message of their own),
+--   group key ("" = none; a job retried or replayed in place keeps its own)
 -- Returns per job, groups in order: {status, job id} with status
 --   added|duplicated|deduplicated|retried|replayed. The same call sent again after its
 --   reply was lost (a client retry on a timeout) carries the same now_ms and message id,
@@ -39,8 +40,8 @@ local function add_group()
   local seq = redis.call("HINCRBY", base .. "meta", "seq", n) - n
   for _ = 1, n do
     local id, data, prio, run_at = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], tonumber(ARGV[o + 4])
-    local dd, again, token = ARGV[o + 5], ARGV[o + 6], ARGV[o + 7]
-    o = o + 7
+    local dd, again, token, grp = ARGV[o + 5], ARGV[o + 6], ARGV[o + 7], ARGV[o + 8]
+    o = o + 8
     local jk = base .. "job:" .. id
     local job = redis.call("HMGET", jk, "state", "ts", "rt", "rp")
     local state = job[1]
@@ -92,6 +93,7 @@ local function add_group()
         if max_started ~= "0" then fields[13] = "msa"; fields[14] = max_started end
         if dd ~= "" then fields[#fields + 1] = "dd"; fields[#fields + 1] = dd end
         if token ~= "" then fields[#fields + 1] = "msg"; fields[#fields + 1] = token end
+        if grp ~= "" then fields[#fields + 1] = "grp"; fields[#fields + 1] = grp end
         if delayed then fields[#fields + 1] = "run_at"; fields[#fields + 1] = run_at end
         redis.call("HSET", jk, unpack(fields))
         if delayed then

@@ -11,7 +11,11 @@
 --                   place, rp when it was last replayed after completing,
 --                   tok the fence token of its latest run, msg the id of its current
 --                   message and cl the id of the claim that started its latest run
---                   (RabbitMQ)
+--                   (RabbitMQ); grp the job's group key
+--   parked    zset  job id -> wait score: waiting jobs set aside by the fetch because their
+--                   group was at its limit (Redis broker); still "waiting" to every reader
+--   parked:<g> zset the same, of group g only (its head goes back to wait when a slot frees)
+--   groups    hash  group key -> how many of its jobs are active now
 --   dedup:<d> string the id of the job holding dedup id d
 --   meta      hash  paused flag; seq counter
 --   metrics   hash  completed, failed, retried, deferred, stalled, deduplicated, duplicated
@@ -26,6 +30,10 @@ local MARKER_CAP = 63
 -- key is created during that minute and read for the 59 after it, and the spare minute
 -- absorbs clock skew between the hosts that stamp `now`.
 local THROUGHPUT_KEEP_MS = 61 * 60000
+
+-- Parked jobs a freed slot sends back to wait per call, at most (a limit raised a lot, or
+-- removed, frees many slots at once; the next release sends more).
+local UNPARK_CHUNK = 1000
 
 local function wait_score(base, priority)
   local seq = redis.call("HINCRBY", base .. "meta", "seq", 1)
@@ -134,4 +142,72 @@ end
 
 local function has_option(options, flag)
   return options ~= nil and string.find(options, flag, 1, true) ~= nil
+end
+
+-- Group limits passed to a script at ARGV offset o: the limit of groups not listed (0 =
+-- unlimited), the number n of listed groups, then n pairs group key, limit. Returns the
+-- limits and the offset of the argument after them.
+local function read_group_limits(o)
+  local default, n = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2])
+  local by_group = {}
+  for i = 1, n do by_group[ARGV[o + 1 + 2 * i]] = tonumber(ARGV[o + 2 + 2 * i]) end
+  return {default = default > 0 and default or false, by_group = by_group}, o + 2 + 2 * n
+end
+
+local function group_limit(limits, grp)
+  return limits.by_group[grp] or limits.default
+end
+
+-- True when group grp may not start another job now.
+local function group_full(base, limits, grp)
+  local limit = group_limit(limits, grp)
+  return limit and tonumber(redis.call("HGET", base .. "groups", grp) or "0") >= limit
+end
+
+-- A job of group grp became active. Every grouped job is counted, limited or not, so a
+-- limit declared later is right from its first use.
+local function group_started(base, grp)
+  redis.call("HINCRBY", base .. "groups", grp, 1)
+end
+
+-- Set a waiting job aside while its group is full, keeping its wait score (its place).
+local function park(base, grp, id, score)
+  redis.call("ZADD", base .. "parked", score, id)
+  redis.call("ZADD", base .. "parked:" .. grp, score, id)
+end
+
+-- Send up to n of group grp's parked jobs back to wait, oldest (best scored) first, at
+-- their own scores, and wake as many consumers.
+local function unpark(base, grp, n)
+  local popped = redis.call("ZPOPMIN", base .. "parked:" .. grp, n)
+  if #popped == 0 then return end
+  local ids, back = {}, {}
+  for i = 1, #popped, 2 do
+    ids[#ids + 1] = popped[i]
+    back[#back + 1] = popped[i + 1]
+    back[#back + 1] = popped[i]
+  end
+  redis.call("ZREM", base .. "parked", unpack(ids))
+  redis.call("ZADD", base .. "wait", unpack(back))
+  wake(base, #ids)
+end
+
+-- A job of group grp stopped being active (whatever the reason): its slot is free, so as
+-- many parked jobs of the group as now fit go back to wait.
+local function group_left(base, limits, grp)
+  local left = redis.call("HINCRBY", base .. "groups", grp, -1)
+  if left <= 0 then
+    redis.call("HDEL", base .. "groups", grp)
+    left = 0
+  end
+  local limit = group_limit(limits, grp)
+  local room = limit and (limit - left) or UNPARK_CHUNK
+  if room > 0 then unpark(base, grp, math.min(room, UNPARK_CHUNK)) end
+end
+
+-- Take a job out of the parked sets, if it is there (it is removed, or re-issued).
+local function unpark_job(base, grp, id)
+  if redis.call("ZREM", base .. "parked", id) == 1 and grp then
+    redis.call("ZREM", base .. "parked:" .. grp, id)
+  end
 end

@@ -3,7 +3,8 @@
 -- ARGV: base, now, count, external ("1": the messages live in another broker; only
 --   finish), n_done, n_finish, n_extend, lock_ms, rate_max (0 = none), rate_window_ms,
 --   stall_check_ms, completed keep count, completed keep age ms, failed keep count,
---   failed keep age ms (-1 = no limit),
+--   failed keep age ms (-1 = no limit), then the queue's group limits (see
+--   read_group_limits),
 --   then per done job 2 fields: id, token (completed with no return value: the common
 --     case, reported back only when stale)
 --   then per finished job 6 fields: id, token, outcome, value, stack, next token (the id
@@ -22,6 +23,9 @@
 --   drained: 1 when the fetch took fewer jobs than asked, so the wait set is empty now
 --     (a job added later wakes the consumer with a marker), else 0; the queue's marker
 --     list is emptied then
+-- A job whose group is at its limit is not started: the fetch parks it (see common.lua)
+-- and goes on to the jobs behind it, so one full group never holds up the others; a
+-- parked job goes back to wait, in its place, when a job of its group leaves active.
 local base, now, count = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local external = ARGV[4] == "1"
 local n_done, n_finish, n_extend = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -30,6 +34,7 @@ local stall_check_ms = tonumber(ARGV[11])
 local keep = {completed = {tonumber(ARGV[12]), tonumber(ARGV[13])},
               failed = {tonumber(ARGV[14]), tonumber(ARGV[15])}}
 local tally = {}
+local limits, o = read_group_limits(15)
 
 local function bump(metric) tally[metric] = (tally[metric] or 0) + 1 end
 
@@ -83,14 +88,14 @@ local function complete(jk, id, cfg, dd, value)
   bump("completed")
 end
 
-local o = 15
 for _ = 1, n_done do
   local id, token = ARGV[o + 1], ARGV[o + 2]
   o = o + 2
   local jk = base .. "job:" .. id
-  local job = redis.call("HMGET", jk, "state", "tok", "cfg", "dd")
+  local job = redis.call("HMGET", jk, "state", "tok", "cfg", "dd", "grp")
   if job[1] == "active" and job[2] == token then
     complete(jk, id, job[3], job[4], "null")
+    if job[5] then group_left(base, limits, job[5]) end
   else
     finished[#finished + 1] = {id, "stale", 0}
   end
@@ -101,9 +106,11 @@ for _ = 1, n_finish do
   local value, stack, next_token = ARGV[o + 4], ARGV[o + 5], ARGV[o + 6]
   o = o + 6
   local jk = base .. "job:" .. id
-  local job = redis.call("HMGET", jk, "state", "tok", "cfg", "dd", "am", "prio")
+  local job = redis.call("HMGET", jk, "state", "tok", "cfg", "dd", "am", "prio", "grp")
   local result, run_at = "stale", 0
   if job[1] == "active" and job[2] == token then
+    -- every outcome below ends the job's active spell
+    if job[7] then group_left(base, limits, job[7]) end
     local attempts, kind, base_ms, options = parse_cfg(job[3])
     if outcome == "c" then
       complete(jk, id, job[3], job[4], value)
@@ -172,9 +179,12 @@ if not external then
   if redis.call("SET", base .. "stall-check", "1", "NX", "PX", stall_check_ms) then
     local stalled = redis.call("ZRANGEBYSCORE", base .. "active", "-inf", now, "LIMIT", 0, 1000)
     for _, id in ipairs(stalled) do
+      local jk = base .. "job:" .. id
       redis.call("ZREM", base .. "active", id)
       bump("stalled")
-      enqueue_job(base, base .. "job:" .. id, id, now, 0)
+      enqueue_job(base, jk, id, now, 0)
+      local grp = redis.call("HGET", jk, "grp")
+      if grp then group_left(base, limits, grp) end
     end
   end
 
@@ -191,36 +201,52 @@ if not external then
     end
   end
   if count > 0 then
-    local popped, locks = redis.call("ZPOPMIN", base .. "wait", count), {}
-    if #popped < 2 * count then
-      -- nothing waits now: wake-ups left by the jobs just taken would only send other
-      -- consumers of the queue round for nothing (a job added later leaves its own)
-      drained = 1
-      redis.call("DEL", base .. "marker")
-    end
-    for i = 1, #popped, 2 do
-      local id = popped[i]
-      local jk = base .. "job:" .. id
-      local job = redis.call("HMGET", jk, "actor", "data", "am", "as", "prio", "ts", "msa",
-        "cfg", "dd", "rn")
-      if job[1] then
-        local starts = tonumber(job[4] or "0") + 1
-        local max_started = tonumber(job[7] or "0")
-        if max_started > 0 and starts > max_started then
-          redis.call("HSET", jk, "as", starts)
-          local reason = "job started " .. starts .. " times, more than max_started_attempts ("
-            .. max_started .. ")"
-          fail_for_good(jk, id, reason, "", select(4, parse_cfg(job[8])), job[9])
-          -- reported so the actor's exhausted hook can record the end durably
-          finished[#finished + 1] = {id, "exhausted", 0, job[1], job[2], reason}
+    local locks, taken, skipped = {}, 0, 0
+    -- take jobs in wait order until count are taken; a job of a full group is parked
+    -- and does not count, so the loop reads on past it (at most UNPARK_CHUNK skipped per
+    -- call, to bound the script: the consumer comes back for the rest)
+    while taken < count and drained == 0 and skipped < UNPARK_CHUNK do
+      local want = count - taken
+      local popped = redis.call("ZPOPMIN", base .. "wait", want)
+      if #popped < 2 * want then
+        -- nothing waits now: wake-ups left by the jobs just taken would only send other
+        -- consumers of the queue round for nothing (a job added later, or a parked one
+        -- sent back, leaves its own)
+        drained = 1
+        redis.call("DEL", base .. "marker")
+      end
+      for i = 1, #popped, 2 do
+        local id = popped[i]
+        local jk = base .. "job:" .. id
+        local job = redis.call("HMGET", jk, "actor", "data", "am", "as", "prio", "ts", "msa",
+          "cfg", "dd", "rn", "grp")
+        if not job[1] then
+          skipped = skipped + 1
         else
-          local run, token = next_run(id, job[10], job[4])
-          redis.call("HSET", jk, "as", starts, "rn", run, "state", "active", "pt", now,
-            "tok", token)
-          locks[#locks + 1] = now + lock_ms
-          locks[#locks + 1] = id
-          started[#started + 1] = {id, job[1], job[2], token, tonumber(job[3] or "0"), starts,
-            tonumber(job[5] or "5"), tonumber(job[6] or "0")}
+          local starts = tonumber(job[4] or "0") + 1
+          local max_started = tonumber(job[7] or "0")
+          if max_started > 0 and starts > max_started then
+            taken = taken + 1
+            redis.call("HSET", jk, "as", starts)
+            local reason = "job started " .. starts .. " times, more than max_started_attempts ("
+              .. max_started .. ")"
+            fail_for_good(jk, id, reason, "", select(4, parse_cfg(job[8])), job[9])
+            -- reported so the actor's exhausted hook can record the end durably
+            finished[#finished + 1] = {id, "exhausted", 0, job[1], job[2], reason}
+          elseif job[11] and group_full(base, limits, job[11]) then
+            park(base, job[11], id, popped[i + 1])
+            skipped = skipped + 1
+          else
+            taken = taken + 1
+            local run, token = next_run(id, job[10], job[4])
+            redis.call("HSET", jk, "as", starts, "rn", run, "state", "active", "pt", now,
+              "tok", token)
+            if job[11] then group_started(base, job[11]) end
+            locks[#locks + 1] = now + lock_ms
+            locks[#locks + 1] = id
+            started[#started + 1] = {id, job[1], job[2], token, tonumber(job[3] or "0"), starts,
+              tonumber(job[5] or "5"), tonumber(job[6] or "0")}
+          end
         end
       end
     end
