@@ -59,9 +59,12 @@ def herald_queues(settings: Settings) -> list[QueueSpec]:
         QueueSpec(name="esim-product-sync", **sync),
         QueueSpec(name="fx-refresh", **sync),
         # order placement and reroute → transmit one order to one supplier
-        QueueSpec(name="supplier-dispatch", concurrency=1, attempts=settings.dispatch_attempts,
+        # (one group per supplier type: Sysco's SSH server limits its sessions, the
+        # emails and PDF renders of the others need not wait behind its uploads)
+        QueueSpec(name="supplier-dispatch", concurrency=4, attempts=settings.dispatch_attempts,
                   backoff_base=timedelta(milliseconds=settings.dispatch_backoff_ms),
-                  lock_duration=120 * SECOND, retention=DISPATCH_RETENTION),
+                  lock_duration=120 * SECOND, retention=DISPATCH_RETENTION,
+                  group_limits={"sysco": settings.sysco_worker_concurrency}),
         # inbound acknowledgments and admin → move a back-ordered line
         QueueSpec(name="backorder-reroute", concurrency=settings.email_worker_concurrency,
                   attempts=3, backoff_base=SECOND, retention=DISPATCH_RETENTION),

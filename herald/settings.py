@@ -60,6 +60,19 @@ class Settings(BaseSettings):
     dispatch_attempts: int = Field(default=3, ge=1)
     dispatch_backoff_ms: int = Field(default=1000, ge=0)
     email_worker_concurrency: int = Field(default=4, ge=1)
+    #: Sysco uploads at once across every worker (its SSH server limits sessions); the
+    #: other supplier types share the rest of the supplier-dispatch queue's slots.
+    sysco_worker_concurrency: int = Field(default=1, ge=1)
+    #: Seconds between two polls of the Sysco inbound directories.
+    sysco_poll_interval_s: int = Field(default=900, ge=1)
+    #: Seconds a pending dispatch may wait with no live job before the stale-dispatch
+    #: sweep enqueues it again.
+    dispatch_stale_after_s: int = Field(default=600, ge=1)
+    #: The X12 interchange's sender and receiver ids (ISA06 / ISA08) and usage indicator
+    #: (ISA15: ``P`` production, ``T`` test).
+    x12_sender_id: str = "HERALD"
+    x12_receiver_id: str = "SYSCO"
+    x12_usage: Literal["P", "T"] = "T"
 
     #: The eSIM store: order placement, the catalog syncs and FX refresh (their schedules
     #: are removed from Redis at the clock's start while it is off).

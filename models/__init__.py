@@ -19,10 +19,24 @@ from models.callbacks import CallbackReceipt
 from models.catalog import FxRate, OperatorPackage, ProviderHealth, StoreProduct
 from models.notifications import Account, Delivery, Notification
 from models.payments import Payment
+from models.purchasing import (
+    CatalogItem,
+    DispatchLine,
+    DispatchOutbox,
+    PurchaseOrder,
+    PurchaseOrderEvent,
+    PurchaseOrderLine,
+    Supplier,
+    SupplierDispatch,
+    SupplierMapping,
+    VendorDocument,
+)
 from models.store import Order, StoreOrder, StoreOrderStatusEvent
 
 __all__ = ["ADMIN_ACTOR", "SYSTEM_ACTOR", "Account", "Activation", "ActivationStepRecord",
-           "AuditEntry", "Batch", "CallbackReceipt", "Delivery", "FxRate", "Notification",
-           "OperatorPackage", "Order", "Payment", "ProviderHealth", "StoreOrder",
-           "StoreOrderStatusEvent", "StoreProduct", "begin_audit", "complete_audit",
-           "recent_audit", "record_audit"]
+           "AuditEntry", "Batch", "CallbackReceipt", "CatalogItem", "Delivery", "DispatchLine",
+           "DispatchOutbox", "FxRate", "Notification", "OperatorPackage", "Order", "Payment",
+           "ProviderHealth", "PurchaseOrder", "PurchaseOrderEvent", "PurchaseOrderLine",
+           "StoreOrder", "StoreOrderStatusEvent", "StoreProduct", "Supplier",
+           "SupplierDispatch", "SupplierMapping", "VendorDocument", "begin_audit",
+           "complete_audit", "recent_audit", "record_audit"]
