@@ -393,9 +393,12 @@ def describe_spec(spec: QueueSpec) -> dict[str, str]:
     else:
         rate = f"{spec.rate_limit[0]} / {format_span(spec.rate_limit[1])}"
     backoff = {Backoff.EXPONENTIAL: "exp", Backoff.FIXED: "fixed"}.get(spec.backoff)
+    groups = [f"{group} {limit}" for group, limit in sorted(spec.group_limits.items())]
+    if spec.default_group_limit is not None:
+        groups.append(f"others {spec.default_group_limit}")
     return {
         "queue": spec.name,
-        "concurrency": str(spec.concurrency),
+        "concurrency": str(spec.concurrency) + (f" ({', '.join(groups)})" if groups else ""),
         "rate limit": rate,
         "attempts": str(spec.attempts),
         "backoff": f"{backoff} {format_span(spec.backoff_base)}" if backoff else "none",

@@ -662,6 +662,10 @@ def test_describe_spec_columns() -> None:
     assert described["retention"] == "completed 500 · failed 7d or 5000"
     assert described["lock"] == "30s"
     assert describe_spec(QueueSpec(name="plain"))["rate limit"] == "—"
+    assert describe_spec(QueueSpec(name="plain"))["concurrency"] == "1"
+    grouped = QueueSpec(name="orders", concurrency=4, group_limits={"sysco": 1, "acme": 2},
+                        default_group_limit=3)
+    assert describe_spec(grouped)["concurrency"] == "4 (acme 2, sysco 1, others 3)"
 
 
 def test_up_gives_each_worker_its_own_port() -> None:
