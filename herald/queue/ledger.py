@@ -309,7 +309,7 @@ class Ledger:
         filled = [(queue, jobs) for queue, jobs in groups if jobs]
         if not filled:
             return [[] for _ in groups]
-        args: list[Any] = [now_ms(), len(filled)]
+        args: list[Any] = [now_ms(), len(filled), new_token()]
         for queue, jobs in filled:
             first = jobs[0]
             options = (("c" if first.remove_on_complete else "")

@@ -52,6 +52,18 @@ def test_duplicate_add_of_live_or_completed_job_runs_nothing(herald_on: HeraldOn
     assert queue("t-basic").get("job-a").state == "completed"
 
 
+def test_an_id_added_twice_in_one_millisecond_is_a_duplicate_the_second_time(
+        herald_on: HeraldOn) -> None:
+    # Given one call adding the same job id twice (both adds share its millisecond,
+    # as two producers' adds can)
+    results = enqueue_many(basic, [({"key": "x"}, {"job_id": "job-x"}),
+                                   ({"key": "y"}, {"job_id": "job-x"})])
+    # Then only the first was added; the second is reported a duplicate, not taken for
+    # the first add sent again after a lost reply
+    assert [r.status for r in results] == ["added", "duplicated"]
+    assert queue("t-basic").get("job-x").payload["key"] == "x"
+
+
 def test_retry_failed_resets_counters_and_runs_again(herald_on: HeraldOn) -> None:
     # Given a job that failed permanently and is retained
     enqueue(basic, {"key": "p", "permanent": True}, job_id="job-p")

@@ -1,6 +1,7 @@
 -- Add jobs, in groups: each group is jobs of one actor in one queue, and one call can add
 -- the groups of several queues (an event's channel jobs: one round trip for all of them).
--- ARGV: now_ms, number of groups, then per group: base, n, actor, cfg (see parse_cfg),
+-- ARGV: now_ms, number of groups, call id (unique to this call, the same when the call is
+--   sent again), then per group: base, n, actor, cfg (see parse_cfg),
 --   max started (0 = unbounded), then per job 8 fields:
 --   id, data, priority, run_at_ms, dedup_id ("" = none), again (flags: "f" retry a
 --   retained failed job in place, "c" replay a completed job in place; "" = neither),
@@ -8,10 +9,12 @@
 --   group key ("" = none; a job retried or replayed in place keeps its own)
 -- Returns per job, groups in order: {status, job id} with status
 --   added|duplicated|deduplicated|retried|replayed. The same call sent again after its
---   reply was lost (a client retry on a timeout) carries the same now_ms and message id,
---   so a job it added, retried or replayed (stamped ts, rt or rp = now_ms, msg = its
---   message id) reports the same status again, and the caller still publishes the job's
---   message.
+--   reply was lost (a client retry on a timeout) carries the same call id, now_ms and
+--   message id: the call leaves a marker (<first base>call:<call id>, 60 s), so a job it
+--   added, retried or replayed (stamped ts, rt or rp = now_ms, msg = its message id)
+--   reports the same status again, and the caller still publishes the job's message.
+--   Without the marker an existing job is a duplicate, even one added by another call
+--   in the same millisecond.
 --   On RabbitMQ (a message id given) a duplicate that is waiting or delayed may have no
 --   message at all (its producer failed to publish it): the job's current message becomes
 --   the one given, and the row is {"duplicated", job id, actor, data, priority, run_at ms
@@ -19,8 +22,10 @@
 --   older message of the job, if it went out after all, is dropped on arrival. A job
 --   retried or replayed in place answers the same long row (with its status): it runs
 --   its own payload, as on the Redis broker, not the add's.
-local now, groups = tonumber(ARGV[1]), tonumber(ARGV[2])
-local o = 2
+local now, groups, call = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local o = 3
+local call_key = ARGV[4] .. "call:" .. call
+local sent_again = redis.call("EXISTS", call_key) == 1
 local results = {}
 
 -- The row of an existing job that now awaits the message the add names (RabbitMQ): the
@@ -51,7 +56,7 @@ local function add_group()
       local row = {status, id}
       local resent = (job[2] == ARGV[1] and "added") or (job[3] == ARGV[1] and "retried")
         or (job[4] == ARGV[1] and "replayed")
-      if resent and (token == "" or redis.call("HGET", jk, "msg") == token) then
+      if resent and sent_again and (token == "" or redis.call("HGET", jk, "msg") == token) then
         -- this very call, sent again
         status = resent
         row = (token ~= "" and resent ~= "added") and message_row(status, id, jk)
@@ -119,4 +124,5 @@ local function add_group()
 end
 
 for _ = 1, groups do add_group() end
+redis.call("SET", call_key, 1, "PX", 60000)
 return results
