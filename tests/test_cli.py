@@ -101,9 +101,9 @@ def test_queues_lists_every_registry_queue_with_its_values(tmp_path: Path) -> No
     for spec in expected:
         assert spec.name in rows, f"{spec.name} missing from:\n{result.stdout}"
         cells = rows[spec.name]
-        assert cells[1] == str(spec.concurrency), cells
+        assert cells[1] == describe_spec(spec)["concurrency"], cells
         assert cells[3] == str(spec.attempts), cells
-    assert rows["supplier-dispatch"][3] == "4"
+    assert rows["supplier-dispatch"][1:4] == ["4 (sysco 1)", "—", "4"]
     assert rows["notification-email"][2] == "30 / 60s"
     assert "live counts left out" in " ".join(result.stdout.split())
     assert not (tmp_path / ".herald" / "redis.sock").exists(), "queues must not start Redis"
