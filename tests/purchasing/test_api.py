@@ -311,3 +311,33 @@ def eval_placeholders(value: Any, **names: str) -> Any:
     if isinstance(value, list):
         return [eval_placeholders(item, **names) for item in value]
     return value.format(**names) if isinstance(value, str) else value
+
+
+def test_the_console_search_finds_a_purchase_order_with_its_jobs_and_audit(
+        client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    from models.purchasing import EventType, append_event
+
+    monkeypatch.setenv("ADMIN_TOKEN", "console-token")
+    settings.reset_settings()
+    sysco, costco = make_supplier("sysco"), make_supplier("costco")
+    items = [make_item("Flour", mappings=[(sysco, "F-1", True)]),
+             make_item("Towels", mappings=[(costco, "T-1", True)])]
+    order = client.post("/v1/purchase-orders", json=order_body(
+        *[(item, 1) for item in items])).json()
+    with db.session() as session:
+        append_event(session, order["id"], EventType.SUPPLIER_SUBMITTED,
+                     {"attempt": 1, "reference": "PO_x.edi", "supplierType": "sysco"},
+                     supplier_id=sysco)
+
+    response = client.get("/admin/search", params={"q": order["id"]},
+                          headers={"Authorization": "Bearer console-token"})
+
+    assert response.status_code == 200, response.text
+    [result] = [r for r in response.json()["results"] if r["kind"] == "purchase_order"]
+    assert result["id"] == order["id"] and result["state"] == "pending"
+    jobs = {job["id"]: job for job in result["jobs"]}
+    assert {job.payload["dispatchId"] for job in dispatch_jobs() if job.id in jobs} == {
+        d["id"] for d in order["dispatches"]}
+    assert {job["queue"] for job in result["jobs"]} == {"supplier-dispatch"}
+    assert [event["event"] for event in result["timeline"]] == ["placed", "SUPPLIER_SUBMITTED"]
+    assert set(result["links"]["dispatch_ids"]) == {d["id"] for d in order["dispatches"]}
