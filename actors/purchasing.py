@@ -235,5 +235,5 @@ schedule(Schedule(name="relay-dispatch-outbox", actor=relay_dispatch_outbox,
                   every=RELAY_INTERVAL, run_at_start=True))
 schedule(Schedule(name="stale-dispatches", actor=sweep_stale_dispatches_job,
                   every=STALE_SWEEP_INTERVAL, run_at_start=True))
-register_sweep("dispatch-outbox", lambda: relay_outbox().total)
-register_sweep("stale-dispatches", lambda: sweep_stale_dispatches().total)
+register_sweep("supplier-outbox", lambda: relay_outbox().total)
+register_sweep("supplier-stale-dispatches", lambda: sweep_stale_dispatches().total)
