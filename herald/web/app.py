@@ -40,13 +40,14 @@ def _routers() -> list[APIRouter]:
         notifications,
         payments,
         products,
+        purchasing,
         store,
     )
 
     return [health.router, accounts.router, events.router, notifications.router,
             batches.router, callbacks.router, payments.router, activations.router,
-            store.router, store.webhooks, products.router, admin.router, admin_search.router,
-            console.router]
+            store.router, store.webhooks, products.router, purchasing.router, admin.router,
+            admin_search.router, console.router]
 
 
 def _version() -> str:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from fastapi import Query
-from sqlmodel import Session
+from sqlmodel import Session, col, select
 
 from actors.activation import run_activation_step, step_job_id
 from actors.batches import batch_job_id, run_batch
@@ -24,7 +24,9 @@ from actors.callbacks import callback_job_id, normalise_callback
 from actors.notifications import CHANNEL_QUEUES
 from actors.orchestration import E164, EMAIL
 from actors.payments import PaymentAction, payment_job_id, settle_payment
+from actors.purchasing import dispatch_dedup_of
 from actors.store import issue_store_order
+from actors.supplier_dispatch import dispatch_to_supplier
 from herald import db
 from herald.queue import queue
 from herald.queue.ledger import Job
@@ -36,6 +38,7 @@ from models.activations import ActivationStep
 from models.callbacks import CallbackReceipt
 from models.notifications import Account, Delivery, Notification, Outcome
 from models.payments import Payment
+from models.purchasing import PurchaseOrder, PurchaseOrderEvent, SupplierDispatch
 from models.store import Order
 from models.timelines import TimelineEvent
 
@@ -274,9 +277,54 @@ def find_payments(session: Session, query: SearchQuery) -> Iterator[Result]:
         yield payment_result(payment)
 
 
-#: One finder per kind, asked in this order; a new kind (a purchase order) is one more.
+# -- purchase orders ---------------------------------------------------------------------------
+def _dispatch_jobs(session: Session, dispatches: Iterable[SupplierDispatch]) -> list[Job]:
+    """The live supplier-dispatch job of each dispatch: the job holding its dedup id (the
+    jobs have no id of their own to look up; a finished job no longer holds one)."""
+    lane = queue(dispatch_to_supplier.queue)
+    keys = [lane.ledger.base(lane.name) + "dedup:" + dispatch_dedup_of(session, dispatch)
+            for dispatch in dispatches]
+    holders = lane.ledger.client.mget(keys) if keys else []
+    found = (lane.get(holder.decode() if isinstance(holder, bytes) else holder)
+             for holder in holders if holder)
+    return [job for job in found if job is not None]
+
+
+def purchase_order_result(session: Session, order: PurchaseOrder) -> Result:
+    """A purchase order with its dispatches' live jobs and its audit trail."""
+    dispatches = list(session.exec(select(SupplierDispatch)
+                                   .where(SupplierDispatch.order_id == order.id)
+                                   .order_by(col(SupplierDispatch.created_at))))
+    events = session.exec(select(PurchaseOrderEvent)
+                          .where(PurchaseOrderEvent.order_id == order.id)
+                          .order_by(col(PurchaseOrderEvent.at), col(PurchaseOrderEvent.id)))
+    timeline = [TimelineEvent(at=order.created_at, event="placed",
+                              detail={"order_number": order.order_number})]
+    timeline += [TimelineEvent(at=event.at, event=event.type,
+                               detail={"supplier_id": event.supplier_id,
+                                       "line_item_id": event.line_item_id, **event.payload})
+                 for event in events]
+    states = ", ".join(f"{d.supplier_type} {d.status}" for d in dispatches) or "no dispatches"
+    return _result("purchase_order", order.id,
+                   summary=f"purchase order {order.order_number} for {order.restaurant_name}: "
+                           f"{order.status} ({states})",
+                   state=order.status, jobs=_dispatch_jobs(session, dispatches),
+                   timeline=timeline,
+                   links={"dispatch_ids": [d.id for d in dispatches],
+                          "supplier_ids": sorted({d.supplier_id for d in dispatches})})
+
+
+def find_purchase_orders(session: Session, query: SearchQuery) -> Iterator[Result]:
+    """A purchase order by id."""
+    order = session.get(PurchaseOrder, query.text)
+    if order is not None:
+        yield purchase_order_result(session, order)
+
+
+#: One finder per kind, asked in this order; a new kind is one more.
 FINDERS: list[Callable[[Session, SearchQuery], Iterator[Result]]] = [
-    find_deliveries, find_notifications, find_accounts, find_orders, find_payments, find_jobs]
+    find_deliveries, find_notifications, find_accounts, find_orders, find_payments,
+    find_purchase_orders, find_jobs]
 
 
 def search_all(session: Session, query: SearchQuery,
@@ -295,12 +343,14 @@ def search_all(session: Session, query: SearchQuery,
     return list(itertools.islice(first_sightings(), limit))
 
 
-@router.get("/search", summary="Find a job, delivery, notification, account, order or payment")
+@router.get("/search", summary="Find a job, delivery, notification, account, order, payment "
+            "or purchase order")
 def search(q: str = Query(description="an id, a job id prefix, an email or a phone number",
                           min_length=1, max_length=MAX_QUERY_LENGTH)) -> dict[str, Any]:
-    """Jobs by id or id prefix in every queue; deliveries, notifications, accounts, orders
-    and payments by id; a delivery by its provider message id; accounts by email or phone
-    with their latest notifications and orders. Each result lists its jobs and timeline."""
+    """Jobs by id or id prefix in every queue; deliveries, notifications, accounts, orders,
+    payments and purchase orders by id; a delivery by its provider message id; accounts by
+    email or phone with their latest notifications and orders. Each result lists its jobs
+    and timeline."""
     query = parse_query(q)
     with db.session() as session:
         return {"q": q, "results": search_all(session, query)}

@@ -1,0 +1,312 @@
+"""``/v1/suppliers``, ``/v1/catalog-items``, ``/v1/purchase-orders``: who delivers what,
+and a restaurant's orders fanned out to one dispatch per supplier (README.md,
+"Purchasing"; docs/suppliers.md). Placing and relaying an order is
+``actors.purchasing.place_and_relay``; these routes validate, write the reference rows and
+shape the JSON. A refused request writes nothing and enqueues nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from decimal import Decimal
+from typing import Annotated, Any
+from uuid import UUID
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
+from sqlmodel import Session, col, select
+
+from actors.purchasing import place_and_relay
+from herald import db
+from herald.settings import email_address_problem
+from herald.web.auth import protected_router
+from herald.web.errors import api_error, found
+from models.purchasing import (
+    CatalogItem,
+    NewPurchaseOrder,
+    OrderedLine,
+    PlacementError,
+    PurchaseOrder,
+    PurchaseOrderEvent,
+    PurchaseOrderLine,
+    Supplier,
+    SupplierDispatch,
+    SupplierMapping,
+)
+from models.supplier_jobs import EmailAddress, SupplierTypeName
+from providers.sftp import SftpSettings
+from providers.suppliers import SftpConfigError
+
+router = protected_router(["purchasing"])
+
+#: Most lines one order may carry.
+MAX_ORDER_LINES = 500
+#: Most copy addresses and mappings one supplier or item may carry.
+MAX_CC = 20
+MAX_MAPPINGS = 20
+
+Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=255)]
+Code = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=48)]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- suppliers ------------------------------------------------------------------------------------
+class SupplierIn(_Body):
+    """A supplier: ``sftp`` for sysco (required), ``email`` and ``cc`` for the email
+    transports (an empty ``email`` makes their dispatches fail permanently)."""
+
+    name: Text
+    type: SupplierTypeName
+    #: Empty or null: none (the email transports then fail such a dispatch permanently).
+    email: str | None = Field(default=None, max_length=320)
+    cc: list[EmailAddress] = Field(default_factory=list, max_length=MAX_CC)
+    sftp: dict[str, Any] | None = None
+    active: bool = True
+
+
+    @field_validator("email")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        problem = email_address_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+
+def _sftp_settings(body: SupplierIn) -> dict[str, Any] | None:
+    """The supplier's SFTP settings, checked; a 422 naming each problem."""
+    if body.type != "sysco":
+        if body.sftp is not None:
+            raise api_error(422, "invalid_supplier", "sftp: only a sysco supplier has SFTP "
+                            "settings")
+        return None
+    if body.sftp is None:
+        raise api_error(422, "invalid_supplier", "sftp: a sysco supplier needs its SFTP "
+                        "settings (host, port, username, password, outbound_dir, inbound_dir, "
+                        "archive_dir)")
+    try:
+        return dataclasses.asdict(SftpSettings.from_mapping(body.sftp))
+    except SftpConfigError as error:
+        raise api_error(422, "invalid_supplier", f"sftp: {error}") from None
+
+
+def supplier_view(supplier: Supplier) -> dict[str, Any]:
+    """A supplier as JSON; its SFTP password is never included (``password_set`` says
+    whether it has one)."""
+    sftp = None
+    if supplier.sftp is not None:
+        sftp = {key: value for key, value in supplier.sftp.items() if key != "password"}
+        sftp["password_set"] = bool(supplier.sftp.get("password"))
+    return {"id": supplier.id, "name": supplier.name, "type": supplier.type,
+            "email": supplier.email, "cc": list(supplier.cc), "sftp": sftp,
+            "active": supplier.active, "created_at": supplier.created_at.isoformat(),
+            "updated_at": supplier.updated_at.isoformat()}
+
+
+@router.post("/suppliers", status_code=201, summary="Create a supplier")
+def create_supplier(body: SupplierIn) -> dict[str, Any]:
+    """201 with the supplier (its password never echoed); 422 for a sysco supplier
+    without valid SFTP settings or an address that is not one."""
+    supplier = Supplier(name=body.name, type=body.type, email=body.email,
+                        cc=list(dict.fromkeys(body.cc)), sftp=_sftp_settings(body),
+                        active=body.active)
+    with db.session() as session:
+        session.add(supplier)
+    return supplier_view(supplier)
+
+
+@router.get("/suppliers/{supplier_id}", summary="A supplier")
+def get_supplier(supplier_id: str) -> dict[str, Any]:
+    """The supplier (its password never included)."""
+    with db.session() as session:
+        supplier = found(session.get(Supplier, supplier_id), "supplier", supplier_id)
+    return supplier_view(supplier)
+
+
+# -- catalog items -----------------------------------------------------------------------------
+class MappingIn(_Body):
+    """How one supplier knows the item."""
+
+    supplier_id: str = Field(min_length=1, max_length=36)
+    supplier_sku: Code
+    supplier_product_code: Code | None = None
+    unit_size: Annotated[str, StringConstraints(max_length=64)] | None = None
+    preferred: bool = False
+
+
+class CatalogItemIn(_Body):
+    """An item restaurants order; exactly one mapping is preferred (its supplier gets the
+    orders), the others are alternates for a reroute."""
+
+    name: Text
+    unit: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
+                                           max_length=32)]
+    mappings: list[MappingIn] = Field(min_length=1, max_length=MAX_MAPPINGS)
+
+
+def _check_mappings(session: Session, mappings: list[MappingIn]) -> None:
+    """A 422 unless exactly one mapping is preferred and each names an existing supplier,
+    once."""
+    preferred = sum(mapping.preferred for mapping in mappings)
+    if preferred != 1:
+        raise api_error(422, "invalid_catalog_item",
+                        f"mappings: exactly one must be preferred ({preferred} are)")
+    ids = [mapping.supplier_id for mapping in mappings]
+    if len(set(ids)) != len(ids):
+        raise api_error(422, "invalid_catalog_item", "mappings: each supplier at most once")
+    known = set(session.exec(select(Supplier.id).where(col(Supplier.id).in_(ids))))
+    unknown = [supplier_id for supplier_id in ids if supplier_id not in known]
+    if unknown:
+        raise api_error(422, "invalid_catalog_item",
+                        f"mappings: no supplier {', '.join(unknown)}")
+
+
+def catalog_item_view(item: CatalogItem, mappings: list[SupplierMapping]) -> dict[str, Any]:
+    """A catalog item with its supplier mappings as JSON."""
+    return {"id": item.id, "name": item.name, "unit": item.unit,
+            "mappings": [{"id": m.id, "supplier_id": m.supplier_id,
+                          "supplier_sku": m.supplier_sku,
+                          "supplier_product_code": m.supplier_product_code,
+                          "unit_size": m.unit_size, "preferred": m.preferred}
+                         for m in mappings],
+            "created_at": item.created_at.isoformat()}
+
+
+@router.post("/catalog-items", status_code=201, summary="Create a catalog item")
+def create_catalog_item(body: CatalogItemIn) -> dict[str, Any]:
+    """201 with the item and its mappings; 422 unless exactly one mapping is preferred
+    and every supplier exists."""
+    with db.session() as session:
+        _check_mappings(session, body.mappings)
+        item = CatalogItem(name=body.name, unit=body.unit)
+        session.add(item)
+        session.flush()
+        mappings = [SupplierMapping(catalog_item_id=item.id, **mapping.model_dump())
+                    for mapping in body.mappings]
+        session.add_all(mappings)
+    return catalog_item_view(item, mappings)
+
+
+# -- purchase orders ---------------------------------------------------------------------------
+class RestaurantIn(_Body):
+    """Who orders, and where to deliver."""
+
+    id: UUID
+    name: Text
+    location: Annotated[str, StringConstraints(max_length=255)] | None = None
+
+
+class LineIn(_Body):
+    """One catalog item and how many of its unit."""
+
+    catalog_item_id: str = Field(min_length=1, max_length=36)
+    quantity: Decimal = Field(gt=0, max_digits=18, decimal_places=4, allow_inf_nan=False)
+
+
+class PurchaseOrderIn(_Body):
+    """A restaurant's order; each line goes to its item's preferred supplier."""
+
+    restaurant: RestaurantIn
+    order_number: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
+                                                   max_length=64)]
+    placed_by_email: EmailAddress | None = None
+    delivery_notes: Annotated[str, StringConstraints(max_length=2000)] | None = None
+    lines: list[LineIn] = Field(min_length=1, max_length=MAX_ORDER_LINES)
+
+    def new_order(self) -> NewPurchaseOrder:
+        """The order to place."""
+        return NewPurchaseOrder(
+            order_number=self.order_number, restaurant_id=str(self.restaurant.id),
+            restaurant_name=self.restaurant.name,
+            restaurant_location=self.restaurant.location,
+            placed_by_email=self.placed_by_email, delivery_notes=self.delivery_notes,
+            lines=tuple(OrderedLine(line.catalog_item_id, line.quantity)
+                        for line in self.lines))
+
+
+def _dispatch_view(dispatch: SupplierDispatch) -> dict[str, Any]:
+    return {"id": dispatch.id, "supplier_id": dispatch.supplier_id,
+            "supplier_type": dispatch.supplier_type, "status": dispatch.status,
+            "reference": dispatch.reference, "attempt": dispatch.attempt,
+            "failure_reason": dispatch.failure_reason, "is_reroute": dispatch.is_reroute,
+            "reroute_of_dispatch_id": dispatch.reroute_of_dispatch_id,
+            "submitted_at": dispatch.submitted_at and dispatch.submitted_at.isoformat()}
+
+
+def _line_view(line: PurchaseOrderLine) -> dict[str, Any]:
+    return {"id": line.id, "catalog_item_id": line.catalog_item_id,
+            "quantity": f"{line.quantity.normalize():f}", "status": line.status,
+            "supplier_id": line.supplier_id, "dispatch_id": line.dispatch_id}
+
+
+def purchase_order_view(session: Session, order: PurchaseOrder, *,
+                        audit: bool = False) -> dict[str, Any]:
+    """An order with its dispatches and lines (and its audit trail, oldest first, when
+    ``audit``)."""
+    dispatches = session.exec(select(SupplierDispatch)
+                              .where(SupplierDispatch.order_id == order.id)
+                              .order_by(col(SupplierDispatch.created_at),
+                                        col(SupplierDispatch.id))).all()
+    lines = session.exec(select(PurchaseOrderLine)
+                         .where(PurchaseOrderLine.order_id == order.id)
+                         .order_by(col(PurchaseOrderLine.created_at),
+                                   col(PurchaseOrderLine.id))).all()
+    view = {"id": order.id, "order_number": order.order_number,
+            "restaurant": {"id": order.restaurant_id, "name": order.restaurant_name,
+                           "location": order.restaurant_location},
+            "placed_by_email": order.placed_by_email, "delivery_notes": order.delivery_notes,
+            "status": order.status, "dispatches": [_dispatch_view(d) for d in dispatches],
+            "lines": [_line_view(line) for line in lines],
+            "created_at": order.created_at.isoformat(),
+            "updated_at": order.updated_at.isoformat()}
+    if audit:
+        events = session.exec(select(PurchaseOrderEvent)
+                              .where(PurchaseOrderEvent.order_id == order.id)
+                              .order_by(col(PurchaseOrderEvent.at),
+                                        col(PurchaseOrderEvent.id))).all()
+        view["audit"] = [{"type": event.type, "payload": event.payload,
+                          "at": event.at.isoformat()} for event in events]
+    return view
+
+
+@router.post("/purchase-orders", status_code=201, summary="Place a purchase order")
+def place_purchase_order(body: PurchaseOrderIn) -> dict[str, Any]:
+    """201 with the order, one ``pending`` dispatch per supplier and its lines; each
+    dispatch's job is queued once the order is committed. 422 for an unknown item, an
+    item without a preferred supplier, an inactive supplier or a line its supplier's job
+    cannot carry: nothing is written or queued then."""
+    try:
+        order_id = place_and_relay(body.new_order())
+    except PlacementError as error:
+        raise api_error(422, "invalid_order", str(error)) from None
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(str(part) for part in e['loc'])}: {e['msg']}"
+                             for e in error.errors()[:5])
+        raise api_error(422, "invalid_order", f"the supplier's job cannot carry this "
+                        f"order: {problems}") from None
+    return _read_order(order_id, audit=False)
+
+
+@router.get("/purchase-orders/{order_id}", summary="A purchase order and its audit trail")
+def get_purchase_order(order_id: str) -> dict[str, Any]:
+    """The order with its dispatches, lines and audit trail (oldest first)."""
+    return _read_order(order_id, audit=True)
+
+
+def _read_order(order_id: str, *, audit: bool) -> dict[str, Any]:
+    with db.session() as session:
+        order = found(session.get(PurchaseOrder, order_id), "purchase_order", order_id)
+        return purchase_order_view(session, order, audit=audit)
+
+
