@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from herald.queue.ledger import (
@@ -54,6 +55,17 @@ class Queue:
     def get(self, job_id: str) -> Job | None:
         """One job, or None when absent."""
         return self.ledger.get(self.name, job_id)
+
+    def dedup_holders(self, dedup_ids: Sequence[str]) -> list[Job]:
+        """The jobs holding these dedup ids (docs/queue.md#dedup), in one round trip for
+        the ids; an id no live job holds is left out."""
+        if not dedup_ids:
+            return []
+        base = self.ledger.base(self.name)
+        holders = self.ledger.client.mget([base + "dedup:" + dedup_id for dedup_id in dedup_ids])
+        found = (self.get(holder.decode() if isinstance(holder, bytes) else holder)
+                 for holder in holders if holder)
+        return [job for job in found if job is not None]
 
     def jobs(self, state: str | JobState, page: int = 1, per_page: int = 50) -> list[Job]:
         """Jobs in ``state``, newest first, one page (pages count from 1)."""

@@ -281,13 +281,8 @@ def find_payments(session: Session, query: SearchQuery) -> Iterator[Result]:
 def _dispatch_jobs(session: Session, dispatches: Iterable[SupplierDispatch]) -> list[Job]:
     """The live supplier-dispatch job of each dispatch: the job holding its dedup id (the
     jobs have no id of their own to look up; a finished job no longer holds one)."""
-    lane = queue(dispatch_to_supplier.queue)
-    keys = [lane.ledger.base(lane.name) + "dedup:" + dispatch_dedup_of(session, dispatch)
-            for dispatch in dispatches]
-    holders = lane.ledger.client.mget(keys) if keys else []
-    found = (lane.get(holder.decode() if isinstance(holder, bytes) else holder)
-             for holder in holders if holder)
-    return [job for job in found if job is not None]
+    return queue(dispatch_to_supplier.queue).dedup_holders(
+        [dispatch_dedup_of(session, dispatch) for dispatch in dispatches])
 
 
 def purchase_order_result(session: Session, order: PurchaseOrder) -> Result:
