@@ -12,7 +12,14 @@ business lanes         build the enabled eSIM provider plugins     stops the pro
                        (``OPERATORS``)
 store recovery         enqueue one store recovery scan now (in     stops the process
                        the process that runs ``store-fulfillment``)
+supplier lanes         warm the PDF renderer (one render); a       nothing (``/readyz``
+                       missing renderer is logged, not fatal       of the worker reports
+                                                                   the renderer)
 =====================  ==========================================  =====================
+
+The supplier lanes' ``/readyz`` also checks the PDF renderer (headless Chromium,
+``CHROMIUM_PATH``) on every probe, from a cache of its last successful render: without
+it central-kitchen dispatches fail, while Sysco and Costco ones still go.
 
 Every step runs before any queue of the process is consumed, so a process that stops at
 start has taken no job. Notification lanes drain within 5 s (their queues'
@@ -31,6 +38,7 @@ from herald.queue.worker import OnFailure, WorkerGroup, declare_groups
 from herald.settings import get_settings
 from providers.esim import esim_providers
 from providers.operators import operators
+from providers.pdf import renderer_ready
 from providers.plugins import PluginRegistry
 from providers.select import SERVICE_SETTINGS, active_provider
 
@@ -39,6 +47,7 @@ log = logging.getLogger("herald.lifecycle")
 NOTIFICATION_LANES = ("notification-email", "notification-sms", "notification-push",
                       "notification-orchestration")
 BUSINESS_LANES = ("activation", "payment", "store-fulfillment")
+SUPPLIER_LANES = ("supplier-dispatch",)
 
 
 class StartupError(RuntimeError):
@@ -84,6 +93,16 @@ def _build_all(registry: PluginRegistry[Any], setting: str, what: str) -> None:
                                f"({type(error).__name__}: {error})") from error
 
 
+def start_supplier_lanes() -> None:
+    """Render one page with the PDF renderer, so the first readiness probe and the first
+    central-kitchen dispatch find it warm; a renderer that cannot render is reported by
+    ``/readyz``, not fatal (the other supplier types need none)."""
+    ready = renderer_ready()
+    if ready is not True:
+        log.warning("PDF renderer not ready: central-kitchen dispatches will fail",
+                    extra={"reason": ready})
+
+
 NOTIFICATION_GROUP = WorkerGroup(name="notification lanes", queues=NOTIFICATION_LANES,
                                  startup=start_notification_lanes,
                                  on_failure=OnFailure.STOP_GROUP)
@@ -93,4 +112,8 @@ STORE_RECOVERY_GROUP = WorkerGroup(name="store recovery", runs_with=("store-fulf
                                    startup=start_store_recovery,
                                    on_failure=OnFailure.STOP_ALL)
 
-declare_groups(NOTIFICATION_GROUP, BUSINESS_GROUP, STORE_RECOVERY_GROUP)
+SUPPLIER_GROUP = WorkerGroup(name="supplier lanes", queues=SUPPLIER_LANES,
+                             startup=start_supplier_lanes, on_failure=OnFailure.STOP_GROUP,
+                             readiness=renderer_ready)
+
+declare_groups(NOTIFICATION_GROUP, BUSINESS_GROUP, STORE_RECOVERY_GROUP, SUPPLIER_GROUP)

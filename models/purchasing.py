@@ -523,3 +523,19 @@ def dispatch_job(session: Session, dispatch_id: str) -> SupplierDispatchJob:
         "restaurantLocation": order.restaurant_location, "orderNumber": order.order_number,
         "placedByEmail": order.placed_by_email, "deliveryNotes": order.delivery_notes,
         "lineItems": items})
+
+
+# --------------------------------------------------------------------- dispatch
+
+
+def record_host_key(session: Session, supplier_id: str, key_line: str) -> bool:
+    """Record ``key_line`` as the supplier's SFTP host key when it has none yet, so the
+    next session requires it (a key recorded meanwhile is kept). Does not commit;
+    returns whether it was recorded."""
+    supplier = session.get(Supplier, supplier_id, with_for_update=True)
+    if supplier is None or not isinstance(supplier.sftp, dict) or supplier.sftp.get("host_key"):
+        return False
+    supplier.sftp = {**supplier.sftp, "host_key": key_line}
+    supplier.updated_at = utcnow()
+    session.add(supplier)
+    return True

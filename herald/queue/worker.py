@@ -108,6 +108,9 @@ class WorkerGroup:
     #: Builds what the group's actors need; raising is a startup failure.
     startup: Callable[[], None] | None = None
     on_failure: OnFailure = OnFailure.STOP_ALL
+    #: Asked by every readiness probe while the group runs: True, or why the group cannot
+    #: do its work now (a missing renderer); it should answer from a cache, quickly.
+    readiness: Callable[[], bool | str] | None = None
 
     def __post_init__(self) -> None:
         if not self.name.strip():
@@ -302,8 +305,12 @@ class WorkerProcess:
                       extra={"queues": ",".join(run.worker.queues if run.worker else ())})
 
     def readiness(self) -> str:
-        """:data:`READY` when every group runs, else ``error: <group> down (<why>)``."""
+        """:data:`READY` when every group runs and each running group's own readiness
+        check passes, else ``error: <group> down (<why>)`` / ``<group> not ready
+        (<why>)``."""
         down = [f"{run.group.name} down ({run.failure})" for run in self.runs if run.failure]
+        down += [f"{run.group.name} not ready ({problem})" for run in self.runs
+                 if run.failure is None and (problem := _group_problem(run.group))]
         return f"error: {'; '.join(down)}" if down else READY
 
     def stop(self) -> None:
@@ -317,6 +324,17 @@ class WorkerProcess:
         for thread in threads:
             thread.join()
         log.info("worker stopped")
+
+
+def _group_problem(group: WorkerGroup) -> str | None:
+    """Why the group's readiness check fails (None when it passes or there is none)."""
+    if group.readiness is None:
+        return None
+    try:
+        answer = group.readiness()
+    except Exception as error:
+        return describe_error(error)
+    return None if answer is True else str(answer or "not ready")
 
 
 def close_producers(bound: timedelta = PRODUCER_CLOSE_BOUND) -> bool:
