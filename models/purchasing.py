@@ -523,3 +523,29 @@ def dispatch_job(session: Session, dispatch_id: str) -> SupplierDispatchJob:
         "restaurantLocation": order.restaurant_location, "orderNumber": order.order_number,
         "placedByEmail": order.placed_by_email, "deliveryNotes": order.delivery_notes,
         "lineItems": items})
+
+
+# --------------------------------------------------------------------- reroute
+
+
+def mark_outbox_relayed(session: Session, entry_id: str) -> int:
+    """Stamp the outbox entry ``relayed_at`` now, unless it is stamped already (so two
+    relays stamp it once). Does not commit; returns how many entries changed (0 or 1)."""
+    outbox = DispatchOutbox.__table__  # type: ignore[attr-defined]
+    result = session.execute(update(outbox)
+                             .where(outbox.c.id == entry_id, outbox.c.relayed_at.is_(None))
+                             .values(relayed_at=utcnow()))
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def record_host_key(session: Session, supplier_id: str, key_line: str) -> bool:
+    """Record the SFTP host key first seen for the supplier, which is then required on
+    every later connection; a key recorded already is kept. Does not commit; returns
+    whether the key was recorded."""
+    supplier = session.get(Supplier, supplier_id, with_for_update=True)
+    if supplier is None or not supplier.sftp or supplier.sftp.get("host_key"):
+        return False
+    supplier.sftp = {**supplier.sftp, "host_key": key_line}
+    supplier.updated_at = utcnow()
+    session.add(supplier)
+    return True
