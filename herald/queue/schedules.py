@@ -64,6 +64,15 @@ class Schedule:
     feature_gate: str | None = None
     #: Also add one job when the clock starts.
     run_at_start: bool = False
+    #: The jobs' group key (docs/queue.md#groups): the queue's limit for it bounds them.
+    group: str | None = None
+    #: Held by a tick's job until it ends: a tick that falls due while the previous one's
+    #: job is still waiting or running adds nothing (runs never overlap or pile up).
+    dedup_id: str | None = None
+
+    def enqueue_options(self) -> dict[str, Any]:
+        """The options every job of the schedule is added with (its group, its dedup id)."""
+        return {"group": self.group, "dedup_id": self.dedup_id}
 
     def __post_init__(self) -> None:
         if (self.every is None) == (self.cron is None):
@@ -224,7 +233,7 @@ class _Ticks:
         claim stays, marked for a retry on the next round. Returns 1 when added."""
         tick, job_id = f"{due}:{item.name}", f"repeat:{item.name}:{due}"
         try:
-            enqueue(item.actor, item.payload, job_id=job_id)
+            enqueue(item.actor, item.payload, job_id=job_id, **item.enqueue_options())
         except Exception as error:  # the tick is kept, whatever went wrong: never lost
             log.warning("schedule tick not added, will retry: %s: %s",
                         type(error).__name__, error,
@@ -265,7 +274,8 @@ def fire_schedules(stop: threading.Event) -> None:
     boot = now_ms()
     for item in declared_schedules():
         if item.run_at_start and item.name in names:
-            enqueue(item.actor, item.payload, job_id=f"startup:{item.name}:{boot}")
+            enqueue(item.actor, item.payload, job_id=f"startup:{item.name}:{boot}",
+                    **item.enqueue_options())
     log.info("clock started", extra={"schedules": ",".join(names)})
     last_prune = 0.0
     last_sync = time.monotonic()

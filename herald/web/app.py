@@ -37,6 +37,7 @@ def _routers() -> list[APIRouter]:
         console,
         events,
         health,
+        inbound,
         notifications,
         payments,
         products,
@@ -47,7 +48,7 @@ def _routers() -> list[APIRouter]:
     return [health.router, accounts.router, events.router, notifications.router,
             batches.router, callbacks.router, payments.router, activations.router,
             store.router, store.webhooks, products.router, purchasing.router, admin.router,
-            admin_search.router, console.router]
+            admin_search.router, console.router, inbound.router, inbound.admin]
 
 
 def _version() -> str:
