@@ -2,7 +2,7 @@
 
 ::
 
-    herald demo [--jobs N] [--events N] [--batch-size N] [--orders N]
+    herald demo [--jobs N] [--events N] [--batch-size N] [--orders N] [--purchase-orders N]
                                       push jobs, notifications and eSIM orders through the
                                       real workers
     herald up [--procfile P] [NAME…]  run the Procfile's processes in one terminal
@@ -117,7 +117,8 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from herald import demo
 
     return demo.run(args.jobs, events=args.events, batch_size=args.batch_size,
-                    orders=args.orders, console=_console())
+                    orders=args.orders, purchase_orders=args.purchase_orders,
+                    console=_console())
 
 
 # -- up -------------------------------------------------------------------------------
@@ -566,6 +567,12 @@ def _orders(text: str) -> int:
     return _at_least(0, MAX_ORDERS)(text)
 
 
+def _purchase_orders(text: str) -> int:
+    from herald.demo.purchasing import MAX_PURCHASE_ORDERS
+
+    return _at_least(0, MAX_PURCHASE_ORDERS)(text)
+
+
 def _port(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
@@ -593,6 +600,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--orders", type=_orders,
                       help="eSIM orders to place, paid and issued (default three of each "
                            "mock eSIM product; 0 skips the order phase)")
+    demo.add_argument("--purchase-orders", type=_purchase_orders,
+                      help="purchase orders to send to the demo's suppliers (default 3; 0 "
+                           "skips the purchasing phase)")
     demo.set_defaults(handler=cmd_demo)
 
     up = commands.add_parser("up", help="run the Procfile's processes in one terminal")

@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -483,7 +484,8 @@ def test_demo_runs_every_job_to_its_planned_end_twice(tmp_path: Path,
                                                       demo_env: dict[str, str]) -> None:
     for run in (1, 2):
         # When the demo runs (the second time on the queue the first one left behind)
-        result = run_herald("demo", "--jobs", "300", cwd=tmp_path, env=demo_env,
+        result = run_herald("demo", "--purchase-orders", "0",
+                            "--jobs", "300", cwd=tmp_path, env=demo_env,
                             timeout_s=DEMO_S)
 
         # Then it exits 0 with the summary table: 300 jobs, 4 of them planned to fail
@@ -526,15 +528,25 @@ def test_demo_on_the_embedded_default(tmp_path: Path) -> None:
 
         assert result.returncode == 0, f"{run} run:\n{result.stdout}\n{result.stderr}"
         assert table_rows(result.stdout)["demo"][1:] == ["0", "0", "0", "0", "2958", "42"]
+        # three purchase orders reached Sysco's SFTP server and the suppliers' mailboxes,
+        # and the line Sysco's 855 back-ordered went to its alternate
+        assert ("orders {'completed': 3} · 850 files 3 · emails 7 (PDFs 3) · 855 archived "
+                "yes · line rerouted yes") in " ".join(result.stdout.split()), result.stdout
         # a consumer that blocked past its socket timeout (Redis 6.2 reads a tiny BLPOP
         # timeout as "forever") shows up as a connection error
         assert "connection error" not in result.stderr, result.stderr
         assert not embedded_answers(tmp_path), "the demo must stop the Redis it started"
+    # and its suppliers, whose servers stopped with it, are left inactive: no clock of
+    # the user's polls them or dispatches to them
+    with sqlite3.connect(tmp_path / "herald.db") as database:
+        assert database.execute("SELECT count(*), sum(active) FROM suppliers").fetchone() == (
+            8, 0)
 
 
 def test_demo_events_0_skips_the_notification_phase(tmp_path: Path,
                                                    demo_env: dict[str, str]) -> None:
-    result = run_herald("demo", "--jobs", "20", "--events", "0", "--orders", "0", cwd=tmp_path,
+    result = run_herald("demo", "--purchase-orders", "0",
+                        "--jobs", "20", "--events", "0", "--orders", "0", cwd=tmp_path,
                         env=demo_env, timeout_s=DEMO_S)
 
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
@@ -587,7 +599,8 @@ def test_demo_after_a_user_session_counts_and_touches_only_its_own_rows(
 
     for run in (1, 2):
         # When the demo runs (twice)
-        result = run_herald("demo", "--jobs", "20", "--events", "40", "--batch-size", "5",
+        result = run_herald("demo", "--purchase-orders", "0",
+                            "--jobs", "20", "--events", "40", "--batch-size", "5",
                             cwd=tmp_path, env=demo_env, timeout_s=DEMO_S)
 
         # Then it succeeds, and its summary counts its own rows only
@@ -625,7 +638,8 @@ def test_demo_after_a_user_session_counts_and_touches_only_its_own_rows(
 
 def test_demo_sends_notifications_through_every_phase(
         tmp_path: Path, demo_env: dict[str, str]) -> None:
-    result = run_herald("demo", "--jobs", "20", "--events", "40", "--batch-size", "5",
+    result = run_herald("demo", "--purchase-orders", "0",
+                        "--jobs", "20", "--events", "40", "--batch-size", "5",
                         cwd=tmp_path, env=demo_env, timeout_s=DEMO_S)
 
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"

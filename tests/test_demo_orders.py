@@ -50,7 +50,8 @@ def test_the_order_phase_ends_every_order_as_planned_on_the_embedded_default(
         tmp_path: Path) -> None:
     # When the demo runs its order phase alone (two orders of each product) with no
     # environment: SQLite ./herald.db and the embedded Redis
-    result = run_herald("demo", "--jobs", "20", "--events", "0", "--orders", "14",
+    result = run_herald("demo", "--purchase-orders", "0",
+                        "--jobs", "20", "--events", "0", "--orders", "14",
                         cwd=tmp_path, env=herald_env(), timeout_s=DEMO_S)
 
     # Then it exits 0, and the summary shows each product's two orders as planned
@@ -106,7 +107,8 @@ def test_the_order_phase_never_touches_a_users_stalled_order(
         db.commit()
 
     # When the demo runs its order phase in the same directory and Redis
-    result = run_herald("demo", "--jobs", "20", "--events", "0", "--orders", "7",
+    result = run_herald("demo", "--purchase-orders", "0",
+                        "--jobs", "20", "--events", "0", "--orders", "7",
                         cwd=tmp_path, env=user_env, timeout_s=DEMO_S)
 
     # Then its own orders end as planned, and the user's order is as the user left it:

@@ -20,6 +20,11 @@ runs the payment and store lanes in a worker process that one product crashes on
 (restarted, the order repaired with one charge), and checks that each order ended as its
 product plans — with the same isolation.
 
+Then the purchasing phase (:mod:`herald.demo.purchasing`, ``--purchase-orders N``; 0 skips
+it) sends purchase orders to Sysco over a real SFTP server and to the email suppliers
+through a real SMTP server, both started for the demo, and reroutes a line Sysco's 855
+back-orders.
+
 The ``demo`` queue is declared by :mod:`herald.demo.jobs`, which only this command
 imports: a production worker or ``herald queues`` never sees it.
 """
@@ -66,7 +71,9 @@ QUIET_DURING_RUN = {"herald.jobs": logging.ERROR, "herald.worker": logging.WARNI
                     "herald.batches": logging.WARNING, "herald.handoffs": logging.WARNING,
                     "herald.callbacks": logging.WARNING,
                     "herald.store": logging.WARNING, "herald.payments": logging.WARNING,
-                    "herald.catalog": logging.WARNING}
+                    "herald.catalog": logging.WARNING, "herald.suppliers": logging.WARNING,
+                    # the purchasing phase's SFTP and SMTP servers log every connection
+                    "asyncssh": logging.WARNING, "mail.log": logging.WARNING}
 
 
 @contextlib.contextmanager
@@ -88,10 +95,11 @@ def _deadline(jobs: int) -> timedelta:
 
 
 def run(jobs: int = DEFAULT_JOBS, *, events: int | None = None, batch_size: int | None = None,
-        orders: int | None = None, console: Console | None = None) -> int:
+        orders: int | None = None, purchase_orders: int | None = None,
+        console: Console | None = None) -> int:
     """Run the demo; returns the process exit code (0 only when every job, delivery and
-    order ended as planned). ``events`` and ``orders`` of 0 skip their phase; None runs
-    it at its default size."""
+    order ended as planned). ``events``, ``orders`` and ``purchase_orders`` of 0 skip their
+    phase; None runs it at its default size."""
     console = console or Console()
     settings = get_settings()
     started_embedded = settings.embedded_redis and not embedded_redis_running()
@@ -108,6 +116,12 @@ def run(jobs: int = DEFAULT_JOBS, *, events: int | None = None, batch_size: int 
 
             with quiet_logs():
                 code = run_orders(DEFAULT_ORDERS if orders is None else orders, console)
+        if code == 0 and purchase_orders != 0:
+            from herald.demo.purchasing import DEFAULT_PURCHASE_ORDERS, run_purchasing
+
+            with quiet_logs():
+                code = run_purchasing(DEFAULT_PURCHASE_ORDERS if purchase_orders is None
+                                      else purchase_orders, console)
         return code
     finally:
         if started_embedded:
