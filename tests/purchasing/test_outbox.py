@@ -21,16 +21,17 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import text, update
-from sqlmodel import select
+from sqlmodel import col, select
 
 from actors.purchasing import EnqueueCounts, relay_outbox
 from herald import db
-from herald.queue import queue
+from herald.queue import queue, running_worker
 from models.purchasing import DispatchOutbox, PurchaseOrder, SupplierDispatch
-from tests.purchasing.conftest import make_item, make_supplier, place_order
+from tests.purchasing.conftest import Mailbox, make_item, make_supplier, place_order
 from tests.support.processes import REPO
 from tests.support.reset import reset_herald
 from tests.support.services import find_free_port
+from tests.support.sftp_server import SftpTestServer
 from tests.support.waiting import wait_for
 
 LIVE_STATES = ("waiting", "delayed", "active", "paused")
@@ -49,6 +50,19 @@ def jobs_by_dispatch() -> dict[str, int]:
     for job in dispatch_jobs():
         counts[job.payload["dispatchId"]] = counts.get(job.payload["dispatchId"], 0) + 1
     return counts
+
+
+def statuses(dispatch_ids: set[str]) -> set[str]:
+    with db.session() as session:
+        return {dispatch.status for dispatch in session.exec(
+            select(SupplierDispatch).where(col(SupplierDispatch.id).in_(dispatch_ids)))}
+
+
+def reference_of(dispatch_ids: set[str], supplier_type: str) -> str | None:
+    with db.session() as session:
+        return session.exec(select(SupplierDispatch.reference).where(
+            col(SupplierDispatch.id).in_(dispatch_ids),
+            SupplierDispatch.supplier_type == supplier_type)).one()
 
 
 def outbox() -> list[DispatchOutbox]:
@@ -144,9 +158,9 @@ def _answers(url: str) -> bool:
 
 def test_a_web_process_killed_between_commit_and_enqueue_loses_no_dispatch(
         web_on_black_hole: tuple[str, subprocess.Popen[bytes]], black_hole: BlackHole,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        sftp: SftpTestServer, mailbox: Mailbox, monkeypatch: pytest.MonkeyPatch) -> None:
     base, web = web_on_black_hole
-    sysco, costco = make_supplier("sysco"), make_supplier("costco")
+    sysco, costco = make_supplier("sysco", sftp=sftp), make_supplier("costco")
     items = [make_item("Tomatoes", mappings=[(sysco, "T-1", True)]),
              make_item("Basil", mappings=[(sysco, "B-1", True)]),
              make_item("Towels", mappings=[(costco, "C-1", True)])]
@@ -201,6 +215,22 @@ def test_a_web_process_killed_between_commit_and_enqueue_loses_no_dispatch(
     assert again == EnqueueCounts(deduplicated=2)
     assert jobs_by_dispatch() == dict.fromkeys(dispatches, 1)
     assert all(job.state.value == "waiting" for job in dispatch_jobs())
+
+    # When the worker runs them, and the relay runs once more after they finished (their
+    # dedup ids released: the adds are new jobs)
+    with running_worker(["supplier-dispatch"]):
+        wait_for(lambda: statuses(dispatches) == {"submitted"}, timeout=60,
+                 what="both dispatches submitted")
+        with db.session() as session:
+            session.execute(update(DispatchOutbox).values(relayed_at=None))
+        assert relay_outbox() == EnqueueCounts(added=2)
+        wait_for(lambda: all(job.state.value == "completed" for job in dispatch_jobs()),
+                 what="the late jobs to finish")
+
+    # Then each supplier got the order exactly once: one 850 on Sysco's server, one email
+    assert [path.name for path in (sftp.root / "outbound").iterdir()] == [
+        reference_of(dispatches, "sysco")]
+    assert len(mailbox.messages) == 1
 
 
 def test_an_entry_whose_enqueue_fails_stays_until_the_next_relay(

@@ -57,10 +57,12 @@ def test_notification_queues_carry_their_documented_values() -> None:
 
 
 def test_dispatch_queues_follow_their_environment() -> None:
-    q = specs(dispatch_attempts=4, dispatch_backoff_ms=250, email_worker_concurrency=6)
+    q = specs(dispatch_attempts=4, dispatch_backoff_ms=250, email_worker_concurrency=6,
+              sysco_worker_concurrency=2)
     dispatch, reroute = q["supplier-dispatch"], q["backorder-reroute"]
     assert (dispatch.concurrency, dispatch.attempts, dispatch.backoff_base,
-            dispatch.lock_duration) == (1, 4, timedelta(milliseconds=250), 120 * SECOND)
+            dispatch.lock_duration) == (4, 4, timedelta(milliseconds=250), 120 * SECOND)
+    assert dict(dispatch.group_limits) == {"sysco": 2}
     assert (dispatch.retention.completed.count, dispatch.retention.completed.age,
             dispatch.retention.failed.age) == (1000, HOUR, DAY)
     assert (reroute.concurrency, reroute.attempts) == (6, 3)
