@@ -37,6 +37,13 @@ PDF = b"%PDF-1.7 a supplier order"
 ACCESS_KEY, SECRET_KEY = "herald-test-key", "herald-test-secret-never-shown"
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # a storage choice gone wrong falls back to the local default, a relative directory:
+    # it must land in the test's own directory
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture(scope="module")
 def s3_server() -> Iterator[str]:
     """A moto S3 server on a free local port: its endpoint URL."""
