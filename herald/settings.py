@@ -29,6 +29,8 @@ _EMAIL_ADDRESS = re.compile(
     rf"[^{_NOT_IN_ADDRESS}]+@[^{_NOT_IN_ADDRESS}]+\.[^{_NOT_IN_ADDRESS}.]+")
 #: Longest email address (RFC 5321's path limit).
 EMAIL_ADDRESS_MAX_CHARS = 254
+#: Longest validity of a presigned S3 URL (S3 refuses a longer one): 7 days.
+S3_URL_TTL_MAX_S = 7 * 24 * 3600
 
 
 def email_address_problem(value: str) -> str | None:
@@ -123,6 +125,21 @@ class Settings(BaseSettings):
     chromium_path: str = "chromium"
     supplier_pdf_dir: str = str(EMBEDDED_DIR / "supplier-pdfs")
     supplier_pdf_base_url: str = ""
+    #: Where supplier order PDFs are stored (docs/suppliers.md#pdf-transport): ``local``
+    #: (SUPPLIER_PDF_DIR) or ``s3``, a bucket on AWS or any S3-compatible service (its
+    #: endpoint; empty: AWS), under an optional key prefix. The access key pair may be
+    #: left empty for boto3's own chain (environment, instance role). The PDF's URL is
+    #: the key under the public base when one is set, else a presigned GET URL valid for
+    #: S3_URL_TTL_S (at most 7 days, S3's limit).
+    supplier_storage: Literal["local", "s3"] = "local"
+    s3_bucket: str = ""
+    s3_endpoint_url: str = ""
+    s3_region: str = "us-east-1"
+    s3_access_key_id: str = ""
+    s3_secret_access_key: str = Field(default="", repr=False)
+    s3_prefix: str = ""
+    s3_public_base_url: str = ""
+    s3_url_ttl_s: int = Field(default=S3_URL_TTL_MAX_S, ge=1, le=S3_URL_TTL_MAX_S)
     #: Where herald's operator alerts go (docs/pipeline.md#the-email-retry-lane); empty:
     #: alerts are not sent.
     admin_alert_email: str = ""
@@ -202,7 +219,8 @@ class Settings(BaseSettings):
             raise ValueError("must start with amqp:// or amqps://")
         return value
 
-    @field_validator("callback_base_url", "supplier_pdf_base_url")
+    @field_validator("callback_base_url", "supplier_pdf_base_url", "s3_endpoint_url",
+                     "s3_public_base_url")
     @classmethod
     def _http_origin(cls, value: str) -> str:
         if value and not value.startswith(("http://", "https://")):
@@ -283,6 +301,12 @@ class Settings(BaseSettings):
     def _queue_prefix_not_empty(self) -> Settings:
         if not self.queue_prefix or ":" in self.queue_prefix:
             raise ValueError("QUEUE_PREFIX must be non-empty and contain no ':'")
+        return self
+
+    @model_validator(mode="after")
+    def _s3_bucket_when_s3(self) -> Settings:
+        if self.supplier_storage == "s3" and not self.s3_bucket.strip():
+            raise ValueError("S3_BUCKET must be set when SUPPLIER_STORAGE=s3")
         return self
 
     @property
