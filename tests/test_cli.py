@@ -6,6 +6,7 @@ operator needs. In-process tests cover the formatting helpers the commands share
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -320,9 +321,10 @@ def user_session(tmp_path: Path, env: dict[str, str]) -> UserSession:
     procfile.write_text(SESSION_PROCFILE)
     port = free_port()
     env = {**env, "PORT": str(port), "WORKER_PORT": "0"}
+    # its own process group: a failed test kills herald up's children with it
     process = subprocess.Popen([*herald_command(), "up", "--procfile", str(procfile)],
                                cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
             def answers() -> bool:
@@ -351,9 +353,9 @@ def user_session(tmp_path: Path, env: dict[str, str]) -> UserSession:
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=QUICK_S)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # whatever is left of the session
+        process.wait()
     assert len(queued) == 4, queued  # email and SMS of two welcome events
     return UserSession(output=output, returncode=process.returncode, queued=queued,
                        receipt_id=receipt.json()["receipt_id"])
