@@ -24,8 +24,8 @@
 --   its own payload, as on the Redis broker, not the add's.
 local now, groups, call = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local o = 3
-local call_key = ARGV[4] .. "call:" .. call
-local sent_again = redis.call("EXISTS", call_key) == 1
+-- one command marks this call and says whether it was marked before (SET … GET: 6.2+)
+local sent_again = redis.call("SET", ARGV[4] .. "call:" .. call, 1, "PX", 60000, "GET") ~= false
 local results = {}
 
 -- The row of an existing job that now awaits the message the add names (RabbitMQ): the
@@ -124,5 +124,4 @@ local function add_group()
 end
 
 for _ = 1, groups do add_group() end
-redis.call("SET", call_key, 1, "PX", 60000)
 return results
