@@ -42,6 +42,7 @@ from models.purchasing import (
     dispatch_job,
     has_event,
     link_lines,
+    roll_up_order,
     set_line_status,
 )
 from models.supplier_jobs import (
@@ -170,7 +171,8 @@ def _alert_no_alternate(line: PurchaseOrderLine, job: BackorderRerouteJob, why: 
 def _reroute(session: Session, line: PurchaseOrderLine, alternate: Supplier,
              job: BackorderRerouteJob) -> dict[str, Any]:
     """One transaction: the reroute dispatch, the line linked to it and moved, the event,
-    the dispatch's job in the outbox; then the outbox entry is relayed. The line's
+    the dispatch's job in the outbox, the order rolled up (pending again until the
+    reroute's dispatch ends); then the outbox entry is relayed. The line's
     previous dispatch is not touched: it records what that supplier was sent."""
     original = str(job.original_supplier_id)
     dispatch = SupplierDispatch(order_id=line.order_id, supplier_id=alternate.id,
@@ -191,6 +193,8 @@ def _reroute(session: Session, line: PurchaseOrderLine, alternate: Supplier,
     entry = add_outbox(session, dispatch.id, dispatch_job(session, dispatch.id)
                        .model_dump(mode="json"),
                        dispatch_dedup_id(line.order_id, alternate.type, reroute_suffix(line.id)))
+    # the order waits for the reroute's dispatch like any other pending one
+    roll_up_order(session, line.order_id)
     session.commit()
     BACKORDER_REROUTES.labels(outcome="rerouted").inc()
     relayed = relay_outbox(limit=1, ids=[entry.id])

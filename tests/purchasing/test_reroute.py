@@ -23,12 +23,17 @@ from models.audit import AuditEntry
 from models.purchasing import (
     DispatchLine,
     DispatchOutbox,
+    DispatchStatus,
     EventType,
     LineStatus,
+    PurchaseOrder,
     PurchaseOrderEvent,
     PurchaseOrderLine,
+    PurchaseOrderStatus,
     SupplierDispatch,
+    roll_up_order,
     set_line_status,
+    transition_dispatch,
 )
 from models.supplier_jobs import BackorderRerouteJob
 from providers.mock import MockProvider
@@ -133,6 +138,11 @@ def test_an_alternate_gets_a_reroute_dispatch_and_the_original_is_untouched(
         purchasing: str) -> None:
     sysco, costco, placed = sysco_with_alternate()
     line_id, original_dispatch = placed.line_ids[0], placed.dispatch_by_supplier[sysco]
+    # (Sysco has the order: it is completed until the reroute)
+    with db.session() as session:
+        transition_dispatch(session, original_dispatch, to=DispatchStatus.SUBMITTED,
+                            expect={DispatchStatus.PENDING}, reference="PO_sysco.edi")
+        assert roll_up_order(session, placed.order_id) == PurchaseOrderStatus.COMPLETED
     with db.session() as session:
         before = session.get(SupplierDispatch, original_dispatch).model_dump()  # type: ignore[union-attr]
     rerouted_before = reroutes_counted("rerouted")
@@ -147,6 +157,9 @@ def test_an_alternate_gets_a_reroute_dispatch_and_the_original_is_untouched(
     assert (dispatch.supplier_id, dispatch.supplier_type) == (costco, "costco")
     assert dispatch.reroute_of_dispatch_id == original_dispatch
     assert dispatch.status == "pending"
+    # and the order waits for it again
+    with db.session() as session:
+        assert session.get(PurchaseOrder, placed.order_id).status == "pending"  # type: ignore[union-attr]
     # the line moved to it, and was part of both dispatches
     line = line_row(line_id)
     assert (line.status, line.dispatch_id, line.supplier_id) == ("rerouted", dispatch.id, costco)
