@@ -11,6 +11,7 @@ Routers are assembled in :func:`_routers`; a new area of the API adds its router
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, version
 
@@ -77,19 +78,51 @@ def create_app(extra_routers: Iterable[APIRouter] = ()) -> FastAPI:
     return app
 
 
+def create_served_app() -> FastAPI:
+    """The app as ``herald web`` serves it: logging configured from the settings first.
+    Each of ``herald web``'s processes builds its own (uvicorn imports this factory)."""
+    from herald.logs import configure_logging
+
+    configure_logging(get_settings())
+    return create_app()
+
+
+def web_processes() -> int:
+    """How many processes ``herald web`` runs: ``WEB_CONCURRENCY``, or one per CPU core
+    this process may use."""
+    configured = get_settings().web_concurrency
+    if configured is not None:
+        return configured
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def serve(host: str = "0.0.0.0", port: int | None = None) -> None:
-    """Run the app under uvicorn until SIGTERM/SIGINT (port default: ``$PORT`` or 8000)."""
+    """Run the app under uvicorn in ``WEB_CONCURRENCY`` processes (one per core by
+    default) until SIGTERM/SIGINT, which each process answers by finishing its requests in
+    flight (port default: ``$PORT`` or 8000).
+
+    One process serves in this one; more are children of it, sharing its socket, each
+    replaced when it dies. A request's work is mostly Python, which one process runs on
+    one core at a time (README.md, "Deployment").
+    """
     import uvicorn
 
     from herald.logs import configure_logging
 
     settings = get_settings()
     configure_logging(settings)
+    processes = web_processes()
     uvicorn.run(
-        create_app(),
+        # by name: each child process imports the factory and builds its own app
+        "herald.web.app:create_served_app",
+        factory=True,
+        workers=processes,
         host=host,
         port=settings.port if port is None else port,
-        # None keeps uvicorn off the logging config: its records go through ours.
+        # None keeps uvicorn off the logging config: its records go through ours
         log_config=None,
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
     )
