@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
+import math
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -27,6 +29,7 @@ from sqlalchemy import (
     not_,
     or_,
     text,
+    tuple_,
     update,
 )
 from sqlmodel import Field, Session, SQLModel, select
@@ -339,6 +342,204 @@ def persist_notification(notification: Notification, deliveries: list[Delivery])
         _insert_notification(len(deliveries), together=False).run(connection, params)
         if deliveries:
             _insert_deliveries(len(deliveries)).run(connection, params)
+
+
+# -- many notifications at once (POST /v1/events/bulk, docs/pipeline.md#bulk-events) -------
+# The rows travel as ONE JSON array per table, unpacked by the database
+# (json_populate_recordset on PostgreSQL, json_each on SQLite): the statement text is the
+# same for any number of rows, so it is compiled once. A multi-row VALUES list with a bind
+# per value is a new statement for every row count, and compiling one of 3,000 deliveries
+# costs SQLAlchemy over a second.
+Key = tuple[str, str, str]
+
+
+def storable(value: Any) -> bool:
+    """True when every text in ``value`` (a JSON-like value, at any depth) can be stored:
+    no NUL character (PostgreSQL refuses it), no lone surrogate (not UTF-8), no NaN or
+    infinity (not JSON). One such value must not fail the statement of a whole batch."""
+    if isinstance(value, str):
+        return "\x00" not in value and (value.isascii() or _utf8(value))
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(storable(key) and storable(inner) for key, inner in value.items())
+    if isinstance(value, list | tuple):
+        return all(storable(inner) for inner in value)
+    return True
+
+
+def _utf8(text_: str) -> bool:
+    try:
+        text_.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _json_rows(records: list[Notification] | list[Delivery], dialect: Any) -> str:
+    """The records as one JSON array of objects keyed by column, each value as the
+    database reads it back from JSON: timestamps in ISO 8601 on PostgreSQL and in SQLite's
+    own text form there (the column type's bind processor); JSON columns as JSON."""
+    if not records:
+        return "[]"
+    table = records[0].__table__  # type: ignore[attr-defined]
+    writers = {}
+    for column in table.columns:
+        if not isinstance(column.type, JSON) and dialect.name == "sqlite":
+            writers[column.key] = column.type.dialect_impl(dialect).bind_processor(dialect)
+    rows = []
+    for record in records:
+        row = _row(record)
+        for key, write in writers.items():
+            if write is not None:
+                row[key] = write(row[key])
+        rows.append(row)
+    return json.dumps(rows, default=_iso, ensure_ascii=False, allow_nan=False,
+                      separators=(",", ":"))
+
+
+def _iso(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _columns(table: Any, dialect: Any) -> str:
+    return ", ".join(dialect.identifier_preparer.quote(c.key) for c in table.columns)
+
+
+def _sqlite_values(table: Any, dialect: Any) -> str:
+    """The SELECT list that reads a ``json_each`` row's object back into ``table``'s
+    columns (an object column stays JSON text, as SQLAlchemy stores it)."""
+    return ", ".join(f"json_extract(value, '$.{c.key}')" for c in table.columns)
+
+
+@functools.cache
+def _bulk_statements(dialect_name: str) -> dict[str, Any]:
+    """The bulk statements of one dialect, built once: ``persist`` (PostgreSQL: the
+    notifications and their deliveries in one statement), ``notifications`` and
+    ``deliveries`` (SQLite: the two INSERTs of one transaction), ``accounts`` (which
+    account ids exist) and ``stamp`` (the handoff stamp of many deliveries)."""
+    from sqlalchemy import String, column
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    dialect = postgresql.dialect() if dialect_name == "postgresql" else sqlite.dialect()
+    n_cols, d_cols = _columns(_notifications, dialect), _columns(_deliveries, dialect)
+    # unknown accounts are looked up first; the EXISTS only keeps an account removed since
+    # from failing the batch on its foreign key (that notification is then not inserted)
+    if dialect_name == "postgresql":
+        persist = text(f"""
+            WITH notification AS (
+                INSERT INTO notifications ({n_cols})
+                SELECT {n_cols} FROM json_populate_recordset(
+                    CAST(NULL AS notifications), CAST(:notifications AS json)) AS n
+                WHERE EXISTS (SELECT 1 FROM accounts WHERE accounts.id = n.account_id)
+                ON CONFLICT (account_id, type, occurrence) DO NOTHING
+                RETURNING id),
+            delivery AS (
+                INSERT INTO deliveries ({d_cols})
+                SELECT {d_cols} FROM json_populate_recordset(
+                    CAST(NULL AS deliveries), CAST(:deliveries AS json)) AS d
+                WHERE d.notification_id IN (SELECT id FROM notification))
+            SELECT id FROM notification""")
+        ids = "SELECT json_array_elements_text(CAST(:ids AS json))"
+        return {
+            "persist": persist.columns(column("id", String)),
+            "accounts": text(f"SELECT id FROM accounts WHERE id IN ({ids})")
+            .columns(column("id", String)),
+            "stamp": text(f"UPDATE deliveries SET queued_at = :now WHERE id IN ({ids})")
+            .bindparams(bindparam("now", type_=UtcDateTime)),
+        }
+    ids = "SELECT value FROM json_each(:ids)"
+    # the WHERE also settles SQLite's parse of INSERT … SELECT … ON CONFLICT
+    notifications = text(f"""
+        INSERT INTO notifications ({n_cols})
+        SELECT {_sqlite_values(_notifications, dialect)} FROM json_each(:notifications)
+        WHERE EXISTS (SELECT 1 FROM accounts
+                      WHERE accounts.id = json_extract(value, '$.account_id'))
+        ON CONFLICT (account_id, type, occurrence) DO NOTHING
+        RETURNING id""")
+    return {
+        "notifications": notifications.columns(column("id", String)),
+        "deliveries": text(f"INSERT INTO deliveries ({d_cols}) SELECT "
+                           f"{_sqlite_values(_deliveries, dialect)} FROM json_each(:deliveries)"),
+        "accounts": text(f"SELECT id FROM accounts WHERE id IN ({ids})")
+        .columns(column("id", String)),
+        "stamp": text(f"UPDATE deliveries SET queued_at = :now WHERE id IN ({ids})")
+        .bindparams(bindparam("now", type_=UtcDateTime)),
+    }
+
+
+def known_accounts(account_ids: list[str]) -> set[str]:
+    """Which of these account ids exist, in one SELECT."""
+    if not account_ids:
+        return set()
+    engine = get_engine()
+    with engine.connect() as connection:
+        statement = _bulk_statements(engine.dialect.name)["accounts"]
+        return set(connection.execute(statement, {"ids": json.dumps(account_ids)}).scalars())
+
+
+def persist_new_notifications(notifications: list[Notification],
+                              deliveries: list[Delivery]) -> set[str]:
+    """Insert the notifications whose (account, type, occurrence) key is free, each with
+    its deliveries, and commit them; returns the ids of those inserted.
+
+    A notification whose key exists already (or appears earlier in the list), or whose
+    account does not exist, is left out with its deliveries: never an error, so one event
+    never fails the others. What is inserted lands whole: on PostgreSQL one statement on
+    an autocommit connection, elsewhere two in one transaction. Every text must be
+    :func:`storable`.
+    """
+    if not notifications:
+        return set()
+    engine = get_engine()
+    statements = _bulk_statements(engine.dialect.name)
+    rows = _json_rows(notifications, engine.dialect)
+    if engine.dialect.name == "postgresql":
+        with autocommit() as connection:
+            return set(connection.execute(statements["persist"], {
+                "notifications": rows,
+                "deliveries": _json_rows(deliveries, engine.dialect)}).scalars())
+    with engine.begin() as connection:
+        inserted = set(connection.execute(statements["notifications"],
+                                          {"notifications": rows}).scalars())
+        kept = [d for d in deliveries if d.notification_id in inserted]
+        if kept:
+            connection.execute(statements["deliveries"],
+                               {"deliveries": _json_rows(kept, engine.dialect)})
+    return inserted
+
+
+def find_occurrences(keys: list[Key]) -> dict[Key, tuple[Notification, list[Delivery]]]:
+    """The notifications of these (account, type, occurrence) keys that exist, each with
+    its deliveries ordered by channel: one SELECT for the notifications, one for their
+    deliveries."""
+    if not keys:
+        return {}
+    with Session(get_engine(), expire_on_commit=False) as session:
+        found = session.exec(select(Notification).where(
+            tuple_(Notification.account_id, Notification.type,  # type: ignore[arg-type]
+                   Notification.occurrence).in_(keys))).all()
+        if not found:
+            return {}
+        deliveries: dict[str, list[Delivery]] = {n.id: [] for n in found}
+        for delivery in session.exec(select(Delivery).where(
+                Delivery.notification_id.in_(list(deliveries)))  # type: ignore[attr-defined]
+                .order_by(Delivery.channel)).all():
+            deliveries[delivery.notification_id].append(delivery)
+        return {(n.account_id, n.type, n.occurrence): (n, deliveries[n.id]) for n in found}
+
+
+def stamp_many_handoffs(delivery_ids: list[str], *, now: datetime | None = None) -> None:
+    """Write the handoff stamp (``queued_at``) of these deliveries in one UPDATE (any
+    number of them: the ids travel as one JSON array), committed as it runs."""
+    if not delivery_ids:
+        return
+    with autocommit() as connection:
+        statement = _bulk_statements(connection.dialect.name)["stamp"]
+        connection.execute(statement, {"ids": json.dumps(delivery_ids),
+                                       "now": now or utcnow()})
 
 
 @functools.cache
