@@ -345,11 +345,11 @@ def persist_notification(notification: Notification, deliveries: list[Delivery])
 
 
 # -- many notifications at once (POST /v1/events/bulk, docs/pipeline.md#bulk-events) -------
-# The rows travel as ONE JSON array per table, unpacked by the database
-# (json_populate_recordset on PostgreSQL, json_each on SQLite): the statement text is the
-# same for any number of rows, so it is compiled once. A multi-row VALUES list with a bind
-# per value is a new statement for every row count, and compiling one of 3,000 deliveries
-# costs SQLAlchemy over a second.
+# However many rows, each statement's text is the same, so it is compiled once: the rows
+# travel as one array per column on PostgreSQL (unnest), as one JSON array on SQLite
+# (json_each). A multi-row VALUES list with a bind per value is a new statement for every
+# row count, and compiling one of 3,000 deliveries costs SQLAlchemy over a second. Ids
+# are matched with ``= ANY(array)`` on PostgreSQL, which the primary key's index serves.
 Key = tuple[str, str, str]
 
 
@@ -376,47 +376,63 @@ def _utf8(text_: str) -> bool:
     return True
 
 
-def _json_rows(records: list[Notification] | list[Delivery], dialect: Any) -> str:
-    """The records as one JSON array of objects keyed by column, each value as the
-    database reads it back from JSON: timestamps in ISO 8601 on PostgreSQL and in SQLite's
-    own text form there (the column type's bind processor); JSON columns as JSON."""
-    if not records:
-        return "[]"
-    table = records[0].__table__  # type: ignore[attr-defined]
-    keys = [column.key for column in table.columns]
-    writers = {}
-    if dialect.name == "sqlite":
-        for column in table.columns:
-            write = column.type.dialect_impl(dialect).bind_processor(dialect)
-            if write is not None and not isinstance(column.type, JSON):
-                writers[column.key] = write
+def _values(records: list[Notification] | list[Delivery]) -> list[list[Any]]:
+    """Each record's column values, in the table's column order."""
+    keys = [column.key for column in _table(records).columns]
     rows = []
     for record in records:
-        # read from the instance's dict: through the ORM's attributes, a row of a
-        # thousand costs more than the database spends inserting it
+        # read from the instance's dict: through the ORM's attributes, a thousand rows
+        # cost more than the database spends inserting them
         values = record.__dict__
-        row = {key: values[key] if key in values else getattr(record, key) for key in keys}
-        for key, write in writers.items():
-            row[key] = write(row[key])
-        rows.append(row)
-    return json.dumps(rows, default=_iso, ensure_ascii=False, allow_nan=False,
-                      separators=(",", ":"))
+        rows.append([values[key] if key in values else getattr(record, key) for key in keys])
+    return rows
 
 
-def _iso(value: Any) -> str:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(f"{type(value).__name__} is not JSON")
+def _table(records: list[Notification] | list[Delivery]) -> Any:
+    return records[0].__table__  # type: ignore[attr-defined]
+
+
+def _pg_arrays(records: list[Notification] | list[Delivery], prefix: str) -> dict[str, Any]:
+    """The records as one array per column, bound as ``<prefix>_<column>`` (JSON
+    columns as JSON text)."""
+    table = _table(records)
+    columns = list(zip(*_values(records), strict=True))
+    return {f"{prefix}_{column.key}": ([None if v is None else json.dumps(v) for v in values]
+                                       if isinstance(column.type, JSON) else list(values))
+            for column, values in zip(table.columns, columns, strict=True)}
+
+
+def _sqlite_json(records: list[Notification] | list[Delivery], dialect: Any) -> str:
+    """The records as one JSON array of rows (arrays in column order), each value in the
+    form SQLite stores it (the column type's bind processor: timestamps as SQLite's
+    text, JSON columns as JSON)."""
+    writers = [None if isinstance(column.type, JSON)
+               else column.type.dialect_impl(dialect).bind_processor(dialect)
+               for column in _table(records).columns]
+    rows = [[value if write is None else write(value)
+             for write, value in zip(writers, row, strict=True)] for row in _values(records)]
+    return json.dumps(rows, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _pg_unnest(table: Any, prefix: str, dialect: Any) -> tuple[str, str]:
+    """``(columns, unnest(…) AS <prefix>(columns))``: the rows of ``table`` from the
+    arrays :func:`_pg_arrays` binds."""
+    names = _columns(table, dialect)
+    arrays = ", ".join(f"CAST(:{prefix}_{c.key} AS {c.type.compile(dialect=dialect)}[])"
+                       for c in table.columns)
+    return names, f"unnest({arrays}) AS {prefix}({names})"
 
 
 def _columns(table: Any, dialect: Any) -> str:
     return ", ".join(dialect.identifier_preparer.quote(c.key) for c in table.columns)
 
 
-def _sqlite_values(table: Any, dialect: Any) -> str:
-    """The SELECT list that reads a ``json_each`` row's object back into ``table``'s
-    columns (an object column stays JSON text, as SQLAlchemy stores it)."""
-    return ", ".join(f"json_extract(value, '$.{c.key}')" for c in table.columns)
+def _sqlite_rows(table: Any, dialect: Any) -> tuple[str, str]:
+    """``(columns, the SELECT list)`` reading the rows of a ``json_each`` of
+    :func:`_sqlite_json` back into ``table``'s columns (an object column stays JSON text,
+    as SQLAlchemy stores it)."""
+    values = ", ".join(f"json_extract(value, '$[{i}]')" for i in range(len(table.columns)))
+    return _columns(table, dialect), values
 
 
 @functools.cache
@@ -428,61 +444,71 @@ def _bulk_statements(dialect_name: str) -> dict[str, Any]:
     from sqlalchemy import String, column
     from sqlalchemy.dialects import postgresql, sqlite
 
-    dialect = postgresql.dialect() if dialect_name == "postgresql" else sqlite.dialect()
-    n_cols, d_cols = _columns(_notifications, dialect), _columns(_deliveries, dialect)
-    # unknown accounts are looked up first; the EXISTS only keeps an account removed since
-    # from failing the batch on its foreign key (that notification is then not inserted)
+    now = bindparam("now", type_=UtcDateTime)
     if dialect_name == "postgresql":
+        dialect = postgresql.dialect()
+        n_cols, notifications = _pg_unnest(_notifications, "n", dialect)
+        d_cols, deliveries = _pg_unnest(_deliveries, "d", dialect)
+        # unknown accounts are looked up first; the EXISTS only keeps an account removed
+        # since from failing the batch on its foreign key (that notification is then left
+        # out); deliveries of a notification left out are left out with it
         persist = text(f"""
             WITH notification AS (
                 INSERT INTO notifications ({n_cols})
-                SELECT {n_cols} FROM json_populate_recordset(
-                    CAST(NULL AS notifications), CAST(:notifications AS json)) AS n
+                SELECT {n_cols} FROM {notifications}
                 WHERE EXISTS (SELECT 1 FROM accounts WHERE accounts.id = n.account_id)
                 ON CONFLICT (account_id, type, occurrence) DO NOTHING
                 RETURNING id),
             delivery AS (
                 INSERT INTO deliveries ({d_cols})
-                SELECT {d_cols} FROM json_populate_recordset(
-                    CAST(NULL AS deliveries), CAST(:deliveries AS json)) AS d
+                SELECT {d_cols} FROM {deliveries}
                 WHERE d.notification_id IN (SELECT id FROM notification))
             SELECT id FROM notification""")
-        ids = "SELECT json_array_elements_text(CAST(:ids AS json))"
+        ids = "ANY(CAST(:ids AS VARCHAR[]))"
         return {
             "persist": persist.columns(column("id", String)),
-            "accounts": text(f"SELECT id FROM accounts WHERE id IN ({ids})")
+            "accounts": text(f"SELECT id FROM accounts WHERE id = {ids}")
             .columns(column("id", String)),
-            "stamp": text(f"UPDATE deliveries SET queued_at = :now WHERE id IN ({ids})")
-            .bindparams(bindparam("now", type_=UtcDateTime)),
+            "stamp": text(f"UPDATE deliveries SET queued_at = :now WHERE id = {ids}")
+            .bindparams(now),
         }
-    ids = "SELECT value FROM json_each(:ids)"
+    dialect = sqlite.dialect()
+    n_cols, n_values = _sqlite_rows(_notifications, dialect)
+    d_cols, d_values = _sqlite_rows(_deliveries, dialect)
+    account = list(_notifications.columns).index(_notifications.c.account_id)
+    ids = "IN (SELECT value FROM json_each(:ids))"
     # the WHERE also settles SQLite's parse of INSERT … SELECT … ON CONFLICT
     notifications = text(f"""
         INSERT INTO notifications ({n_cols})
-        SELECT {_sqlite_values(_notifications, dialect)} FROM json_each(:notifications)
+        SELECT {n_values} FROM json_each(:notifications)
         WHERE EXISTS (SELECT 1 FROM accounts
-                      WHERE accounts.id = json_extract(value, '$.account_id'))
+                      WHERE accounts.id = json_extract(value, '$[{account}]'))
         ON CONFLICT (account_id, type, occurrence) DO NOTHING
         RETURNING id""")
     return {
         "notifications": notifications.columns(column("id", String)),
-        "deliveries": text(f"INSERT INTO deliveries ({d_cols}) SELECT "
-                           f"{_sqlite_values(_deliveries, dialect)} FROM json_each(:deliveries)"),
-        "accounts": text(f"SELECT id FROM accounts WHERE id IN ({ids})")
+        "deliveries": text(f"INSERT INTO deliveries ({d_cols}) "
+                           f"SELECT {d_values} FROM json_each(:deliveries)"),
+        "accounts": text(f"SELECT id FROM accounts WHERE id {ids}")
         .columns(column("id", String)),
-        "stamp": text(f"UPDATE deliveries SET queued_at = :now WHERE id IN ({ids})")
-        .bindparams(bindparam("now", type_=UtcDateTime)),
+        "stamp": text(f"UPDATE deliveries SET queued_at = :now WHERE id {ids}")
+        .bindparams(now),
     }
+
+
+def _ids(connection: Connection, ids: list[str]) -> list[str] | str:
+    """Ids bound as the dialect's statements take them: an array, or a JSON array."""
+    return ids if connection.dialect.name == "postgresql" else json.dumps(ids)
 
 
 def known_accounts(account_ids: list[str]) -> set[str]:
     """Which of these account ids exist, in one SELECT."""
     if not account_ids:
         return set()
-    engine = get_engine()
-    with engine.connect() as connection:
-        statement = _bulk_statements(engine.dialect.name)["accounts"]
-        return set(connection.execute(statement, {"ids": json.dumps(account_ids)}).scalars())
+    with get_engine().connect() as connection:
+        statement = _bulk_statements(connection.dialect.name)["accounts"]
+        return set(connection.execute(statement,
+                                      {"ids": _ids(connection, account_ids)}).scalars())
 
 
 def persist_new_notifications(notifications: list[Notification],
@@ -500,19 +526,19 @@ def persist_new_notifications(notifications: list[Notification],
         return set()
     engine = get_engine()
     statements = _bulk_statements(engine.dialect.name)
-    rows = _json_rows(notifications, engine.dialect)
     if engine.dialect.name == "postgresql":
+        params = _pg_arrays(notifications, "n")
+        params |= (_pg_arrays(deliveries, "d") if deliveries
+                   else {f"d_{c.key}": [] for c in _deliveries.columns})
         with autocommit() as connection:
-            return set(connection.execute(statements["persist"], {
-                "notifications": rows,
-                "deliveries": _json_rows(deliveries, engine.dialect)}).scalars())
+            return set(connection.execute(statements["persist"], params).scalars())
     with engine.begin() as connection:
-        inserted = set(connection.execute(statements["notifications"],
-                                          {"notifications": rows}).scalars())
+        inserted = set(connection.execute(statements["notifications"], {
+            "notifications": _sqlite_json(notifications, engine.dialect)}).scalars())
         kept = [d for d in deliveries if d.notification_id in inserted]
         if kept:
             connection.execute(statements["deliveries"],
-                               {"deliveries": _json_rows(kept, engine.dialect)})
+                               {"deliveries": _sqlite_json(kept, engine.dialect)})
     return inserted
 
 
@@ -538,14 +564,13 @@ def find_occurrences(keys: list[Key]) -> dict[Key, tuple[Notification, list[Deli
 
 def stamp_many_handoffs(delivery_ids: list[str], *, now: datetime | None = None) -> None:
     """Write the handoff stamp (``queued_at``) of these deliveries in one UPDATE (any
-    number of them: the ids travel as one JSON array), committed as it runs."""
+    number of them), committed as it runs; outcome and claim are left as they are."""
     if not delivery_ids:
         return
     with autocommit() as connection:
         statement = _bulk_statements(connection.dialect.name)["stamp"]
-        connection.execute(statement, {"ids": json.dumps(delivery_ids),
+        connection.execute(statement, {"ids": _ids(connection, delivery_ids),
                                        "now": now or utcnow()})
-
 
 @functools.cache
 def _outcome_update(columns: tuple[str, ...], *, fenced: bool, count_attempt: bool,
