@@ -346,10 +346,13 @@ def persist_notification(notification: Notification, deliveries: list[Delivery])
 
 # -- many notifications at once (POST /v1/events/bulk, docs/pipeline.md#bulk-events) -------
 # However many rows, each statement's text is the same, so it is compiled once: the rows
-# travel as one array per column on PostgreSQL (unnest), as one JSON array on SQLite
-# (json_each). A multi-row VALUES list with a bind per value is a new statement for every
-# row count, and compiling one of 3,000 deliveries costs SQLAlchemy over a second. Ids
-# are matched with ``= ANY(array)`` on PostgreSQL, which the primary key's index serves.
+# travel as JSON arrays, one per column on PostgreSQL (zipped back by ROWS FROM), one of
+# rows on SQLite (json_each). A multi-row VALUES list with a bind per value is a new
+# statement for every row count (compiling one of 3,000 deliveries costs SQLAlchemy over a
+# second); PostgreSQL arrays as parameters cost psycopg more, per element, than the JSON
+# encoder, and a JSON array of objects (json_populate_recordset) costs PostgreSQL twice as
+# much as these. On PostgreSQL ids are matched with ``= ANY(ARRAY(…))``, which the primary
+# key's index serves.
 Key = tuple[str, str, str]
 
 
@@ -392,14 +395,19 @@ def _table(records: list[Notification] | list[Delivery]) -> Any:
     return records[0].__table__  # type: ignore[attr-defined]
 
 
-def _pg_arrays(records: list[Notification] | list[Delivery], prefix: str) -> dict[str, Any]:
-    """The records as one array per column, bound as ``<prefix>_<column>`` (JSON
-    columns as JSON text)."""
+def _pg_columns(records: list[Notification] | list[Delivery], prefix: str) -> dict[str, str]:
+    """The records as one JSON array per column, bound as ``<prefix>_<column>``."""
     table = _table(records)
-    columns = list(zip(*_values(records), strict=True))
-    return {f"{prefix}_{column.key}": ([None if v is None else json.dumps(v) for v in values]
-                                       if isinstance(column.type, JSON) else list(values))
+    columns = zip(*_values(records), strict=True)
+    return {f"{prefix}_{column.key}": json.dumps(list(values), default=_iso,
+                                                ensure_ascii=False, allow_nan=False)
             for column, values in zip(table.columns, columns, strict=True)}
+
+
+def _iso(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def _sqlite_json(records: list[Notification] | list[Delivery], dialect: Any) -> str:
@@ -414,13 +422,20 @@ def _sqlite_json(records: list[Notification] | list[Delivery], dialect: Any) -> 
     return json.dumps(rows, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
-def _pg_unnest(table: Any, prefix: str, dialect: Any) -> tuple[str, str]:
-    """``(columns, unnest(…) AS <prefix>(columns))``: the rows of ``table`` from the
-    arrays :func:`_pg_arrays` binds."""
+def _pg_rows(table: Any, prefix: str, dialect: Any) -> tuple[str, str, str]:
+    """``(columns, the SELECT list, the FROM item)`` reading the rows of ``table`` back
+    from the JSON arrays :func:`_pg_columns` binds, each value cast to its column's type
+    (a JSON column's values stay JSON)."""
+    functions, values = [], []
+    for column in table.columns:
+        json_column = isinstance(column.type, JSON)
+        function = "json_array_elements" if json_column else "json_array_elements_text"
+        functions.append(f"{function}(CAST(:{prefix}_{column.key} AS json))")
+        value = f"{prefix}.{dialect.identifier_preparer.quote(column.key)}"
+        values.append(value if json_column
+                      else f"CAST({value} AS {column.type.compile(dialect=dialect)})")
     names = _columns(table, dialect)
-    arrays = ", ".join(f"CAST(:{prefix}_{c.key} AS {c.type.compile(dialect=dialect)}[])"
-                       for c in table.columns)
-    return names, f"unnest({arrays}) AS {prefix}({names})"
+    return names, ", ".join(values), f"ROWS FROM ({', '.join(functions)}) AS {prefix}({names})"
 
 
 def _columns(table: Any, dialect: Any) -> str:
@@ -447,24 +462,24 @@ def _bulk_statements(dialect_name: str) -> dict[str, Any]:
     now = bindparam("now", type_=UtcDateTime)
     if dialect_name == "postgresql":
         dialect = postgresql.dialect()
-        n_cols, notifications = _pg_unnest(_notifications, "n", dialect)
-        d_cols, deliveries = _pg_unnest(_deliveries, "d", dialect)
+        n_cols, n_values, notifications = _pg_rows(_notifications, "n", dialect)
+        d_cols, d_values, deliveries = _pg_rows(_deliveries, "d", dialect)
         # unknown accounts are looked up first; the EXISTS only keeps an account removed
         # since from failing the batch on its foreign key (that notification is then left
         # out); deliveries of a notification left out are left out with it
         persist = text(f"""
             WITH notification AS (
                 INSERT INTO notifications ({n_cols})
-                SELECT {n_cols} FROM {notifications}
+                SELECT {n_values} FROM {notifications}
                 WHERE EXISTS (SELECT 1 FROM accounts WHERE accounts.id = n.account_id)
                 ON CONFLICT (account_id, type, occurrence) DO NOTHING
                 RETURNING id),
             delivery AS (
                 INSERT INTO deliveries ({d_cols})
-                SELECT {d_cols} FROM {deliveries}
+                SELECT {d_values} FROM {deliveries}
                 WHERE d.notification_id IN (SELECT id FROM notification))
             SELECT id FROM notification""")
-        ids = "ANY(CAST(:ids AS VARCHAR[]))"
+        ids = "ANY(ARRAY(SELECT json_array_elements_text(CAST(:ids AS json))))"
         return {
             "persist": persist.columns(column("id", String)),
             "accounts": text(f"SELECT id FROM accounts WHERE id = {ids}")
@@ -496,11 +511,6 @@ def _bulk_statements(dialect_name: str) -> dict[str, Any]:
     }
 
 
-def _ids(connection: Connection, ids: list[str]) -> list[str] | str:
-    """Ids bound as the dialect's statements take them: an array, or a JSON array."""
-    return ids if connection.dialect.name == "postgresql" else json.dumps(ids)
-
-
 def known_accounts(account_ids: list[str]) -> set[str]:
     """Which of these account ids exist, in one SELECT."""
     if not account_ids:
@@ -508,7 +518,7 @@ def known_accounts(account_ids: list[str]) -> set[str]:
     with get_engine().connect() as connection:
         statement = _bulk_statements(connection.dialect.name)["accounts"]
         return set(connection.execute(statement,
-                                      {"ids": _ids(connection, account_ids)}).scalars())
+                                      {"ids": json.dumps(account_ids)}).scalars())
 
 
 def persist_new_notifications(notifications: list[Notification],
@@ -527,9 +537,9 @@ def persist_new_notifications(notifications: list[Notification],
     engine = get_engine()
     statements = _bulk_statements(engine.dialect.name)
     if engine.dialect.name == "postgresql":
-        params = _pg_arrays(notifications, "n")
-        params |= (_pg_arrays(deliveries, "d") if deliveries
-                   else {f"d_{c.key}": [] for c in _deliveries.columns})
+        params = _pg_columns(notifications, "n")
+        params |= (_pg_columns(deliveries, "d") if deliveries
+                   else {f"d_{c.key}": "[]" for c in _deliveries.columns})
         with autocommit() as connection:
             return set(connection.execute(statements["persist"], params).scalars())
     with engine.begin() as connection:
@@ -569,7 +579,7 @@ def stamp_many_handoffs(delivery_ids: list[str], *, now: datetime | None = None)
         return
     with autocommit() as connection:
         statement = _bulk_statements(connection.dialect.name)["stamp"]
-        connection.execute(statement, {"ids": _ids(connection, delivery_ids),
+        connection.execute(statement, {"ids": json.dumps(delivery_ids),
                                        "now": now or utcnow()})
 
 @functools.cache
