@@ -336,7 +336,9 @@ def trigger_events(events: list[dict[str, Any]]) -> list[EventOutcome]:
         else:
             candidates[key] = (index, notification, deliveries)
     accounts = known_accounts(list({key[0] for key in candidates}))
-    keep = {key: value for key, value in candidates.items() if key[0] in accounts}
+    # in key order: two requests inserting the same occurrences then wait on each other in
+    # one order, never in a cycle (a deadlock PostgreSQL would break by failing one)
+    keep = {key: candidates[key] for key in sorted(candidates) if key[0] in accounts}
     inserted = persist_new_notifications(
         [notification for _, notification, _ in keep.values()],
         [delivery for _, _, deliveries in keep.values() for delivery in deliveries])

@@ -7,6 +7,7 @@ channel jobs the ledger holds."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from httpx import Response
 from sqlalchemy import func
 from sqlmodel import select
 
+from actors import orchestration
 from herald import db, settings
 from herald.db import session as db_session
 from herald.queue import queue
@@ -258,3 +260,38 @@ def test_the_schema_documents_the_route_and_its_elements(client: TestClient) -> 
     assert body["items"] == {"$ref": "#/components/schemas/EventIn"}
     assert (body["minItems"], body["maxItems"]) == (1, 1000)
     assert "EventsOut" in str(operation["responses"]["200"])
+
+
+def test_concurrent_requests_with_the_same_occurrences_create_each_once(
+        client: TestClient) -> None:
+    # Given two requests carrying the same 300 occurrences, in opposite orders
+    account_id = new_account(client)
+    events = [welcome(account_id, f"o-{i:03d}") for i in range(300)]
+    answers: dict[str, Any] = {}
+    start = threading.Barrier(2)
+
+    def send(name: str, batch: list[dict[str, Any]]) -> None:
+        start.wait(timeout=10)
+        try:
+            answers[name] = orchestration.trigger_events(batch)
+        except Exception as error:  # a deadlock, say: checked below
+            answers[name] = error
+
+    for _ in range(3):
+        answers.clear()
+        threads = [threading.Thread(target=send, args=("up", events)),
+                   threading.Thread(target=send, args=("down", events[::-1]))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        # Then both are answered in full (neither fails on the other's locks) and each
+        # occurrence was created by exactly one of them: the same notification for both
+        assert not [a for a in answers.values() if isinstance(a, Exception)], answers
+        up, down = answers["up"], answers["down"][::-1]
+        assert all(isinstance(r, orchestration.EventResult) for r in up + down)
+        for first, second in zip(up, down, strict=True):
+            assert first.notification.id == second.notification.id
+            assert first.created != second.created
+        events = [welcome(account_id, f"{e['occurrence']}-again") for e in events]
+    assert rows(Notification) == 900
