@@ -22,6 +22,7 @@ from sqlalchemy import (
     Connection,
     Index,
     Insert,
+    String,
     UniqueConstraint,
     and_,
     bindparam,
@@ -29,13 +30,13 @@ from sqlalchemy import (
     not_,
     or_,
     text,
-    tuple_,
     update,
 )
+from sqlalchemy import column as result_column
 from sqlmodel import Field, Session, SQLModel, select
 
 from herald.db import Prepared, autocommit, get_engine, is_postgres
-from models.base import UtcDateTime, id_field, timestamp_field, utcnow
+from models.base import UtcDateTime, id_field, snapshot, timestamp_field, utcnow
 
 #: A claim older than this is abandoned and may be taken over (docs/pipeline.md#claims).
 CLAIM_STALE_AFTER = timedelta(seconds=60)
@@ -438,8 +439,8 @@ def _pg_rows(table: Any, prefix: str, dialect: Any) -> tuple[str, str, str]:
     return names, ", ".join(values), f"ROWS FROM ({', '.join(functions)}) AS {prefix}({names})"
 
 
-def _columns(table: Any, dialect: Any) -> str:
-    return ", ".join(dialect.identifier_preparer.quote(c.key) for c in table.columns)
+def _columns(table: Any, dialect: Any, prefix: str = "") -> str:
+    return ", ".join(prefix + dialect.identifier_preparer.quote(c.key) for c in table.columns)
 
 
 def _sqlite_rows(table: Any, dialect: Any) -> tuple[str, str]:
@@ -456,7 +457,6 @@ def _bulk_statements(dialect_name: str) -> dict[str, Any]:
     notifications and their deliveries in one statement), ``notifications`` and
     ``deliveries`` (SQLite: the two INSERTs of one transaction), ``accounts`` (which
     account ids exist) and ``stamp`` (the handoff stamp of many deliveries)."""
-    from sqlalchemy import String, column
     from sqlalchemy.dialects import postgresql, sqlite
 
     now = bindparam("now", type_=UtcDateTime)
@@ -481,11 +481,22 @@ def _bulk_statements(dialect_name: str) -> dict[str, Any]:
             SELECT id FROM notification""")
         ids = "ANY(ARRAY(SELECT json_array_elements_text(CAST(:ids AS json))))"
         return {
-            "persist": persist.columns(column("id", String)),
+            "persist": persist.columns(result_column("id", String)),
             "accounts": text(f"SELECT id FROM accounts WHERE id = {ids}")
-            .columns(column("id", String)),
+            .columns(result_column("id", String)),
             "stamp": text(f"UPDATE deliveries SET queued_at = :now WHERE id = {ids}")
             .bindparams(now),
+            "find": _typed(f"""
+                SELECT {_columns(_notifications, dialect, "n.")} FROM notifications AS n
+                JOIN ROWS FROM (json_array_elements_text(CAST(:account_ids AS json)),
+                                json_array_elements_text(CAST(:types AS json)),
+                                json_array_elements_text(CAST(:occurrences AS json)))
+                    AS k(account_id, type, occurrence)
+                ON n.account_id = k.account_id AND n.type = k.type
+                   AND n.occurrence = k.occurrence""", _notifications),
+            "deliveries_of": _typed(f"SELECT {_columns(_deliveries, dialect)} FROM deliveries "
+                                    f"WHERE notification_id = {ids} ORDER BY channel",
+                                    _deliveries),
         }
     dialect = sqlite.dialect()
     n_cols, n_values = _sqlite_rows(_notifications, dialect)
@@ -501,14 +512,26 @@ def _bulk_statements(dialect_name: str) -> dict[str, Any]:
         ON CONFLICT (account_id, type, occurrence) DO NOTHING
         RETURNING id""")
     return {
-        "notifications": notifications.columns(column("id", String)),
+        "notifications": notifications.columns(result_column("id", String)),
         "deliveries": text(f"INSERT INTO deliveries ({d_cols}) "
                            f"SELECT {d_values} FROM json_each(:deliveries)"),
         "accounts": text(f"SELECT id FROM accounts WHERE id {ids}")
-        .columns(column("id", String)),
+        .columns(result_column("id", String)),
         "stamp": text(f"UPDATE deliveries SET queued_at = :now WHERE id {ids}")
         .bindparams(now),
+        "find": _typed(f"""
+            SELECT {_columns(_notifications, dialect, "n.")} FROM json_each(:keys) AS k
+            JOIN notifications AS n ON n.account_id = json_extract(k.value, '$[0]')
+                AND n.type = json_extract(k.value, '$[1]')
+                AND n.occurrence = json_extract(k.value, '$[2]')""", _notifications),
+        "deliveries_of": _typed(f"SELECT {_columns(_deliveries, dialect)} FROM deliveries "
+                                f"WHERE notification_id {ids} ORDER BY channel", _deliveries),
     }
+
+
+def _typed(sql: str, table: Any) -> Any:
+    """``sql``, a SELECT of ``table``'s columns, read back through their types."""
+    return text(sql).columns(*(result_column(c.key, c.type) for c in table.columns))
 
 
 def known_accounts(account_ids: list[str]) -> set[str]:
@@ -558,18 +581,21 @@ def find_occurrences(keys: list[Key]) -> dict[Key, tuple[Notification, list[Deli
     deliveries."""
     if not keys:
         return {}
-    with Session(get_engine(), expire_on_commit=False) as session:
-        found = session.exec(select(Notification).where(
-            tuple_(Notification.account_id, Notification.type,  # type: ignore[arg-type]
-                   Notification.occurrence).in_(keys))).all()
+    with get_engine().connect() as connection:
+        statements = _bulk_statements(connection.dialect.name)
+        params = ({"account_ids": json.dumps([k[0] for k in keys]),
+                   "types": json.dumps([k[1] for k in keys]),
+                   "occurrences": json.dumps([k[2] for k in keys])}
+                  if connection.dialect.name == "postgresql" else {"keys": json.dumps(keys)})
+        found = [snapshot(Notification, **row)
+                 for row in connection.execute(statements["find"], params).mappings()]
         if not found:
             return {}
         deliveries: dict[str, list[Delivery]] = {n.id: [] for n in found}
-        for delivery in session.exec(select(Delivery).where(
-                Delivery.notification_id.in_(list(deliveries)))  # type: ignore[attr-defined]
-                .order_by(Delivery.channel)).all():
-            deliveries[delivery.notification_id].append(delivery)
-        return {(n.account_id, n.type, n.occurrence): (n, deliveries[n.id]) for n in found}
+        for row in connection.execute(statements["deliveries_of"],
+                                      {"ids": json.dumps(list(deliveries))}).mappings():
+            deliveries[row["notification_id"]].append(snapshot(Delivery, **row))
+    return {(n.account_id, n.type, n.occurrence): (n, deliveries[n.id]) for n in found}
 
 
 def stamp_many_handoffs(delivery_ids: list[str], *, now: datetime | None = None) -> None:

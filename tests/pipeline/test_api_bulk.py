@@ -111,6 +111,9 @@ def check_mixed_batch(client: TestClient) -> None:
     assert again["notification"]["id"] == new["notification"]["id"]
     assert ({d["id"] for d in again["notification"]["deliveries"]}
             == {d["id"] for d in new["notification"]["deliveries"]})
+    # an occurrence from before is answered whole, as GET /v1/notifications/{id} has it
+    assert existing["notification"] == client.get(
+        f"/v1/notifications/{before.json()['id']}").json()
     assert existing["notification"]["id"] == before.json()["id"]
     assert unknown["error"] == {"code": "account_not_found",
                                 "message": "no account no-such-account"}
