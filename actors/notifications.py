@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -22,6 +23,7 @@ from herald.db import autocommit
 from herald.db import session as db_session
 from herald.queue import actor, enqueue, enqueue_groups, is_last_attempt
 from herald.queue.errors import Defer, Permanent
+from herald.queue.ledger import ADD_CHUNK
 from models.notifications import (
     ClaimVerdict,
     Delivery,
@@ -212,10 +214,22 @@ def enqueue_new_deliveries(deliveries: list[Delivery], priority: int) -> None:
     The bulk path is for fresh jobs only: it never retries a retained failed job, so it
     must not be used to recover deliveries — that is :func:`enqueue_delivery`.
     """
-    by_channel: dict[str, list[Delivery]] = {}
-    for delivery in deliveries:
-        by_channel.setdefault(delivery.channel, []).append(delivery)
-    enqueue_groups([
-        (CHANNEL_ACTORS[channel], [(_job(d), {"job_id": d.id, "priority": priority})
-                                   for d in group])
-        for channel, group in by_channel.items()])
+    enqueue_prioritised_deliveries([(delivery, priority) for delivery in deliveries])
+
+
+def enqueue_prioritised_deliveries(jobs: Sequence[tuple[Delivery, int]], *,
+                                   chunk_size: int = ADD_CHUNK) -> None:
+    """Add the channel jobs of freshly persisted deliveries, each ``(delivery, priority)``
+    with its own priority, grouped by channel: one round trip per ``chunk_size`` jobs,
+    however many channels (job id = delivery id). Raises when the queue is unavailable;
+    nothing is added then (a chunk that did go through stays added).
+
+    Fresh jobs only, like :func:`enqueue_new_deliveries`: recovery is
+    :func:`enqueue_delivery`'s.
+    """
+    by_channel: dict[str, list[tuple[dict[str, str], dict[str, Any]]]] = {}
+    for delivery, priority in jobs:
+        by_channel.setdefault(delivery.channel, []).append(
+            (_job(delivery), {"job_id": delivery.id, "priority": priority}))
+    enqueue_groups([(CHANNEL_ACTORS[channel], items) for channel, items in by_channel.items()],
+                   chunk_size=chunk_size)

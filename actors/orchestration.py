@@ -18,6 +18,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
@@ -39,10 +41,16 @@ from models.notifications import (
     Account,
     Channel,
     Delivery,
+    Key,
     Notification,
     Outcome,
+    find_occurrences,
+    known_accounts,
+    persist_new_notifications,
     persist_notification,
     stamp_handoffs,
+    stamp_many_handoffs,
+    storable,
 )
 
 log = logging.getLogger("herald.orchestration")
@@ -166,6 +174,28 @@ def check_event(type_name: str, data: dict[str, Any], urgency: str,
     return _channels(type_name, channels)
 
 
+def new_notification(*, account_id: str, type: str, occurrence: str, data: dict[str, Any],
+                     urgency: str, transactional: bool | None, channels: list[str] | None,
+                     batch_id: str | None, now: datetime) -> tuple[Notification, list[Delivery]]:
+    """The notification of a checked event and its deliveries, not persisted yet.
+
+    InvalidEvent when the event fails :func:`check_event` or :func:`event_category`. In-app
+    deliveries are ``delivered`` (no queue), the others ``queued``; push is there only with
+    FEATURE_PUSH. Ids and timestamps are given, not defaulted: the rows share ``now``.
+    """
+    chosen = check_event(type, data, urgency, channels)
+    transactional = event_category(type, transactional)
+    notification = snapshot(
+        Notification, id=new_id(), account_id=account_id, type=type, occurrence=occurrence,
+        urgency=urgency, transactional=transactional, data=data, batch_id=batch_id,
+        created_at=now)
+    deliveries = [snapshot(
+        Delivery, id=new_id(), notification_id=notification.id, channel=channel,
+        outcome=(Outcome.DELIVERED if channel == Channel.IN_APP else Outcome.QUEUED).value,
+        created_at=now, updated_at=now) for channel in chosen]
+    return notification, deliveries
+
+
 def trigger_event(*, account_id: str, type: str, occurrence: str,
                   data: dict[str, Any] | None = None, urgency: str = "normal",
                   transactional: bool | None = None, channels: list[str] | None = None,
@@ -177,19 +207,10 @@ def trigger_event(*, account_id: str, type: str, occurrence: str,
     queued and unstamped for the handoff sweep. AccountNotFound when the account does not
     exist (nothing is persisted).
     """
-    data = data or {}
-    chosen = check_event(type, data, urgency, channels)
-    transactional = event_category(type, transactional)
-    # ids and timestamps given, not defaulted: the rows share one clock reading
-    now = utcnow()
-    notification = snapshot(
-        Notification, id=new_id(), account_id=account_id, type=type, occurrence=occurrence,
-        urgency=urgency, transactional=transactional, data=data, batch_id=batch_id,
-        created_at=now)
-    deliveries = [snapshot(
-        Delivery, id=new_id(), notification_id=notification.id, channel=channel,
-        outcome=(Outcome.DELIVERED if channel == Channel.IN_APP else Outcome.QUEUED).value,
-        created_at=now, updated_at=now) for channel in chosen]
+    notification, deliveries = new_notification(
+        account_id=account_id, type=type, occurrence=occurrence, data=data or {},
+        urgency=urgency, transactional=transactional, channels=channels, batch_id=batch_id,
+        now=utcnow())
     try:
         # no look-up first: the unique (account, type, occurrence) key and the account's
         # foreign key decide, and a refusal persists nothing
@@ -236,16 +257,135 @@ def hand_off(deliveries: list[Delivery], priority: int) -> int:
     queued = [delivery for delivery in deliveries if delivery.outcome == Outcome.QUEUED.value]
     if not queued:
         return 0
-    try:
-        enqueue_new_deliveries(queued, priority)
-    except Exception as error:  # Redis away: the handoff sweep repairs it
-        for delivery in queued:
-            log.warning("enqueue failed: %s", type(error).__name__,
-                        extra={"delivery_id": delivery.id})
+    if not _enqueued(queued, lambda: enqueue_new_deliveries(queued, priority)):
         return 0
     # a single UPDATE is atomic by itself: no transaction round trips around it
     with autocommit() as connection:
         stamp_handoffs(connection, [delivery.id for delivery in queued])
+    return len(queued)
+
+
+def _enqueued(deliveries: list[Delivery], enqueue: Callable[[], None]) -> bool:
+    """Run ``enqueue`` (the add of these deliveries' jobs); False, with each delivery's
+    failure logged by its id only, when it fails."""
+    try:
+        enqueue()
+    except Exception as error:  # Redis away: the handoff sweep repairs it
+        for delivery in deliveries:
+            log.warning("enqueue failed: %s", type(error).__name__,
+                        extra={"delivery_id": delivery.id})
+        return False
+    return True
+
+
+# -- many events at once ------------------------------------------------------------------
+#: The most events one :func:`trigger_events` call takes (README.md, "The HTTP API").
+MAX_BULK_EVENTS = 1000
+
+
+class UnstorableEvent(ValueError):
+    """The event holds a value the database cannot store (a NUL character …)."""
+
+
+#: What :func:`trigger_events` answers for one event: its result, or why it was refused.
+EventOutcome = EventResult | InvalidEvent | AccountNotFound | UnstorableEvent
+
+
+def trigger_events(events: list[dict[str, Any]]) -> list[EventOutcome]:
+    """Trigger many events at once; one outcome per event, in order.
+
+    Each event (the keyword arguments of :func:`trigger_event`, without ``batch_id``) is
+    answered as :func:`trigger_event` would answer it alone: an EventResult (``created``
+    False for an occurrence that exists, nothing sent again), or InvalidEvent,
+    AccountNotFound or UnstorableEvent returned (not raised) — one refused event never
+    fails the others. An occurrence given twice is created by its first event; the later
+    ones answer that notification with ``created=False``.
+
+    Persisted first, enqueued second, in a fixed number of round trips whatever the count:
+    one SELECT of the accounts, the new notifications and their deliveries in multi-row
+    INSERTs that land together, one SELECT each for the notifications that existed and
+    their deliveries, one add of every channel job (job id = delivery id, priority from
+    each event's urgency), one UPDATE stamping their handoff. A failed add leaves the
+    deliveries queued and unstamped for the handoff sweep, and the events accepted.
+    """
+    if len(events) > MAX_BULK_EVENTS:
+        raise ValueError(f"at most {MAX_BULK_EVENTS} events at once")
+    outcomes: list[EventOutcome | None] = [None] * len(events)
+    now = utcnow()  # one clock reading for every row, as for one event
+    # the first valid event of each key is its candidate; later ones repeat it
+    candidates: dict[Key, tuple[int, Notification, list[Delivery]]] = {}
+    repeats: list[tuple[int, Key]] = []
+    for index, event in enumerate(events):
+        try:
+            notification, deliveries = new_notification(
+                account_id=event["account_id"], type=event["type"],
+                occurrence=event["occurrence"], data=event.get("data") or {},
+                urgency=event.get("urgency", "normal"),
+                transactional=event.get("transactional"), channels=event.get("channels"),
+                batch_id=None, now=now)
+        except InvalidEvent as error:
+            outcomes[index] = error
+            continue
+        if not storable([notification.account_id, notification.occurrence,
+                         notification.data]):
+            outcomes[index] = UnstorableEvent("a value cannot be stored")
+            continue
+        key = (notification.account_id, notification.type, notification.occurrence)
+        if key in candidates:
+            repeats.append((index, key))
+        else:
+            candidates[key] = (index, notification, deliveries)
+    accounts = known_accounts(list({key[0] for key in candidates}))
+    # in key order: two requests inserting the same occurrences then wait on each other in
+    # one order, never in a cycle (a deadlock PostgreSQL would break by failing one)
+    keep = {key: candidates[key] for key in sorted(candidates) if key[0] in accounts}
+    inserted = persist_new_notifications(
+        [notification for _, notification, _ in keep.values()],
+        [delivery for _, _, deliveries in keep.values() for delivery in deliveries])
+    existing = find_occurrences([key for key, (_, n, _) in keep.items()
+                                 if n.id not in inserted])
+    by_key: dict[Key, EventOutcome] = {}
+    handed: list[tuple[Delivery, int]] = []
+    for key, (index, notification, deliveries) in candidates.items():
+        outcome: EventOutcome
+        if notification.id in inserted:
+            outcome = EventResult(notification=notification, deliveries=deliveries,
+                                  created=True)
+            priority = URGENCIES[notification.urgency]
+            handed += [(delivery, priority) for delivery in deliveries]
+        elif key in existing:
+            found, found_deliveries = existing[key]
+            outcome = EventResult(notification=found, deliveries=found_deliveries,
+                                  created=False)
+        else:  # unknown, or (never in herald today) removed before the insert
+            outcome = AccountNotFound(key[0])
+        outcomes[index] = by_key[key] = outcome
+    for index, key in repeats:
+        first = by_key[key]
+        outcomes[index] = (dataclasses.replace(first, created=False)
+                           if isinstance(first, EventResult) else first)
+    hand_off_many(handed)
+    log.info("notifications persisted", extra={"notifications": len(inserted),
+                                               "deliveries": len(handed)})
+    answered = [outcome for outcome in outcomes if outcome is not None]
+    assert len(answered) == len(events), "every event is answered"
+    return answered
+
+
+def hand_off_many(deliveries: list[tuple[Delivery, int]]) -> int:
+    """:func:`hand_off` for deliveries of many notifications, each ``(delivery,
+    priority)``: the jobs of the queued ones added in ONE round trip, then their handoff
+    stamped in one UPDATE; returns how many were handed off. A failed add is logged by
+    delivery id only and leaves them unstamped for the handoff sweep."""
+    from actors.notifications import enqueue_prioritised_deliveries
+
+    queued = [(d, priority) for d, priority in deliveries if d.outcome == Outcome.QUEUED.value]
+    if not queued or not _enqueued(
+            [d for d, _ in queued],
+            # one add for them all: at most 3 channel jobs per event, so a few thousand
+            lambda: enqueue_prioritised_deliveries(queued, chunk_size=len(queued))):
+        return 0
+    stamp_many_handoffs([d.id for d, _ in queued])
     return len(queued)
 
 

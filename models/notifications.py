@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
+import math
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -20,6 +22,7 @@ from sqlalchemy import (
     Connection,
     Index,
     Insert,
+    String,
     UniqueConstraint,
     and_,
     bindparam,
@@ -29,10 +32,11 @@ from sqlalchemy import (
     text,
     update,
 )
+from sqlalchemy import column as result_column
 from sqlmodel import Field, Session, SQLModel, select
 
 from herald.db import Prepared, autocommit, get_engine, is_postgres
-from models.base import UtcDateTime, id_field, timestamp_field, utcnow
+from models.base import UtcDateTime, id_field, snapshot, timestamp_field, utcnow
 
 #: A claim older than this is abandoned and may be taken over (docs/pipeline.md#claims).
 CLAIM_STALE_AFTER = timedelta(seconds=60)
@@ -340,6 +344,269 @@ def persist_notification(notification: Notification, deliveries: list[Delivery])
         if deliveries:
             _insert_deliveries(len(deliveries)).run(connection, params)
 
+
+# -- many notifications at once (POST /v1/events/bulk, docs/pipeline.md#bulk-events) -------
+# However many rows, each statement's text is the same, so it is compiled once: the rows
+# travel as JSON arrays, one per column on PostgreSQL (zipped back by ROWS FROM), one of
+# rows on SQLite (json_each). A multi-row VALUES list with a bind per value is a new
+# statement for every row count (compiling one of 3,000 deliveries costs SQLAlchemy over a
+# second); PostgreSQL arrays as parameters cost psycopg more, per element, than the JSON
+# encoder, and a JSON array of objects (json_populate_recordset) costs PostgreSQL twice as
+# much as these. On PostgreSQL ids are matched with ``= ANY(ARRAY(…))``, which the primary
+# key's index serves.
+Key = tuple[str, str, str]
+
+
+def storable(value: Any) -> bool:
+    """True when every text in ``value`` (a JSON-like value, at any depth) can be stored:
+    no NUL character (PostgreSQL refuses it), no lone surrogate (not UTF-8), no NaN or
+    infinity (not JSON). One such value must not fail the statement of a whole batch."""
+    if isinstance(value, str):
+        return "\x00" not in value and (value.isascii() or _utf8(value))
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(storable(key) and storable(inner) for key, inner in value.items())
+    if isinstance(value, list | tuple):
+        return all(storable(inner) for inner in value)
+    return True
+
+
+def _utf8(text_: str) -> bool:
+    try:
+        text_.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _values(records: list[Notification] | list[Delivery]) -> list[list[Any]]:
+    """Each record's column values, in the table's column order."""
+    keys = [column.key for column in _table(records).columns]
+    rows = []
+    for record in records:
+        # read from the instance's dict: through the ORM's attributes, a thousand rows
+        # cost more than the database spends inserting them
+        values = record.__dict__
+        rows.append([values[key] if key in values else getattr(record, key) for key in keys])
+    return rows
+
+
+def _table(records: list[Notification] | list[Delivery]) -> Any:
+    return records[0].__table__  # type: ignore[attr-defined]
+
+
+def _pg_columns(records: list[Notification] | list[Delivery], prefix: str) -> dict[str, str]:
+    """The records as one JSON array per column, bound as ``<prefix>_<column>``."""
+    table = _table(records)
+    columns = zip(*_values(records), strict=True)
+    return {f"{prefix}_{column.key}": json.dumps(list(values), default=_iso,
+                                                ensure_ascii=False, allow_nan=False)
+            for column, values in zip(table.columns, columns, strict=True)}
+
+
+def _iso(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _sqlite_json(records: list[Notification] | list[Delivery], dialect: Any) -> str:
+    """The records as one JSON array of rows (arrays in column order), each value in the
+    form SQLite stores it (the column type's bind processor: timestamps as SQLite's
+    text, JSON columns as JSON)."""
+    writers = [None if isinstance(column.type, JSON)
+               else column.type.dialect_impl(dialect).bind_processor(dialect)
+               for column in _table(records).columns]
+    rows = [[value if write is None else write(value)
+             for write, value in zip(writers, row, strict=True)] for row in _values(records)]
+    return json.dumps(rows, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _pg_rows(table: Any, prefix: str, dialect: Any) -> tuple[str, str, str]:
+    """``(columns, the SELECT list, the FROM item)`` reading the rows of ``table`` back
+    from the JSON arrays :func:`_pg_columns` binds, each value cast to its column's type
+    (a JSON column's values stay JSON)."""
+    functions, values = [], []
+    for column in table.columns:
+        json_column = isinstance(column.type, JSON)
+        function = "json_array_elements" if json_column else "json_array_elements_text"
+        functions.append(f"{function}(CAST(:{prefix}_{column.key} AS json))")
+        value = f"{prefix}.{dialect.identifier_preparer.quote(column.key)}"
+        values.append(value if json_column
+                      else f"CAST({value} AS {column.type.compile(dialect=dialect)})")
+    names = _columns(table, dialect)
+    return names, ", ".join(values), f"ROWS FROM ({', '.join(functions)}) AS {prefix}({names})"
+
+
+def _columns(table: Any, dialect: Any, prefix: str = "") -> str:
+    return ", ".join(prefix + dialect.identifier_preparer.quote(c.key) for c in table.columns)
+
+
+def _sqlite_rows(table: Any, dialect: Any) -> tuple[str, str]:
+    """``(columns, the SELECT list)`` reading the rows of a ``json_each`` of
+    :func:`_sqlite_json` back into ``table``'s columns (an object column stays JSON text,
+    as SQLAlchemy stores it)."""
+    values = ", ".join(f"json_extract(value, '$[{i}]')" for i in range(len(table.columns)))
+    return _columns(table, dialect), values
+
+
+@functools.cache
+def _bulk_statements(dialect_name: str) -> dict[str, Any]:
+    """The bulk statements of one dialect, built once: ``persist`` (PostgreSQL: the
+    notifications and their deliveries in one statement), ``notifications`` and
+    ``deliveries`` (SQLite: the two INSERTs of one transaction), ``accounts`` (which
+    account ids exist) and ``stamp`` (the handoff stamp of many deliveries)."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    now = bindparam("now", type_=UtcDateTime)
+    if dialect_name == "postgresql":
+        dialect = postgresql.dialect()
+        n_cols, n_values, notifications = _pg_rows(_notifications, "n", dialect)
+        d_cols, d_values, deliveries = _pg_rows(_deliveries, "d", dialect)
+        # unknown accounts are looked up first; the EXISTS only keeps an account removed
+        # since from failing the batch on its foreign key (that notification is then left
+        # out); deliveries of a notification left out are left out with it
+        persist = text(f"""
+            WITH notification AS (
+                INSERT INTO notifications ({n_cols})
+                SELECT {n_values} FROM {notifications}
+                WHERE EXISTS (SELECT 1 FROM accounts WHERE accounts.id = n.account_id)
+                ON CONFLICT (account_id, type, occurrence) DO NOTHING
+                RETURNING id),
+            delivery AS (
+                INSERT INTO deliveries ({d_cols})
+                SELECT {d_values} FROM {deliveries}
+                WHERE d.notification_id IN (SELECT id FROM notification))
+            SELECT id FROM notification""")
+        ids = "ANY(ARRAY(SELECT json_array_elements_text(CAST(:ids AS json))))"
+        return {
+            "persist": persist.columns(result_column("id", String)),
+            "accounts": text(f"SELECT id FROM accounts WHERE id = {ids}")
+            .columns(result_column("id", String)),
+            "stamp": text(f"UPDATE deliveries SET queued_at = :now WHERE id = {ids}")
+            .bindparams(now),
+            "find": _typed(f"""
+                SELECT {_columns(_notifications, dialect, "n.")} FROM notifications AS n
+                JOIN ROWS FROM (json_array_elements_text(CAST(:account_ids AS json)),
+                                json_array_elements_text(CAST(:types AS json)),
+                                json_array_elements_text(CAST(:occurrences AS json)))
+                    AS k(account_id, type, occurrence)
+                ON n.account_id = k.account_id AND n.type = k.type
+                   AND n.occurrence = k.occurrence""", _notifications),
+            "deliveries_of": _typed(f"SELECT {_columns(_deliveries, dialect)} FROM deliveries "
+                                    f"WHERE notification_id = {ids} ORDER BY channel",
+                                    _deliveries),
+        }
+    dialect = sqlite.dialect()
+    n_cols, n_values = _sqlite_rows(_notifications, dialect)
+    d_cols, d_values = _sqlite_rows(_deliveries, dialect)
+    account = list(_notifications.columns).index(_notifications.c.account_id)
+    ids = "IN (SELECT value FROM json_each(:ids))"
+    # the WHERE also settles SQLite's parse of INSERT … SELECT … ON CONFLICT
+    notifications = text(f"""
+        INSERT INTO notifications ({n_cols})
+        SELECT {n_values} FROM json_each(:notifications)
+        WHERE EXISTS (SELECT 1 FROM accounts
+                      WHERE accounts.id = json_extract(value, '$[{account}]'))
+        ON CONFLICT (account_id, type, occurrence) DO NOTHING
+        RETURNING id""")
+    return {
+        "notifications": notifications.columns(result_column("id", String)),
+        "deliveries": text(f"INSERT INTO deliveries ({d_cols}) "
+                           f"SELECT {d_values} FROM json_each(:deliveries)"),
+        "accounts": text(f"SELECT id FROM accounts WHERE id {ids}")
+        .columns(result_column("id", String)),
+        "stamp": text(f"UPDATE deliveries SET queued_at = :now WHERE id {ids}")
+        .bindparams(now),
+        "find": _typed(f"""
+            SELECT {_columns(_notifications, dialect, "n.")} FROM json_each(:keys) AS k
+            JOIN notifications AS n ON n.account_id = json_extract(k.value, '$[0]')
+                AND n.type = json_extract(k.value, '$[1]')
+                AND n.occurrence = json_extract(k.value, '$[2]')""", _notifications),
+        "deliveries_of": _typed(f"SELECT {_columns(_deliveries, dialect)} FROM deliveries "
+                                f"WHERE notification_id {ids} ORDER BY channel", _deliveries),
+    }
+
+
+def _typed(sql: str, table: Any) -> Any:
+    """``sql``, a SELECT of ``table``'s columns, read back through their types."""
+    return text(sql).columns(*(result_column(c.key, c.type) for c in table.columns))
+
+
+def known_accounts(account_ids: list[str]) -> set[str]:
+    """Which of these account ids exist, in one SELECT."""
+    if not account_ids:
+        return set()
+    with get_engine().connect() as connection:
+        statement = _bulk_statements(connection.dialect.name)["accounts"]
+        return set(connection.execute(statement,
+                                      {"ids": json.dumps(account_ids)}).scalars())
+
+
+def persist_new_notifications(notifications: list[Notification],
+                              deliveries: list[Delivery]) -> set[str]:
+    """Insert the notifications whose (account, type, occurrence) key is free, each with
+    its deliveries, and commit them; returns the ids of those inserted.
+
+    A notification whose key exists already (or appears earlier in the list), or whose
+    account does not exist, is left out with its deliveries: never an error, so one event
+    never fails the others. What is inserted lands whole: on PostgreSQL one statement on
+    an autocommit connection, elsewhere two in one transaction. Every text must be
+    :func:`storable`.
+    """
+    if not notifications:
+        return set()
+    engine = get_engine()
+    statements = _bulk_statements(engine.dialect.name)
+    if engine.dialect.name == "postgresql":
+        params = _pg_columns(notifications, "n")
+        params |= (_pg_columns(deliveries, "d") if deliveries
+                   else {f"d_{c.key}": "[]" for c in _deliveries.columns})
+        with autocommit() as connection:
+            return set(connection.execute(statements["persist"], params).scalars())
+    with engine.begin() as connection:
+        inserted = set(connection.execute(statements["notifications"], {
+            "notifications": _sqlite_json(notifications, engine.dialect)}).scalars())
+        kept = [d for d in deliveries if d.notification_id in inserted]
+        if kept:
+            connection.execute(statements["deliveries"],
+                               {"deliveries": _sqlite_json(kept, engine.dialect)})
+    return inserted
+
+
+def find_occurrences(keys: list[Key]) -> dict[Key, tuple[Notification, list[Delivery]]]:
+    """The notifications of these (account, type, occurrence) keys that exist, each with
+    its deliveries ordered by channel: one SELECT for the notifications, one for their
+    deliveries."""
+    if not keys:
+        return {}
+    with get_engine().connect() as connection:
+        statements = _bulk_statements(connection.dialect.name)
+        params = ({"account_ids": json.dumps([k[0] for k in keys]),
+                   "types": json.dumps([k[1] for k in keys]),
+                   "occurrences": json.dumps([k[2] for k in keys])}
+                  if connection.dialect.name == "postgresql" else {"keys": json.dumps(keys)})
+        found = [snapshot(Notification, **row)
+                 for row in connection.execute(statements["find"], params).mappings()]
+        if not found:
+            return {}
+        deliveries: dict[str, list[Delivery]] = {n.id: [] for n in found}
+        for row in connection.execute(statements["deliveries_of"],
+                                      {"ids": json.dumps(list(deliveries))}).mappings():
+            deliveries[row["notification_id"]].append(snapshot(Delivery, **row))
+    return {(n.account_id, n.type, n.occurrence): (n, deliveries[n.id]) for n in found}
+
+
+def stamp_many_handoffs(delivery_ids: list[str], *, now: datetime | None = None) -> None:
+    """Write the handoff stamp (``queued_at``) of these deliveries in one UPDATE (any
+    number of them), committed as it runs; outcome and claim are left as they are."""
+    if not delivery_ids:
+        return
+    with autocommit() as connection:
+        statement = _bulk_statements(connection.dialect.name)["stamp"]
+        connection.execute(statement, {"ids": json.dumps(delivery_ids),
+                                       "now": now or utcnow()})
 
 @functools.cache
 def _outcome_update(columns: tuple[str, ...], *, fenced: bool, count_attempt: bool,

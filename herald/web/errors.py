@@ -10,6 +10,7 @@ Redis outages into the same shape.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
@@ -45,6 +46,11 @@ ERROR_CODES = {
     429: "rate_limited",
     503: "unavailable",
 }
+
+
+#: The 422 code and message of a value the database cannot store.
+INVALID_VALUE = ("invalid_value",
+                 "a value in the request cannot be stored (for example a NUL character)")
 
 
 class ValidationProblem(BaseModel):
@@ -114,15 +120,19 @@ def _json_position(exc: RequestValidationError, error: dict[str, Any]) -> str:
     return f"invalid JSON at byte {position}"
 
 
-async def _validation_error(_request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, RequestValidationError)
+def validation_error_body(errors: Sequence[Any], exc: RequestValidationError | None = None
+                          ) -> dict[str, Any]:
+    """The 422 body of these validation errors (pydantic's ``errors()``, each ``loc``
+    from the request's root, like ``("body", "type")``): a message naming the first
+    problem's place, and each problem's location, message and type — never the rejected
+    input. ``exc``: the request's own error, for where a body stopped being JSON."""
     # Only location, message and type: the rejected input may hold personal data.
-    errors = exc.errors()
     problems = [{"loc": [str(part) for part in error.get("loc", ())],
                  "msg": str(error.get("msg", "")), "type": str(error.get("type", ""))}
                 for error in errors]
     first_error = errors[0] if errors else None
-    if first_error is not None and first_error.get("type") == "json_invalid":
+    if (exc is not None and first_error is not None
+            and first_error.get("type") == "json_invalid"):
         # the parser's own words ("Expecting ',' delimiter") quote no input
         reason = str((first_error.get("ctx") or {}).get("error", "")).lower()
         message = _json_position(exc, first_error) + (f": {reason}" if reason else "")
@@ -135,8 +145,12 @@ async def _validation_error(_request: Request, exc: Exception) -> Response:
             message += f" (and {len(problems) - 1} more)"
     else:
         message = "the request is malformed"
-    body = error_body("validation_error", message, details=problems[:MAX_VALIDATION_DETAILS])
-    return JSONResponse(body, status_code=422)
+    return error_body("validation_error", message, details=problems[:MAX_VALIDATION_DETAILS])
+
+
+async def _validation_error(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    return JSONResponse(validation_error_body(exc.errors(), exc), status_code=422)
 
 
 async def _database_error(request: Request, exc: Exception) -> Response:
@@ -148,8 +162,7 @@ async def _database_error(request: Request, exc: Exception) -> Response:
     # A value the database cannot store (a NUL character in text, a number out of range)
     # is the request's fault; the failed statement's transaction changed nothing.
     if isinstance(exc, DataError):
-        return JSONResponse(error_body("invalid_value", "a value in the request cannot be "
-                                       "stored (for example a NUL character)"), status_code=422)
+        return JSONResponse(error_body(*INVALID_VALUE), status_code=422)
     # Handled here, Starlette no longer re-raises it, so the trace is ours to log.
     log.error("database error", exc_info=exc)
     return await _unexpected(request, exc)

@@ -1,17 +1,26 @@
 """``POST /v1/events``: a domain event becomes a notification and its deliveries
 (README.md, "The HTTP API"). The work is in ``actors.orchestration``; a malformed event is
-answered 422 before anything touches the database or a queue."""
+answered 422 before anything touches the database or a queue.
+
+``POST /v1/events/bulk`` does the same for up to 1,000 events in one request, each
+answered with its own status, in order (docs/pipeline.md#bulk-events)."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from actors import orchestration
 from herald.web.auth import protected_router
-from herald.web.errors import api_error
+from herald.web.errors import (
+    INVALID_VALUE,
+    ErrorDetail,
+    api_error,
+    error_body,
+    validation_error_body,
+)
 
 router = protected_router(["events"])
 
@@ -42,3 +51,69 @@ def post_event(body: EventIn) -> JSONResponse:
         raise api_error(404, "account_not_found", f"no account {body.account_id}") from None
     return JSONResponse(orchestration.notification_view(result),
                         status_code=202 if result.created else 200)
+
+
+class EventsIn(BaseModel):
+    """Up to 1,000 events, each an :class:`EventIn`.
+
+    The elements are validated one by one, in the route, not here: a malformed one is
+    answered with its own 422 and does not fail the others."""
+
+    model_config = ConfigDict(extra="forbid")
+    events: list[Any] = Field(
+        min_length=1, max_length=orchestration.MAX_BULK_EVENTS,
+        # the schema still says what each element must be
+        json_schema_extra={"items": {"$ref": "#/components/schemas/EventIn"}})
+
+
+class EventAnswer(BaseModel):
+    """One event's answer: ``status`` as ``POST /v1/events`` would answer it alone (202
+    new, 200 existing, 4xx refused) with its ``notification`` or its ``error``."""
+
+    status: int
+    notification: dict[str, Any] | None = None
+    error: ErrorDetail | None = None
+
+
+class EventsOut(BaseModel):
+    """The events' answers, in the order of the request."""
+
+    results: list[EventAnswer]
+
+
+@router.post("/events/bulk", summary="Accept many domain events",
+             responses={200: {"model": EventsOut,
+                              "description": "Each event's own answer, in order"}})
+def post_events(body: EventsIn) -> JSONResponse:
+    """200 with one answer per event, in order: 202 and the notification for a new one,
+    200 and the existing one for a repeated occurrence (also within the request), or a
+    4xx error of its own (422 ``validation_error``, ``invalid_event`` or
+    ``invalid_value``; 404 ``account_not_found``) — one refused event never fails the
+    others. Zero or over 1,000 events: 422 for the whole request, nothing written."""
+    results: list[dict[str, Any] | None] = [None] * len(body.events)
+    valid: list[tuple[int, EventIn]] = []
+    for index, element in enumerate(body.events):
+        try:
+            valid.append((index, EventIn.model_validate(element)))
+        except ValidationError as error:
+            # located as if the whole body had been refused: body.events.<index>.<field>
+            errors = [{**problem, "loc": ("body", "events", index, *problem["loc"])}
+                      for problem in error.errors(include_url=False, include_input=False)]
+            results[index] = {"status": 422, **validation_error_body(errors)}
+    outcomes = orchestration.trigger_events([event.model_dump() for _, event in valid])
+    for (index, event), outcome in zip(valid, outcomes, strict=True):
+        results[index] = _answer(event, outcome)
+    return JSONResponse({"results": results})
+
+
+def _answer(event: EventIn, outcome: orchestration.EventOutcome) -> dict[str, Any]:
+    """One event's answer, with the status and error ``POST /v1/events`` gives it."""
+    if isinstance(outcome, orchestration.EventResult):
+        return {"status": 202 if outcome.created else 200,
+                "notification": orchestration.notification_view(outcome)}
+    if isinstance(outcome, orchestration.InvalidEvent):
+        return {"status": 422, **error_body("invalid_event", str(outcome))}
+    if isinstance(outcome, orchestration.AccountNotFound):
+        return {"status": 404, **error_body("account_not_found",
+                                            f"no account {event.account_id}")}
+    return {"status": 422, **error_body(*INVALID_VALUE)}
