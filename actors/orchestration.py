@@ -222,7 +222,7 @@ def trigger_event(*, account_id: str, type: str, occurrence: str,
             raise
         return existing
     hand_off(deliveries, URGENCIES[urgency])
-    log.info("notification persisted", extra={"notification_id": notification.id,
+    log.debug("notification persisted", extra={"notification_id": notification.id,
                                                "deliveries": len(deliveries)})
     return EventResult(notification=notification, deliveries=deliveries, created=True)
 
@@ -365,7 +365,7 @@ def trigger_events(events: list[dict[str, Any]]) -> list[EventOutcome]:
         outcomes[index] = (dataclasses.replace(first, created=False)
                            if isinstance(first, EventResult) else first)
     hand_off_many(handed)
-    log.info("notifications persisted", extra={"notifications": len(inserted),
+    log.debug("notifications persisted", extra={"notifications": len(inserted),
                                                "deliveries": len(handed)})
     answered = [outcome for outcome in outcomes if outcome is not None]
     assert len(answered) == len(events), "every event is answered"

@@ -33,13 +33,13 @@ class Coalescer(Generic[T, R]):
     """Runs ``run_batch`` over the items submitted while the previous batch ran.
 
     ``run_batch`` gets up to ``max_batch`` items in submission order and returns one
-    outcome per item, in the same order: a result, or an exception instance that the
-    item's :meth:`submit` raises. An exception raised by ``run_batch`` itself fails every
-    item of the batch with it. One thread per process runs the batches, one at a time
-    (started on first use, and again in a forked child).
+    result per item, in the same order, which the item's :meth:`submit` returns (as it is,
+    an exception instance included). An exception raised by ``run_batch`` itself is
+    raised by the :meth:`submit` of every item of the batch. One thread per process runs
+    the batches, one at a time (started on first use, and again in a forked child).
     """
 
-    def __init__(self, run_batch: Callable[[list[T]], Sequence[R | BaseException]], *,
+    def __init__(self, run_batch: Callable[[list[T]], Sequence[R]], *,
                  max_batch: int, name: str) -> None:
         self._run_batch = run_batch
         self._max_batch = max_batch
@@ -78,29 +78,31 @@ class Coalescer(Generic[T, R]):
             self._run(batch)
 
     def _run(self, batch: list[_Entry]) -> None:
+        failure: BaseException | None = None
         try:
-            outcomes: Sequence[object] = self._run_batch([item for item, _, _ in batch])
-            if len(outcomes) != len(batch):
-                raise RuntimeError(f"{self._name}: {len(outcomes)} outcomes for "
+            results: Sequence[object] = self._run_batch([item for item, _, _ in batch])
+            if len(results) != len(batch):
+                raise RuntimeError(f"{self._name}: {len(results)} results for "
                                    f"{len(batch)} items")
         except BaseException as error:  # every item of the batch fails with it
-            outcomes = [error] * len(batch)
+            failure, results = error, [None] * len(batch)
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, object]]] = {}
-        for (_, future, loop), outcome in zip(batch, outcomes, strict=True):
-            by_loop.setdefault(loop, []).append((future, outcome))
+        for (_, future, loop), result in zip(batch, results, strict=True):
+            by_loop.setdefault(loop, []).append((future, result))
         # one wake-up of each loop per batch, not one per item
         for loop, settled in by_loop.items():
             try:
-                loop.call_soon_threadsafe(_settle, settled)
+                loop.call_soon_threadsafe(_settle, settled, failure)
             except RuntimeError:  # that loop has closed: nobody awaits its items
                 log.warning("%s: results for a closed event loop dropped", self._name)
 
 
-def _settle(settled: list[tuple[asyncio.Future, object]]) -> None:
-    for future, outcome in settled:
+def _settle(settled: list[tuple[asyncio.Future, object]],
+            failure: BaseException | None) -> None:
+    for future, result in settled:
         if future.done():  # the request was cancelled (its client went away)
             continue
-        if isinstance(outcome, BaseException):
-            future.set_exception(outcome)
+        if failure is not None:
+            future.set_exception(failure)
         else:
-            future.set_result(outcome)
+            future.set_result(result)

@@ -14,10 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from actors import orchestration
 from herald.web.auth import protected_router
+from herald.web.coalesce import Coalescer
 from herald.web.errors import (
     INVALID_VALUE,
     ErrorDetail,
-    api_error,
     error_body,
     validation_error_body,
 )
@@ -40,17 +40,19 @@ class EventIn(BaseModel):
         default=None, min_length=1, max_length=4)
 
 
+#: Each process accepts the events of its concurrent requests together: one batch of
+#: :func:`orchestration.trigger_events` at a time, in a thread of its own, while the next
+#: gathers (herald/web/coalesce.py).
+_accepting = Coalescer(orchestration.trigger_events, max_batch=orchestration.MAX_BULK_EVENTS,
+                       name="herald-events")
+
+
 @router.post("/events", status_code=202, summary="Accept a domain event")
-def post_event(body: EventIn) -> JSONResponse:
+async def post_event(body: EventIn) -> JSONResponse:
     """202 with the new notification; 200 with the existing one for a repeated occurrence."""
-    try:
-        result = orchestration.trigger_event(**body.model_dump())
-    except orchestration.InvalidEvent as error:
-        raise api_error(422, "invalid_event", str(error)) from None
-    except orchestration.AccountNotFound:
-        raise api_error(404, "account_not_found", f"no account {body.account_id}") from None
-    return JSONResponse(orchestration.notification_view(result),
-                        status_code=202 if result.created else 200)
+    answer = _answer(body, await _accepting.submit(body.model_dump()))
+    status = answer.pop("status")
+    return JSONResponse(answer.get("notification") or answer, status_code=status)
 
 
 class EventsIn(BaseModel):
