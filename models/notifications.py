@@ -426,14 +426,17 @@ def _sqlite_json(records: list[Notification] | list[Delivery], dialect: Any) -> 
 def _pg_rows(table: Any, prefix: str, dialect: Any) -> tuple[str, str, str]:
     """``(columns, the SELECT list, the FROM item)`` reading the rows of ``table`` back
     from the JSON arrays :func:`_pg_columns` binds, each value cast to its column's type
-    (a JSON column's values stay JSON)."""
+    (texts stay text and JSON stays JSON: the INSERT converts them)."""
     functions, values = [], []
     for column in table.columns:
         json_column = isinstance(column.type, JSON)
         function = "json_array_elements" if json_column else "json_array_elements_text"
         functions.append(f"{function}(CAST(:{prefix}_{column.key} AS json))")
         value = f"{prefix}.{dialect.identifier_preparer.quote(column.key)}"
-        values.append(value if json_column
+        # texts stay text: the INSERT's own conversion to VARCHAR(n) refuses a longer
+        # one, where a CAST would cut it short without a word
+        text_column = isinstance(getattr(column.type, "impl", column.type), String)
+        values.append(value if json_column or text_column
                       else f"CAST({value} AS {column.type.compile(dialect=dialect)})")
     names = _columns(table, dialect)
     return names, ", ".join(values), f"ROWS FROM ({', '.join(functions)}) AS {prefix}({names})"

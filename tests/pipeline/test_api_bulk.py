@@ -298,3 +298,27 @@ def test_concurrent_requests_with_the_same_occurrences_create_each_once(
             assert first.created != second.created
         events = [welcome(account_id, f"{e['occurrence']}-again") for e in events]
     assert rows(Notification) == 900
+
+
+@pytest.mark.parametrize("push", ["false", "true"])
+def test_push_is_a_channel_only_while_feature_push_is_on(
+        client: TestClient, monkeypatch: pytest.MonkeyPatch, push: str) -> None:
+    monkeypatch.setenv("FEATURE_PUSH", push)
+    settings.reset_settings()
+    account_id = new_account(client)
+    # When one event asks for push alone and one for email and push
+    results = answered(bulk(client, [welcome(account_id, "a", channels=["push"]),
+                                     welcome(account_id, "b", channels=["email", "push"],
+                                             urgency="urgent")]))
+    if push == "false":
+        # Then push alone is refused (the occurrence stays free), and the mix leaves it out
+        assert [r["status"] for r in results] == [422, 202]
+        assert "FEATURE_PUSH" in results[0]["error"]["message"]
+        assert list(by_channel(results[1]["notification"])) == ["email"]
+        assert sum(queue("notification-push").counts().values()) == 0
+        return
+    # Then with push on both are sent, each push job on its own queue at its priority
+    assert [r["status"] for r in results] == [202, 202]
+    for result, priority in zip(results, (5, 1), strict=True):
+        job = queue("notification-push").get(by_channel(result["notification"])["push"]["id"])
+        assert job is not None and job.priority == priority
