@@ -257,6 +257,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--logging-only", action="store_true",
                         help="only herald with logging as shipped against logging off")
+    parser.add_argument("--label", default="",
+                        help="what code this is, for results.md (old and new alternated)")
     args = parser.parse_args()
     multiprocessing.set_start_method("fork")
     url, stop = _redis_url()
@@ -294,7 +296,8 @@ def main() -> None:
         os.rmdir(log_dir)
     median = {name: statistics.median(values) for name, values in rows.items()}
     lines = [f"bench.run: median of {args.repeat}, {args.jobs} noop jobs, same Redis, "
-             f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}.", "",
+             f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}"
+             + (f", {args.label}." if args.label else "."), "",
              "| measure | median | each round |", "|---|---|---|"]
     for name, value in median.items():
         each = ", ".join(_figure(v) for v in rows[name])
