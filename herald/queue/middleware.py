@@ -76,7 +76,7 @@ def finish_for(message: MessageProxy, *, result: Any = None,
 
 
 #: The level of a job's ``completed`` line. DEBUG, so not written at the default INFO:
-#: at thousands of jobs a second one line per job cost 40 % of a worker's throughput
+#: at thousands of jobs a second one line per job cost 25–40 % of a worker's throughput
 #: (docs/queue.md#logging), and every completion is counted anyway (``queue_jobs_total``,
 #: the throughput history). What an operator must act on (a failure, a retry, a stale
 #: run, a dropped duplicate) stays at INFO or above.
