@@ -89,3 +89,35 @@ def test_noisy_libraries_are_held_at_warning() -> None:
     for name in ("pika", "urllib3", "httpx"):
         assert logging.getLogger(name).getEffectiveLevel() == logging.WARNING
     assert logging.getLogger("herald").getEffectiveLevel() == logging.DEBUG
+
+
+def test_timestamps_are_utc_milliseconds_across_a_change_of_second() -> None:
+    # Given text logging, and records stamped within one second and then the next ones
+    out = io.StringIO()
+    configure_logging(Settings(log_format="text", log_level="INFO"), stream=out)
+    logger = logging.getLogger("herald.test")
+    moments = (1_796_400_000.0, 1_796_400_000.999, 1_796_400_001.25, 1_796_486_400.5)
+    for moment in moments:
+        record = logger.makeRecord("herald.test", logging.INFO, __file__, 1, "at", (), None)
+        record.created = moment
+        logger.handle(record)
+
+    # Then each line starts with its own second and millisecond, in UTC
+    stamps = [line.split(" ", 1)[0] for line in out.getvalue().splitlines()]
+    assert stamps == ["2026-12-04T16:00:00.000Z", "2026-12-04T16:00:00.999Z",
+                      "2026-12-04T16:00:01.250Z", "2026-12-05T16:00:00.500Z"]
+
+
+def test_text_values_are_quoted_only_when_they_hold_a_space_quote_or_equals() -> None:
+    out = io.StringIO()
+    configure_logging(Settings(log_format="text", log_level="INFO"), stream=out)
+
+    logging.getLogger("herald.test").info("values", extra={
+        "plain": "job-1", "spaced": "a b", "tabbed": "a\tb", "nbsp": "a\u00a0b",
+        "quoted": 'say "hi"', "equals": "k=v", "empty": "", "count": 3, "none": None,
+        "listed": ["x", "é"]})
+
+    pairs = out.getvalue().splitlines()[0].split(": values ", 1)[1]
+    assert pairs == ('plain=job-1 spaced="a b" tabbed="a\\tb" nbsp="a\u00a0b" '
+                     'quoted="say \\"hi\\"" equals="k=v" empty="" count=3 none=null '
+                     'listed="[\\"x\\", \\"é\\"]"')

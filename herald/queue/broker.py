@@ -27,9 +27,9 @@ from herald.queue.actor import declared_actor, job_options
 from herald.queue.dramatiq_internals import HookDispatch
 from herald.queue.ledger import Ledger, NewJob, RunEnd, new_token, now_ms
 from herald.queue.middleware import (
+    completions_logged,
     default_middleware,
     extend_interval,
-    info_enabled,
     report,
     run_exhausted_hook,
 )
@@ -321,7 +321,7 @@ class LedgerConsumer(Consumer):
                     del inflight[finish.job_id]
             for row in started:
                 inflight[row[0]] = row[3]
-        if finished or (done and info_enabled()):
+        if finished or (done and completions_logged()):
             self._report_finished(finished, done, finishes)
         return started, next_due, limited, drained
 
@@ -346,7 +346,7 @@ class LedgerConsumer(Consumer):
                     report(queue, job_id, result, done_actors.get(job_id, ""))
                 else:
                     report(queue, job_id, result, finish.actor, finish.value)
-        if done and info_enabled():
+        if done and completions_logged():
             for job_id, _, actor in done:
                 if job_id not in stale:
                     report(queue, job_id, "completed", actor)

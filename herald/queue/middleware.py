@@ -75,29 +75,39 @@ def finish_for(message: MessageProxy, *, result: Any = None,
                   next_token=new_token(), actor=actor)
 
 
+#: The level of a job's ``completed`` line. DEBUG, so not written at the default INFO:
+#: at thousands of jobs a second one line per job cost 25–40 % of a worker's throughput
+#: (docs/queue.md#logging), and every completion is counted anyway (``queue_jobs_total``,
+#: the throughput history). What an operator must act on (a failure, a retry, a stale
+#: run, a dropped duplicate) stays at INFO or above.
+COMPLETED_LEVEL = logging.DEBUG
+
+
 def report(queue: str, job_id: str, result: str, actor: str = "", reason: str = "") -> None:
-    """Log one finished run (ids only; ``reason``, the run's error message, is logged when
-    the result is a failure)."""
+    """Log one finished run with ids only: ``failed`` and ``retry`` at WARNING (with
+    ``reason``, the run's error message, cut to 200 characters), ``stale`` and
+    ``deferred`` at INFO, ``completed`` at :data:`COMPLETED_LEVEL` (DEBUG)."""
     if result == "stale":
         log.info("run ignored: job no longer holds this token",
                  extra={"queue": queue, "job_id": job_id, "outcome": "stale"})
         return
     failure = result in ("failed", "retry")
-    if not log.isEnabledFor(logging.WARNING if failure else logging.INFO):
+    level = (logging.WARNING if failure
+             else COMPLETED_LEVEL if result == "completed" else logging.INFO)
+    if not log.isEnabledFor(level):
         return
     extra = {"queue": queue, "job_id": job_id, "outcome": result}
     if actor:
         extra["actor"] = actor
     if failure and reason:
         extra["reason"] = reason[:200]
-        log.warning("job %s", result, extra=extra)
-    else:
-        log.info("job %s", result, extra=extra)
+    log.log(level, "job %s", result, extra=extra)
 
 
-def info_enabled() -> bool:
-    """True when :func:`report` would log a completed run (callers skip the work if not)."""
-    return log.isEnabledFor(logging.INFO)
+def completions_logged() -> bool:
+    """True when :func:`report` would write a ``completed`` line (``LOG_LEVEL=DEBUG``);
+    the consumer skips gathering them when not."""
+    return log.isEnabledFor(COMPLETED_LEVEL)
 
 
 def run_exhausted_hook(actor: str, data: str | Any, reason: str) -> None:

@@ -42,6 +42,9 @@ declare(QueueSpec(name="t-exp", attempts=4, backoff_base=timedelta(milliseconds=
 declare(QueueSpec(name="t-fixed", attempts=4, backoff=Backoff.FIXED,
                   backoff_base=timedelta(milliseconds=150)))
 declare(QueueSpec(name="t-none", attempts=4, backoff=Backoff.NONE))
+declare(QueueSpec(name="t-plain", concurrency=4, attempts=2,
+                  backoff_base=timedelta(milliseconds=50),
+                  retention=Retention(completed=Keep(count=100_000), failed=Keep(count=100))))
 declare(QueueSpec(name="t-kept", concurrency=4, attempts=1,
                   retention=Retention(completed=Keep(count=5), failed=Keep(count=3))))
 
@@ -206,3 +209,10 @@ schedule(Schedule(name="t-tick", actor=basic, payload={"key": "tick"}, every=SEC
 schedule(Schedule(name="t-cron", actor=other, payload={"key": "cron"}, cron="* * * * * */2"))
 schedule(Schedule(name="t-gated", actor=basic, payload={"key": "gated"}, every=SECOND,
                   feature_gate="feature_esim_store"))
+
+
+@actor(queue="t-plain", payload=Step)
+def plain(job: Step) -> None:
+    """:func:`basic` with no return value: its completion takes the Redis consumer's
+    plain path (job id and token only)."""
+    _run(job)
