@@ -201,8 +201,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     worker_port: int = Field(default=3001, ge=0, le=65535)
     port: int = Field(default=8000, ge=0, le=65535)
-    #: ``herald web``'s processes (the platforms' convention); unset: one per CPU core.
-    web_concurrency: int | None = Field(default=None, ge=1)
+    #: ``herald web``'s processes (the platforms' convention); 0: one per CPU core.
+    web_concurrency: int = Field(default=0, ge=0)
 
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"

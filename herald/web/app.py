@@ -88,10 +88,10 @@ def create_served_app() -> FastAPI:
 
 
 def web_processes() -> int:
-    """How many processes ``herald web`` runs: ``WEB_CONCURRENCY``, or one per CPU core
-    this process may use."""
+    """How many processes ``herald web`` runs: ``WEB_CONCURRENCY``, or (when it is 0, the
+    default) one per CPU core this process may use."""
     configured = get_settings().web_concurrency
-    if configured is not None:
+    if configured:
         return configured
     try:
         return max(1, len(os.sched_getaffinity(0)))
