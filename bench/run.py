@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from typing import Any
 
 from bench import publish
 
@@ -146,9 +147,15 @@ def herald_run(url: str, jobs: int, processes: int) -> dict[str, float]:
     enqueue_many(noop, [{"n": i} for i in range(jobs)])
     bulk_rate = jobs / (time.perf_counter() - started)
     q = queue("bench-herald")
+    processed_rate = jobs / _drain(q, [multiprocessing.Process(
+        target=_herald_worker, args=(url, prefix, 600)) for _ in range(processes)])
+    return {"enqueue": enqueue_rate, "bulk": bulk_rate, "processed": processed_rate}
+
+
+def _drain(q: Any, workers: list[multiprocessing.Process]) -> float:
+    """Seconds ``workers`` take, started now, to leave ``q`` with nothing waiting or
+    active; they are stopped afterwards."""
     started = time.perf_counter()
-    workers = [multiprocessing.Process(target=_herald_worker, args=(url, prefix, 600))
-               for _ in range(processes)]
     for w in workers:
         w.start()
     while True:
@@ -156,11 +163,11 @@ def herald_run(url: str, jobs: int, processes: int) -> dict[str, float]:
         if counts["waiting"] == 0 and counts["active"] == 0:
             break
         time.sleep(0.01)
-    processed_rate = jobs / (time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
     for w in workers:
         w.terminate()
         w.join()
-    return {"enqueue": enqueue_rate, "bulk": bulk_rate, "processed": processed_rate}
+    return elapsed
 
 
 def _herald_cli_worker(url: str, prefix: str, log_path: str, logging_on: bool) -> None:
@@ -205,21 +212,8 @@ def herald_logging_run(url: str, jobs: int, processes: int, logging_on: bool,
     q = queue("bench-herald")
     paths = [os.path.join(log_dir, f"worker-{'on' if logging_on else 'off'}-{time.time_ns()}"
                           f"-{index}.log") for index in range(processes)]
-    started = time.perf_counter()
-    workers = [multiprocessing.Process(target=_herald_cli_worker,
-                                       args=(url, prefix, path, logging_on))
-               for path in paths]
-    for w in workers:
-        w.start()
-    while True:
-        counts = q.counts()
-        if counts["waiting"] == 0 and counts["active"] == 0:
-            break
-        time.sleep(0.01)
-    processed_rate = jobs / (time.perf_counter() - started)
-    for w in workers:
-        w.terminate()
-        w.join()
+    processed_rate = jobs / _drain(q, [multiprocessing.Process(
+        target=_herald_cli_worker, args=(url, prefix, path, logging_on)) for path in paths])
     lines = 0
     for path in paths:
         with open(path, "rb") as log_file:

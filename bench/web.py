@@ -44,9 +44,9 @@ from bench.e2e import _with_descendants as with_descendants
 
 REPO = Path(__file__).resolve().parents[1]
 
-#: A wrk script that posts one new event per request and writes ``status id`` per
-#: response to a file of its thread (the ids of the 202s are checked afterwards).
-SINGLE_LUA = r"""
+#: What both wrk scripts begin with: the accounts, a thread number, and a file of the
+#: thread's own for its responses' ``status id`` lines.
+PRELUDE_LUA = r"""
 local accounts = {}
 for line in io.lines("%(accounts)s") do accounts[#accounts + 1] = line end
 local threads = 0
@@ -58,6 +58,11 @@ function init(args)
 end
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
+"""
+
+#: A wrk script that posts one new event per request and writes ``status id`` per
+#: response to a file of its thread (the ids of the 202s are checked afterwards).
+SINGLE_LUA = PRELUDE_LUA + r"""
 function request()
   counter = counter + 1
   return wrk.format(nil, "/v1/events", nil,
@@ -71,18 +76,7 @@ end
 """
 
 #: The same for ``POST /v1/events/bulk``: ``size`` events per request, one line per result.
-BULK_LUA = r"""
-local accounts = {}
-for line in io.lines("%(accounts)s") do accounts[#accounts + 1] = line end
-local threads = 0
-function setup(thread) threads = threads + 1; thread:set("tid", threads) end
-function init(args)
-  prefix = "%(run)s-" .. tid
-  out = io.open("%(out)s/responses-" .. tid, "w")
-  counter = 0
-end
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
+BULK_LUA = PRELUDE_LUA + r"""
 function request()
   local events = {}
   for i = 1, %(size)d do
