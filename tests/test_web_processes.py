@@ -99,3 +99,19 @@ def test_sigterm_stops_every_process_with_exit_code_0(
     assert process.wait(timeout=60) == 0, log.read_text()[-2000:]
     wait_for(lambda: not any(server.is_running() and server.status() != psutil.STATUS_ZOMBIE
                              for server in servers), timeout=10, what="the processes' exit")
+
+
+def test_processes_end_when_their_supervisor_is_killed(
+        web: tuple[subprocess.Popen, str, Path]) -> None:
+    process, base, _log = web
+    servers = _servers(psutil.Process(process.pid))
+    assert len(servers) == 2
+
+    # When herald web's supervisor is killed outright (SIGKILL, the OOM killer)
+    process.kill()
+    process.wait(timeout=30)
+
+    # Then its processes stop too, rather than serve on with nobody to replace them
+    wait_for(lambda: not any(server.is_running() and server.status() != psutil.STATUS_ZOMBIE
+                             for server in servers), timeout=30, what="the processes' exit")
+    assert not _answers(f"{base}/healthz")

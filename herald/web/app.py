@@ -11,7 +11,11 @@ Routers are assembled in :func:`_routers`; a new area of the API adds its router
 
 from __future__ import annotations
 
+import ctypes
+import multiprocessing
 import os
+import signal
+import sys
 from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, version
 
@@ -83,8 +87,27 @@ def create_served_app() -> FastAPI:
     Each of ``herald web``'s processes builds its own (uvicorn imports this factory)."""
     from herald.logs import configure_logging
 
+    _end_with_supervisor()
     configure_logging(get_settings())
     return create_app()
+
+
+#: Linux's prctl option that sends a process a signal when its parent dies.
+_PR_SET_PDEATHSIG = 1
+
+
+def _end_with_supervisor() -> None:
+    """In a process ``herald web``'s supervisor started: get SIGTERM when the supervisor
+    dies, however it dies. A supervisor killed outright (SIGKILL, the OOM killer) would
+    otherwise leave its processes serving the port with nobody to replace or stop them;
+    SIGTERM lets them finish their requests in flight first, as on a normal stop."""
+    supervisor = multiprocessing.parent_process()
+    if supervisor is None or not sys.platform.startswith("linux"):
+        return  # the one process of WEB_CONCURRENCY=1, or no prctl here
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != supervisor.pid:  # it died before the line above took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def web_processes() -> int:

@@ -131,8 +131,9 @@ def web_on_black_hole(purchasing: str, black_hole: BlackHole,
     """``herald web`` in a process of its own, on the test's database, whose Redis is the
     black hole; killed at the end if the test did not."""
     port = find_free_port()
+    # one process: the one this test kills is the one whose request hangs
     env = {**os.environ, "REDIS_URL": f"redis://127.0.0.1:{black_hole.port}",
-           "LOG_LEVEL": "WARNING"}
+           "LOG_LEVEL": "WARNING", "WEB_CONCURRENCY": "1"}
     with (tmp_path / "web.log").open("wb") as log:
         process = subprocess.Popen([sys.executable, "-m", "herald.cli", "web", "--host",
                                     "127.0.0.1", "--port", str(port)], cwd=REPO, env=env,
