@@ -6,8 +6,10 @@ Timestamps are always timezone-aware UTC in Python, whatever the database stores
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -101,7 +103,25 @@ def snapshot(model: type[M], **values: Any) -> M:
     """
     if not model.__mapper__.configured:  # type: ignore[attr-defined]
         configure_mappers()  # attribute reads need configured mappers
-    return model.model_construct(**values)
+    given = set(values)
+    for name, factory, default in _defaults(model):
+        if name not in values:
+            values[name] = factory() if factory is not None else default
+    # what pydantic's model_construct does, less its per-field alias look-ups: a third of
+    # the time, for a bulk request's thousands of rows
+    instance = model.__new__(model)
+    object.__setattr__(instance, "__dict__", values)
+    object.__setattr__(instance, "__pydantic_fields_set__", given)
+    object.__setattr__(instance, "__pydantic_extra__", None)
+    object.__setattr__(instance, "__pydantic_private__", None)
+    return instance
+
+
+@functools.cache
+def _defaults(model: type[SQLModel]) -> list[tuple[str, Callable[[], Any] | None, Any]]:
+    """``(field, default factory, default)`` of each of the model's optional fields."""
+    return [(name, field.default_factory, field.default)  # type: ignore[misc]
+            for name, field in model.__pydantic_fields__.items() if not field.is_required()]
 
 
 def id_field() -> Any:

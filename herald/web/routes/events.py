@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from actors import orchestration
@@ -21,6 +20,7 @@ from herald.web.errors import (
     error_body,
     validation_error_body,
 )
+from herald.web.fast_json import FastJSONResponse
 
 router = protected_router(["events"])
 
@@ -48,11 +48,11 @@ _accepting = Coalescer(orchestration.trigger_events, max_batch=orchestration.MAX
 
 
 @router.post("/events", status_code=202, summary="Accept a domain event")
-async def post_event(body: EventIn) -> JSONResponse:
+async def post_event(body: EventIn) -> FastJSONResponse:
     """202 with the new notification; 200 with the existing one for a repeated occurrence."""
     answer = _answer(body, await _accepting.submit(body.model_dump()))
     status = answer.pop("status")
-    return JSONResponse(answer.get("notification") or answer, status_code=status)
+    return FastJSONResponse(answer.get("notification") or answer, status_code=status)
 
 
 class EventsIn(BaseModel):
@@ -86,7 +86,7 @@ class EventsOut(BaseModel):
 @router.post("/events/bulk", summary="Accept many domain events",
              responses={200: {"model": EventsOut,
                               "description": "Each event's own answer, in order"}})
-def post_events(body: EventsIn) -> JSONResponse:
+def post_events(body: EventsIn) -> FastJSONResponse:
     """200 with one answer per event, in order: 202 and the notification for a new one,
     200 and the existing one for a repeated occurrence (also within the request), or a
     4xx error of its own (422 ``validation_error``, ``invalid_event`` or
@@ -105,7 +105,7 @@ def post_events(body: EventsIn) -> JSONResponse:
     outcomes = orchestration.trigger_events([event.model_dump() for _, event in valid])
     for (index, event), outcome in zip(valid, outcomes, strict=True):
         results[index] = _answer(event, outcome)
-    return JSONResponse({"results": results})
+    return FastJSONResponse({"results": results})
 
 
 def _answer(event: EventIn, outcome: orchestration.EventOutcome) -> dict[str, Any]:
