@@ -43,6 +43,9 @@ from bench.e2e import _accounts, _configure, _cpu_s, _reset_tables, _server_pids
 from bench.e2e import _with_descendants as with_descendants
 
 REPO = Path(__file__).resolve().parents[1]
+#: A logging config that leaves the loggers to the app's own configuration, as ``herald
+#: web`` does (uvicorn's CLI would otherwise install its own handlers first).
+_NO_LOG_CONFIG = Path(__file__).with_name("uvicorn_no_logging.json")
 
 #: What both wrk scripts begin with: the accounts, a thread number, and a file of the
 #: thread's own for its responses' ``status id`` lines.
@@ -99,14 +102,21 @@ end
 """
 
 
-def _start_web(env: dict[str, str], workdir: Path) -> tuple[subprocess.Popen, str]:
-    """``herald web`` as the Procfile runs it (only the port is chosen), logging to a file."""
+def _start_web(env: dict[str, str], workdir: Path,
+               plain: bool = False) -> tuple[subprocess.Popen, str]:
+    """``herald web`` as the Procfile runs it (only the port is chosen), logging to a file;
+    with ``plain``, the same app and processes under uvicorn's pure-Python HTTP parser
+    (h11) and asyncio's own event loop."""
+    from herald.web.app import web_processes
     from tests.support.services import find_free_port
 
     port = find_free_port()
     log = (workdir / "web.log").open("ab")
-    process = subprocess.Popen([sys.executable, "-m", "herald.cli", "web"], cwd=REPO,
-                               env={**env, "PORT": str(port)},
+    command = ([sys.executable, "-m", "uvicorn", "--factory", "herald.web.app:create_served_app",
+                "--http", "h11", "--loop", "asyncio", "--workers", str(web_processes()),
+                "--port", str(port), "--log-config", str(_NO_LOG_CONFIG)] if plain
+               else [sys.executable, "-m", "herald.cli", "web"])
+    process = subprocess.Popen(command, cwd=REPO, env={**env, "PORT": str(port)},
                                stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -269,6 +279,8 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--bulk-size", type=int, default=1000)
     parser.add_argument("--bulk-connections", type=int, default=4)
+    parser.add_argument("--plain-uvicorn", action="store_true",
+                        help="serve with h11 and asyncio in place of httptools and uvloop")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("bench.web needs wrk (Debian: apt-get install wrk)")
@@ -285,7 +297,7 @@ def main() -> None:
         accounts.write_text("\n".join(_accounts()) + "\n")
         server_env = {key: value for key, value in os.environ.items()
                       if key not in ("WEB_CONCURRENCY", "LOG_LEVEL", "API_TOKEN")}
-        web, base = _start_web(server_env, workdir)
+        web, base = _start_web(server_env, workdir, plain=args.plain_uvicorn)
         processes = len(with_descendants(web.pid))
         for _ in range(args.repeat):
             speeds.append(machine.measure(os.environ["DATABASE_URL"], os.environ["REDIS_URL"]))
@@ -297,8 +309,10 @@ def main() -> None:
         for service in started:
             service.stop()
         shutil.rmtree(workdir, ignore_errors=True)
-    lines = ["", f"HTTP front door ({time.strftime('%Y-%m-%d %H:%M')}, `herald web` as the "
-             f"Procfile runs it: {processes} processes in all (parent included), PostgreSQL "
+    server = ("uvicorn with h11 and asyncio (`--plain-uvicorn`)" if args.plain_uvicorn
+              else "`herald web` as the Procfile runs it")
+    lines = ["", f"HTTP front door ({time.strftime('%Y-%m-%d %H:%M')}, {server}: "
+             f"{processes} processes in all (parent included), PostgreSQL "
              f"+ Redis on this machine, no worker; wrk -t2 -c{args.connections} for health "
              f"and single events, -c{args.bulk_connections} with {args.bulk_size} events "
              f"per bulk request, {args.duration} s each; median of {args.repeat} rounds, "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -30,8 +31,8 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-#: Random bytes each thread draws at once for :func:`new_id`, 16 per id.
-_RANDOM_POOL_BYTES = 16 * 256
+#: Random bytes each thread draws at once for :func:`new_id`, 10 per id.
+_RANDOM_POOL_BYTES = 10 * 256
 
 
 class _RandomPool(threading.local):
@@ -55,20 +56,25 @@ os.register_at_fork(after_in_child=_fresh_pool)
 
 
 def new_id() -> str:
-    """A fresh random (version 4) UUID as a 36-character string (the default primary key).
+    """A fresh UUID version 7 as a 36-character string (the default primary key): the
+    creation time in milliseconds, then 74 random bits.
 
-    The randomness is the operating system's, as ``uuid.uuid4`` draws it, taken 256 ids at
-    a time: a system call per id releases and takes back the interpreter lock, which under
-    load costs far more than the call itself.
+    Ids made later sort after those made earlier (within one millisecond, in any order),
+    so each new row's key lands at the right edge of its indexes instead of on a random
+    page: a fifth less database time per bulk insert already at a quarter of a million
+    rows, more as tables grow (bench/README.md, "The HTTP front door"). The randomness is
+    the operating system's, taken 256 ids at a time: a system call per id releases and
+    takes back the interpreter lock, which under load costs far more than the call.
     """
     pool = _pool
     if pool.offset >= len(pool.data):
         pool.data, pool.offset = os.urandom(_RANDOM_POOL_BYTES), 0
-    chunk = pool.data[pool.offset:pool.offset + 16].hex()
-    pool.offset += 16
-    # version 4 in the 13th digit, the RFC 4122 variant (10xx) in the 17th
-    return (f"{chunk[:8]}-{chunk[8:12]}-4{chunk[13:16]}-{'89ab'[int(chunk[16], 16) & 3]}"
-            f"{chunk[17:20]}-{chunk[20:]}")
+    rand = pool.data[pool.offset:pool.offset + 10].hex()
+    pool.offset += 10
+    stamp = f"{time.time_ns() // 1_000_000:012x}"
+    # version 7 in the 13th digit, the RFC 9562 variant (10xx) in the 17th
+    return (f"{stamp[:8]}-{stamp[8:]}-7{rand[:3]}-{'89ab'[int(rand[3], 16) & 3]}{rand[4:7]}"
+            f"-{rand[7:19]}")
 
 
 class UtcDateTime(TypeDecorator[datetime]):
