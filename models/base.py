@@ -113,9 +113,10 @@ def snapshot(model: type[M], **values: Any) -> M:
     for name, factory, default in _defaults(model):
         if name not in values:
             values[name] = factory() if factory is not None else default
-    # what pydantic's model_construct does, less its per-field alias look-ups: a third of
-    # the time, for a bulk request's thousands of rows
-    instance = model.__new__(model)
+    # what pydantic's model_construct does (after SQLModel's __new__, which only sets the
+    # three attributes below), less its per-field alias look-ups: a third of the time,
+    # for a bulk request's thousands of rows
+    instance = object.__new__(model)
     object.__setattr__(instance, "__dict__", values)
     object.__setattr__(instance, "__pydantic_fields_set__", given)
     object.__setattr__(instance, "__pydantic_extra__", None)

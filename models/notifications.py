@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import json
 import math
+import operator
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -392,12 +393,17 @@ def _utf8(text_: str) -> bool:
 def _values(records: list[Notification] | list[Delivery]) -> list[list[Any]]:
     """Each record's column values, in the table's column order."""
     keys = [column.key for column in _table(records).columns]
+    # read from the instance's dict: through the ORM's attributes, a thousand rows cost
+    # more than the database spends inserting them
+    every = operator.itemgetter(*keys)
     rows = []
     for record in records:
-        # read from the instance's dict: through the ORM's attributes, a thousand rows
-        # cost more than the database spends inserting them
-        values = record.__dict__
-        rows.append([values[key] if key in values else getattr(record, key) for key in keys])
+        try:
+            rows.append(list(every(record.__dict__)))
+        except KeyError:  # a value not loaded (an expired attribute): the ORM reads it
+            loaded = record.__dict__
+            rows.append([loaded[key] if key in loaded else getattr(record, key)
+                         for key in keys])
     return rows
 
 
