@@ -324,12 +324,14 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     SIGTERM/SIGINT, then drain. A failed start, or a taken ``WORKER_PORT``, stops it at
     start with one line saying why (exit code 1)."""
     from herald.health import PortInUse, serve_worker_health
+    from herald.process import tune_garbage_collector
     from herald.queue.worker import run_worker_process
 
     load_actor_modules(args.imports)
     queues = _check_queues(args.queues)
     if queues is None:
         return USAGE_ERROR
+    tune_garbage_collector()
     try:
         port = settings.worker_port
         return run_worker_process(

@@ -86,10 +86,13 @@ def create_served_app() -> FastAPI:
     """The app as ``herald web`` serves it: logging configured from the settings first.
     Each of ``herald web``'s processes builds its own (uvicorn imports this factory)."""
     from herald.logs import configure_logging
+    from herald.process import tune_garbage_collector
 
     _end_with_supervisor()
     configure_logging(get_settings())
-    return create_app()
+    app = create_app()
+    tune_garbage_collector()
+    return app
 
 
 #: Linux's prctl option that sends a process a signal when its parent dies.
