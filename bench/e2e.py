@@ -289,9 +289,10 @@ class _Counter:
         self.statements += 1
 
 
-def per_unit_costs(accounts: list[str], sample: int = 200) -> dict[str, float]:
+def per_unit_costs(accounts: list[str], sample: int = 200, bulk: int = 0) -> dict[str, float]:
     """Statements and CPU ms of one ``trigger_event`` (email + SMS) and of one successful
-    email delivery attempt (claim → sent), in process, one at a time."""
+    email delivery attempt (claim → sent), in process, one at a time; with ``bulk``, also
+    those of one event accepted ``bulk`` at a time through ``trigger_events``."""
     from actors.notifications import DeliveryJob, deliver
     from actors.orchestration import trigger_event
 
@@ -308,10 +309,17 @@ def per_unit_costs(accounts: list[str], sample: int = 200) -> dict[str, float]:
     with _Counter() as delivering:
         for job in jobs:
             deliver(job)
-    return {"event_statements": producing.statements / sample,
-            "event_cpu_ms": 1000 * producing.cpu_s / sample,
-            "delivery_statements": delivering.statements / sample,
-            "delivery_cpu_ms": 1000 * delivering.cpu_s / sample}
+    costs = {"event_statements": producing.statements / sample,
+             "event_cpu_ms": 1000 * producing.cpu_s / sample,
+             "delivery_statements": delivering.statements / sample,
+             "delivery_cpu_ms": 1000 * delivering.cpu_s / sample}
+    if bulk:
+        events = max(sample, bulk)
+        with _Counter() as bulk_producing:
+            _produce(f"{run}-bulk", events, 1, accounts, bulk)
+        costs |= {"bulk_event_statements": bulk_producing.statements / events,
+                  "bulk_event_cpu_ms": 1000 * bulk_producing.cpu_s / events}
+    return costs
 
 
 def _bulk_label(bulk: int) -> str:
@@ -358,7 +366,7 @@ def main() -> None:
                     label = name if name.startswith("peak") else f"CPU ms per delivery, {name}"
                     spent.setdefault(f"{processes} worker process(es){_bulk_label(bulk)}: "
                                      f"{label}", []).append(value)
-        costs = per_unit_costs(accounts)
+        costs = per_unit_costs(accounts, bulk=args.bulk)
     finally:
         for service in started:
             service.stop()
@@ -378,6 +386,11 @@ def main() -> None:
               f"| database statements per event (email + SMS) | "
               f"{costs['event_statements']:.1f} |",
               f"| CPU ms per trigger_event (in process) | {costs['event_cpu_ms']:.1f} |"]
+    if args.bulk:
+        lines += [f"| database statements per event, {args.bulk} at a time (trigger_events) "
+                  f"| {costs['bulk_event_statements']:.2f} |",
+                  f"| CPU ms per event, {args.bulk} at a time (trigger_events, in process) "
+                  f"| {costs['bulk_event_cpu_ms']:.2f} |"]
     lines += machine.table(speeds)
     publish(lines)
 
