@@ -10,7 +10,9 @@ the workers have booted and connected. Each of ``--repeat`` rounds measures the 
 speeds (``bench.machine``), then runs 1 and 2 worker processes; the medians are reported
 with every run. Also counts the database statements one delivery and one event cost, and
 the CPU time of one ``trigger_event`` and one delivery attempt (in process, one at a
-time; the machine's load makes these vary). Appends to ``bench/results.md``.
+time; the machine's load makes these vary). ``--bulk N`` adds to each round a run of 2
+worker processes whose events are accepted N at a time through ``trigger_events`` (the
+bulk path), reported on lines of its own. Appends to ``bench/results.md``.
 """
 
 from __future__ import annotations
@@ -193,8 +195,30 @@ def _open_deliveries() -> int:
                       .where(Delivery.outcome.in_(["queued", "sending"]))).one()
 
 
-def _produce(run: str, events: int, producers: int, accounts: list[str]) -> None:
-    from actors.orchestration import trigger_event
+def _produce(run: str, events: int, producers: int, accounts: list[str],
+             bulk: int = 0) -> None:
+    """Accept ``events`` events, one at a time (``bulk`` 0) or ``bulk`` at a time through
+    ``trigger_events``."""
+    from actors.orchestration import trigger_event, trigger_events
+
+    if bulk:
+        batches = [[{"account_id": accounts[n % len(accounts)], "type": "account.welcome",
+                     "occurrence": f"{run}-{n}", "channels": ["email", "sms"]}
+                    for n in range(start, min(start + bulk, events))]
+                   for start in range(0, events, bulk)]
+
+        def many(batch: list[dict[str, object]]) -> None:
+            refused = [o for o in trigger_events(batch) if isinstance(o, Exception)]
+            if refused:  # a refused event fails the run, as one-at-a-time does
+                raise refused[0]
+
+        if producers == 1:
+            for batch in batches:
+                many(batch)
+            return
+        with ThreadPoolExecutor(max_workers=producers) as pool:
+            list(pool.map(many, batches))
+        return
 
     def one(n: int) -> None:
         trigger_event(account_id=accounts[n % len(accounts)], type="account.welcome",
@@ -208,17 +232,19 @@ def _produce(run: str, events: int, producers: int, accounts: list[str]) -> None
         list(pool.map(one, range(events)))  # list(): a failed event fails the run
 
 
-def _settle(run: str, events: int, producers: int, accounts: list[str]) -> None:
+def _settle(run: str, events: int, producers: int, accounts: list[str],
+            bulk: int = 0) -> None:
     """Accept ``events`` and wait until every delivery they made is final."""
-    _produce(run, events, producers, accounts)
+    _produce(run, events, producers, accounts, bulk)
     while _open_deliveries():
         time.sleep(0.1)
 
 
 def run_once(events: int, processes: int, accounts: list[str], producers: int,
-             started: list) -> tuple[float, dict[str, float]]:
-    """Deliveries/s with ``processes`` worker processes, events from ``producers`` threads,
-    the CPU ms per delivery each process group spent, and the workers' peak RSS."""
+             started: list, bulk: int = 0) -> tuple[float, dict[str, float]]:
+    """Deliveries/s with ``processes`` worker processes, events from ``producers`` threads
+    (each ``bulk`` at a time when not 0), the CPU ms per delivery each process group
+    spent, and the workers' peak RSS."""
     workers = [subprocess.Popen(
         [sys.executable, "-m", "herald.cli", "worker", "--import", "bench.unlimited",
          "notification-email", "notification-sms"], cwd=REPO,
@@ -226,10 +252,10 @@ def run_once(events: int, processes: int, accounts: list[str], producers: int,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(processes)]
     try:
         # warm up before the clock starts: the workers boot, connect and load templates
-        _settle(uuid.uuid4().hex[:8], WARM_UP_EVENTS, producers, accounts)
+        _settle(uuid.uuid4().hex[:8], WARM_UP_EVENTS, producers, accounts, bulk)
         with CpuMeter([worker.pid for worker in workers], started) as meter:
             clock = time.perf_counter()
-            _settle(uuid.uuid4().hex[:8], events, producers, accounts)
+            _settle(uuid.uuid4().hex[:8], events, producers, accounts, bulk)
             elapsed = time.perf_counter() - clock
         costs = {name: 1000 * cpu_s / (2 * events) for name, cpu_s in meter.spent.items()}
         costs["peak RSS per worker process, MB"] = max(_peak_rss_mb(w.pid) for w in workers)
@@ -263,9 +289,10 @@ class _Counter:
         self.statements += 1
 
 
-def per_unit_costs(accounts: list[str], sample: int = 200) -> dict[str, float]:
+def per_unit_costs(accounts: list[str], sample: int = 200, bulk: int = 0) -> dict[str, float]:
     """Statements and CPU ms of one ``trigger_event`` (email + SMS) and of one successful
-    email delivery attempt (claim → sent), in process, one at a time."""
+    email delivery attempt (claim → sent), in process, one at a time; with ``bulk``, also
+    those of one event accepted ``bulk`` at a time through ``trigger_events``."""
     from actors.notifications import DeliveryJob, deliver
     from actors.orchestration import trigger_event
 
@@ -282,10 +309,21 @@ def per_unit_costs(accounts: list[str], sample: int = 200) -> dict[str, float]:
     with _Counter() as delivering:
         for job in jobs:
             deliver(job)
-    return {"event_statements": producing.statements / sample,
-            "event_cpu_ms": 1000 * producing.cpu_s / sample,
-            "delivery_statements": delivering.statements / sample,
-            "delivery_cpu_ms": 1000 * delivering.cpu_s / sample}
+    costs = {"event_statements": producing.statements / sample,
+             "event_cpu_ms": 1000 * producing.cpu_s / sample,
+             "delivery_statements": delivering.statements / sample,
+             "delivery_cpu_ms": 1000 * delivering.cpu_s / sample}
+    if bulk:
+        events = max(sample, bulk)
+        with _Counter() as bulk_producing:
+            _produce(f"{run}-bulk", events, 1, accounts, bulk)
+        costs |= {"bulk_event_statements": bulk_producing.statements / events,
+                  "bulk_event_cpu_ms": 1000 * bulk_producing.cpu_s / events}
+    return costs
+
+
+def _bulk_label(bulk: int) -> str:
+    return f", events {bulk} at a time (trigger_events)" if bulk else ""
 
 
 def main() -> None:
@@ -296,9 +334,17 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3,
                         help="rounds of (machine speeds, 1 process, 2 processes); the "
                              "medians are reported (default 3)")
+    parser.add_argument("--bulk", type=int, default=0, metavar="N",
+                        help="also run 2 worker processes with the events accepted N at a "
+                             "time through trigger_events, on lines of their own")
     args = parser.parse_args()
+    if not 0 <= args.bulk <= 1000:
+        parser.error("--bulk is 0 (off) to 1000 (trigger_events' limit)")
     env, started = _services()
-    rates: dict[int, list[float]] = {1: [], 2: []}
+    # (worker processes, events per trigger_events call; 0: one trigger_event each)
+    rates: dict[tuple[int, int], list[float]] = {(1, 0): [], (2, 0): []}
+    if args.bulk:
+        rates[(2, args.bulk)] = []
     spent: dict[str, list[float]] = {}
     speeds: list[dict[str, float | None]] = []
     try:
@@ -312,14 +358,15 @@ def main() -> None:
         for _ in range(args.repeat):
             # the machine's speed moves between runs: measure it beside each round
             speeds.append(machine.measure(os.environ["DATABASE_URL"], os.environ["REDIS_URL"]))
-            for processes in rates:
+            for processes, bulk in rates:
                 rate, costs = run_once(args.events, processes, accounts, args.producers,
-                                       started)
-                rates[processes].append(rate)
+                                       started, bulk)
+                rates[(processes, bulk)].append(rate)
                 for name, value in costs.items():
                     label = name if name.startswith("peak") else f"CPU ms per delivery, {name}"
-                    spent.setdefault(f"{processes} worker process(es): {label}", []).append(value)
-        costs = per_unit_costs(accounts)
+                    spent.setdefault(f"{processes} worker process(es){_bulk_label(bulk)}: "
+                                     f"{label}", []).append(value)
+        costs = per_unit_costs(accounts, bulk=args.bulk)
     finally:
         for service in started:
             service.stop()
@@ -328,8 +375,9 @@ def main() -> None:
              f"provider, {args.events} events × email + SMS from {args.producers} producer "
              f"thread(s), rate limits lifted; median of {args.repeat} rounds, each run in "
              "brackets):", "", "| measure | value |", "|---|---|"]
-    lines += [f"| deliveries/s, {p} worker process(es) | {median(values):,.0f} "
-              f"({', '.join(f'{v:,.0f}' for v in values)}) |" for p, values in rates.items()]
+    lines += [f"| deliveries/s, {p} worker process(es){_bulk_label(bulk)} | "
+              f"{median(values):,.0f} ({', '.join(f'{v:,.0f}' for v in values)}) |"
+              for (p, bulk), values in rates.items()]
     lines += [f"| {name} | {median(values):.2f} |" for name, values in spent.items()]
     lines += [f"| database statements per delivered email (claim → sent) | "
               f"{costs['delivery_statements']:.1f} |",
@@ -338,6 +386,11 @@ def main() -> None:
               f"| database statements per event (email + SMS) | "
               f"{costs['event_statements']:.1f} |",
               f"| CPU ms per trigger_event (in process) | {costs['event_cpu_ms']:.1f} |"]
+    if args.bulk:
+        lines += [f"| database statements per event, {args.bulk} at a time (trigger_events) "
+                  f"| {costs['bulk_event_statements']:.2f} |",
+                  f"| CPU ms per event, {args.bulk} at a time (trigger_events, in process) "
+                  f"| {costs['bulk_event_cpu_ms']:.2f} |"]
     lines += machine.table(speeds)
     publish(lines)
 
