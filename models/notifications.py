@@ -130,9 +130,10 @@ class Delivery(SQLModel, table=True):
     __tablename__ = "deliveries"
     # the handoff sweep reads only queued/sending rows, oldest first: a partial index keeps
     # it flat however many finished deliveries accumulate
-    # Room left in each page (migration 0009): the handoff stamp and the claim rewrite a
-    # delivery soon after its insert, and a new version that fits beside the old one on
-    # its page leaves the indexes alone (a HOT update), at half the cost
+    # Room left in each page (migration 0009): the handoff stamp rewrites a delivery right
+    # after its insert, and a new version that fits beside the old one on its page leaves
+    # the indexes alone (a HOT update). The claim and the outcome change indexed values
+    # (outcome, in the partial index's condition), so they cannot be HOT.
     __table_args__ = (Index("ix_deliveries_pending", "created_at",
                             postgresql_where=text("outcome IN ('queued', 'sending')"),
                             sqlite_where=text("outcome IN ('queued', 'sending')")),

@@ -1,6 +1,6 @@
-"""Deliveries leave a fifth of each page free (PostgreSQL): the handoff stamp and the
-claim, which rewrite a delivery soon after its insert, then fit beside it on its page
-and update no index (docs/pipeline.md#bulk-events).
+"""Deliveries leave a fifth of each page free (PostgreSQL): the handoff stamp, which
+rewrites a delivery right after its insert, then fits beside it on its page and updates
+no index (docs/pipeline.md#bulk-events).
 
 Revision ID: 0009
 Revises: 0008
