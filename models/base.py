@@ -33,14 +33,19 @@ def utcnow() -> datetime:
 
 #: Random bytes each thread draws at once for :func:`new_id`, 10 per id.
 _RANDOM_POOL_BYTES = 10 * 256
+#: The UUID variant digit (RFC 9562: 10xx) for each hexadecimal digit drawn.
+_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
 
 
 class _RandomPool(threading.local):
-    """A thread's reserve of random bytes from ``os.urandom``."""
+    """A thread's reserve of random bytes from ``os.urandom`` (as hexadecimal digits), and
+    the id prefix of the current millisecond."""
 
     def __init__(self) -> None:
-        self.data = b""
+        self.digits = ""
         self.offset = 0
+        self.ms = -1
+        self.prefix = ""
 
 
 _pool = _RandomPool()
@@ -67,14 +72,17 @@ def new_id() -> str:
     takes back the interpreter lock, which under load costs far more than the call.
     """
     pool = _pool
-    if pool.offset >= len(pool.data):
-        pool.data, pool.offset = os.urandom(_RANDOM_POOL_BYTES), 0
-    rand = pool.data[pool.offset:pool.offset + 10].hex()
-    pool.offset += 10
-    stamp = f"{time.time_ns() // 1_000_000:012x}"
-    # version 7 in the 13th digit, the RFC 9562 variant (10xx) in the 17th
-    return (f"{stamp[:8]}-{stamp[8:]}-7{rand[:3]}-{'89ab'[int(rand[3], 16) & 3]}{rand[4:7]}"
-            f"-{rand[7:19]}")
+    if pool.offset >= len(pool.digits):
+        pool.digits, pool.offset = os.urandom(_RANDOM_POOL_BYTES).hex(), 0
+    at = pool.offset
+    pool.offset = at + 20
+    ms = time.time_ns() // 1_000_000
+    if ms != pool.ms:
+        stamp = f"{ms:012x}"
+        pool.ms, pool.prefix = ms, f"{stamp[:8]}-{stamp[8:]}-7"  # version 7
+    digits = pool.digits
+    return (f"{pool.prefix}{digits[at:at + 3]}-{_VARIANT[digits[at + 3]]}"
+            f"{digits[at + 4:at + 7]}-{digits[at + 7:at + 19]}")
 
 
 class UtcDateTime(TypeDecorator[datetime]):
