@@ -260,7 +260,7 @@ def hand_off(deliveries: list[Delivery], priority: int) -> int:
     deliveries unstamped for the handoff sweep."""
     from actors.notifications import enqueue_new_deliveries
 
-    queued = [delivery for delivery in deliveries if delivery.outcome == Outcome.QUEUED.value]
+    queued = [delivery for delivery in deliveries if delivery.outcome == _QUEUED]
     if not queued:
         return 0
     if not _enqueued(queued, lambda: enqueue_new_deliveries(queued, priority)):

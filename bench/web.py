@@ -34,6 +34,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy import text
@@ -232,43 +233,43 @@ def one_round(base: str, web_pid: int, started: list, workdir: Path, accounts: P
     results["GET /healthz requests/s"] = float(health["requests/s"])
     results["GET /healthz p99 ms"] = float(health["p99"])
 
-    # warm-up: connections, prepared statements (every script names new occurrences)
-    wrk.run(base, _script(SINGLE_LUA, workdir, accounts), duration_s=3)
-    _responses(workdir)
-    events = wrk.run(base, _script(SINGLE_LUA, workdir, accounts))
-    statuses, accepted = _responses(workdir)
-    seconds = float(args.duration)
-    count = len(accepted)
-    results |= {
-        "POST /v1/events accepted/s": count / seconds,
-        "POST /v1/events p50 ms": float(events["p50"]),
-        "POST /v1/events p99 ms": float(events["p99"]),
-        "POST /v1/events ÷ /healthz": count / seconds / float(health["requests/s"]),
-        "POST /v1/events responses other than 202": sum(
-            n for status, n in statuses.items() if status != "202"),
-        "POST /v1/events accepted but lost": lost(accepted)}
-    for name in ("web processes", "postgres", "redis", "wrk"):
-        if name in events:
-            results[f"POST /v1/events CPU ms per event: {name}"] = (
-                1000 * float(events[name]) / max(count, 1))
+    # every script names new occurrences
+    results |= _measure("POST /v1/events", "accepted/s", "responses", wrk, base,
+                        lambda: _script(SINGLE_LUA, workdir, accounts), workdir,
+                        float(args.duration))
+    results["POST /v1/events ÷ /healthz"] = (results["POST /v1/events accepted/s"]
+                                             / float(health["requests/s"]))
+    results |= _measure("POST /v1/events/bulk", "events accepted/s", "results",
+                        Wrk(web_pid, started, args.duration, args.bulk_connections),
+                        base, lambda: _script(BULK_LUA, workdir, accounts,
+                                              size=args.bulk_size), workdir,
+                        float(args.duration), per_request=f" per request of {args.bulk_size}")
+    return results
 
-    bulk_wrk = Wrk(web_pid, started, args.duration, args.bulk_connections)
-    bulk_wrk.run(base, _script(BULK_LUA, workdir, accounts, size=args.bulk_size),
-                 duration_s=3)
+
+def _measure(route: str, rate: str, answers: str, wrk: Wrk, base: str,
+             script: Callable[[], Path], workdir: Path, seconds: float,
+             per_request: str = "") -> dict[str, float]:
+    """One route's measure after a 3 s warm-up (connections, prepared statements): events
+    accepted/s, latency (p50 for single requests), answers other than 202, the accepted
+    ones lost, and the CPU per event of each process group."""
+    wrk.run(base, script(), duration_s=3)
     _responses(workdir)
-    batch = bulk_wrk.run(base, _script(BULK_LUA, workdir, accounts, size=args.bulk_size))
+    measured = wrk.run(base, script())
     statuses, accepted = _responses(workdir)
     count = len(accepted)
+    results: dict[str, float] = {f"{route} {rate}": count / seconds}
+    if not per_request:
+        results[f"{route} p50 ms"] = float(measured["p50"])
     results |= {
-        "POST /v1/events/bulk events accepted/s": count / seconds,
-        f"POST /v1/events/bulk p99 ms per request of {args.bulk_size}": float(batch["p99"]),
-        "POST /v1/events/bulk results other than 202": sum(
+        f"{route} p99 ms{per_request}": float(measured["p99"]),
+        f"{route} {answers} other than 202": sum(
             n for status, n in statuses.items() if status != "202"),
-        "POST /v1/events/bulk accepted but lost": lost(accepted)}
+        f"{route} accepted but lost": lost(accepted)}
     for name in ("web processes", "postgres", "redis", "wrk"):
-        if name in batch:
-            results[f"POST /v1/events/bulk CPU ms per event: {name}"] = (
-                1000 * float(batch[name]) / max(count, 1))
+        if name in measured:
+            results[f"{route} CPU ms per event: {name}"] = (
+                1000 * float(measured[name]) / max(count, 1))
     return results
 
 
