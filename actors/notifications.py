@@ -24,6 +24,7 @@ from herald.db import session as db_session
 from herald.queue import actor, enqueue, enqueue_groups, is_last_attempt
 from herald.queue.errors import Defer, Permanent
 from herald.queue.ledger import ADD_CHUNK
+from models.base import FieldReader
 from models.notifications import (
     ClaimVerdict,
     Delivery,
@@ -190,10 +191,16 @@ def send_push(job: DeliveryJob) -> dict[str, Any]:
 CHANNEL_ACTORS = {"email": send_email, "sms": send_sms, "push": send_push}
 
 
+#: What a channel job's payload is made of: ids only, everything else is read after the
+#: claim.
+_READ_JOB = FieldReader("id", "notification_id", "channel")
+
+
 def _job(delivery: Delivery) -> dict[str, str]:
-    """The channel job's payload: ids only, everything else is read after the claim."""
-    return {"delivery_id": delivery.id, "notification_id": delivery.notification_id,
-            "channel": delivery.channel}
+    """The channel job's payload (:data:`_READ_JOB`)."""
+    delivery_id, notification_id, channel = _READ_JOB(delivery)
+    return {"delivery_id": delivery_id, "notification_id": notification_id,
+            "channel": channel}
 
 
 def enqueue_delivery(delivery: Delivery, priority: int, *, retry_failed: bool = True) -> str:
@@ -229,7 +236,8 @@ def enqueue_prioritised_deliveries(jobs: Sequence[tuple[Delivery, int]], *,
     """
     by_channel: dict[str, list[tuple[dict[str, str], dict[str, Any]]]] = {}
     for delivery, priority in jobs:
-        by_channel.setdefault(delivery.channel, []).append(
-            (_job(delivery), {"job_id": delivery.id, "priority": priority}))
+        payload = _job(delivery)
+        by_channel.setdefault(payload["channel"], []).append(
+            (payload, {"job_id": payload["delivery_id"], "priority": priority}))
     enqueue_groups([(CHANNEL_ACTORS[channel], items) for channel, items in by_channel.items()],
                    chunk_size=chunk_size)

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import operator
 import re
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
@@ -37,7 +36,7 @@ from herald.db import autocommit
 from herald.db import session as db_session
 from herald.queue.registry import NORMAL_PRIORITY, URGENT_PRIORITY
 from herald.settings import get_settings
-from models.base import new_id, snapshot, utcnow
+from models.base import FieldReader, new_id, snapshot, utcnow
 from models.notifications import (
     Account,
     Channel,
@@ -297,6 +296,16 @@ class UnstorableEvent(ValueError):
 EventOutcome = EventResult | InvalidEvent | AccountNotFound | UnstorableEvent
 
 
+class _Candidate(NamedTuple):
+    """The first valid event of an occurrence in a :func:`trigger_events` call."""
+
+    index: int
+    notification: Notification
+    deliveries: list[Delivery]
+    id: str  # the notification's
+    priority: int  # its channel jobs'
+
+
 def trigger_events(events: list[dict[str, Any]]) -> list[EventOutcome]:
     """Trigger many events at once; one outcome per event, in order.
 
@@ -320,45 +329,47 @@ def trigger_events(events: list[dict[str, Any]]) -> list[EventOutcome]:
     outcomes: list[EventOutcome | None] = [None] * len(events)
     now = utcnow()  # one clock reading for every row, as for one event
     # the first valid event of each key is its candidate; later ones repeat it
-    candidates: dict[Key, tuple[int, Notification, list[Delivery]]] = {}
+    candidates: dict[Key, _Candidate] = {}
     repeats: list[tuple[int, Key]] = []
     for index, event in enumerate(events):
+        # the event's own values, not read back from the rows: the ORM's attribute reads
+        # cost more than building the rows
+        key = account_id, _, occurrence = event["account_id"], event["type"], event["occurrence"]
+        data, urgency = event.get("data") or {}, event.get("urgency", "normal")
         try:
             notification, deliveries = new_notification(
-                account_id=event["account_id"], type=event["type"],
-                occurrence=event["occurrence"], data=event.get("data") or {},
-                urgency=event.get("urgency", "normal"),
-                transactional=event.get("transactional"), channels=event.get("channels"),
-                batch_id=None, now=now)
+                account_id=account_id, type=key[1], occurrence=occurrence, data=data,
+                urgency=urgency, transactional=event.get("transactional"),
+                channels=event.get("channels"), batch_id=None, now=now)
         except InvalidEvent as error:
             outcomes[index] = error
             continue
-        if not storable([notification.account_id, notification.occurrence,
-                         notification.data]):
+        if not storable([account_id, occurrence, data]):
             outcomes[index] = UnstorableEvent("a value cannot be stored")
             continue
-        key = (notification.account_id, notification.type, notification.occurrence)
         if key in candidates:
             repeats.append((index, key))
         else:
-            candidates[key] = (index, notification, deliveries)
+            candidates[key] = _Candidate(index, notification, deliveries,
+                                         # the id it was built with
+                                         notification.__dict__["id"], URGENCIES[urgency])
     # in key order: two requests inserting the same occurrences then wait on each other in
     # one order, never in a cycle (a deadlock PostgreSQL would break by failing one). An
     # unknown account's notification is left out by the insert itself, and found nowhere.
-    keep = {key: candidates[key] for key in sorted(candidates)}
+    keep = [candidates[key] for key in sorted(candidates)]
     inserted = persist_new_notifications(
-        [notification for _, notification, _ in keep.values()],
-        [delivery for _, _, deliveries in keep.values() for delivery in deliveries])
-    existing = find_occurrences([key for key, (_, n, _) in keep.items()
-                                 if n.id not in inserted])
+        [candidate.notification for candidate in keep],
+        [delivery for candidate in keep for delivery in candidate.deliveries])
+    existing = find_occurrences([key for key, candidate in candidates.items()
+                                 if candidate.id not in inserted])
     by_key: dict[Key, EventOutcome] = {}
     handed: list[tuple[Delivery, int]] = []
-    for key, (index, notification, deliveries) in candidates.items():
+    for key, (index, notification, deliveries, notification_id, priority) in \
+            candidates.items():
         outcome: EventOutcome
-        if notification.id in inserted:
+        if notification_id in inserted:
             outcome = EventResult(notification=notification, deliveries=deliveries,
                                   created=True)
-            priority = URGENCIES[notification.urgency]
             handed += [(delivery, priority) for delivery in deliveries]
         elif key in existing:
             found, found_deliveries = existing[key]
@@ -386,14 +397,18 @@ def hand_off_many(deliveries: list[tuple[Delivery, int]]) -> int:
     delivery id only and leaves them unstamped for the handoff sweep."""
     from actors.notifications import enqueue_prioritised_deliveries
 
-    queued = [(d, priority) for d, priority in deliveries if d.outcome == _QUEUED]
+    queued = [(d, priority) for d, priority in deliveries
+              if _READ_HANDOFF(d)[1] == _QUEUED]
     if not queued or not _enqueued(
             [d for d, _ in queued],
             # one add for them all: at most 3 channel jobs per event, so a few thousand
             lambda: enqueue_prioritised_deliveries(queued, chunk_size=len(queued))):
         return 0
-    stamp_many_handoffs([d.id for d, _ in queued])
+    stamp_many_handoffs([_READ_HANDOFF(d)[0] for d, _ in queued])
     return len(queued)
+
+
+_READ_HANDOFF = FieldReader("id", "outcome")
 
 
 # -- reading ----------------------------------------------------------------------------
@@ -416,33 +431,41 @@ _NOTIFICATION_FIELDS = ("id", "account_id", "type", "occurrence", "urgency", "tr
                         "created_at")
 
 
-_READ_DELIVERY = operator.itemgetter(*_DELIVERY_FIELDS)
-_READ_NOTIFICATION = operator.itemgetter(*_NOTIFICATION_FIELDS)
+_READ_DELIVERY = FieldReader(*_DELIVERY_FIELDS)
+_READ_NOTIFICATION = FieldReader(*_NOTIFICATION_FIELDS)
 
 
-def _view(row: Notification | Delivery, fields: tuple[str, ...],
-          read: Callable[[dict[str, Any]], tuple[Any, ...]]) -> dict[str, Any]:
-    """These fields of a row as JSON values (timestamps in ISO 8601)."""
-    # from the instance's dict where the values are loaded: the ORM's attribute reads
-    # were a tenth of a bulk request's CPU
-    try:
-        view = dict(zip(fields, read(row.__dict__), strict=True))
-    except KeyError:  # one not loaded (an expired attribute): the ORM reads it
-        view = {name: getattr(row, name) for name in fields}
-    view["created_at"] = view["created_at"].isoformat()
+def _view(row: Notification | Delivery, read: FieldReader) -> dict[str, Any]:
+    """The fields ``read`` names of a row as JSON values (timestamps in ISO 8601)."""
+    view = dict(zip(read.names, read(row), strict=True))
+    view["created_at"] = _iso(view["created_at"])
     if "updated_at" in view:
-        view["updated_at"] = view["updated_at"].isoformat()
+        view["updated_at"] = _iso(view["updated_at"])
     return view
+
+
+#: The last timestamp written by :func:`_iso` and its text.
+_last_iso: tuple[datetime | None, str] = (None, "")
+
+
+def _iso(moment: datetime) -> str:
+    """``moment.isoformat()``, written once for the same timestamp asked again: the rows
+    of a bulk request share one clock reading, seven timestamps per event."""
+    global _last_iso
+    last, text = _last_iso
+    if moment is not last:
+        text = moment.isoformat()
+        _last_iso = (moment, text)  # one tuple: a reader in another thread sees a pair
+    return text
 
 
 def delivery_view(delivery: Delivery) -> dict[str, Any]:
     """A delivery as JSON."""
-    return _view(delivery, _DELIVERY_FIELDS, _READ_DELIVERY)
+    return _view(delivery, _READ_DELIVERY)
 
 
 def notification_view(result: EventResult) -> dict[str, Any]:
     """A notification with its deliveries as JSON."""
-    view = _view(result.notification, _NOTIFICATION_FIELDS, _READ_NOTIFICATION)
-    view["deliveries"] = [_view(d, _DELIVERY_FIELDS, _READ_DELIVERY)
-                          for d in result.deliveries]
+    view = _view(result.notification, _READ_NOTIFICATION)
+    view["deliveries"] = [_view(d, _READ_DELIVERY) for d in result.deliveries]
     return view

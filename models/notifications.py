@@ -12,7 +12,6 @@ import dataclasses
 import functools
 import json
 import math
-import operator
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -38,7 +37,7 @@ from sqlalchemy import column as result_column
 from sqlmodel import Field, Session, SQLModel, select
 
 from herald.db import Prepared, autocommit, get_engine, is_postgres
-from models.base import UtcDateTime, id_field, snapshot, timestamp_field, utcnow
+from models.base import FieldReader, UtcDateTime, id_field, snapshot, timestamp_field, utcnow
 
 #: A claim older than this is abandoned and may be taken over (docs/pipeline.md#claims).
 CLAIM_STALE_AFTER = timedelta(seconds=60)
@@ -401,21 +400,15 @@ def _utf8(text_: str) -> bool:
     return True
 
 
-def _values(records: list[Notification] | list[Delivery]) -> list[list[Any]]:
+def _values(records: list[Notification] | list[Delivery]) -> list[tuple[Any, ...]]:
     """Each record's column values, in the table's column order."""
-    keys = [column.key for column in _table(records).columns]
-    # read from the instance's dict: through the ORM's attributes, a thousand rows cost
-    # more than the database spends inserting them
-    every = operator.itemgetter(*keys)
-    rows = []
-    for record in records:
-        try:
-            rows.append(list(every(record.__dict__)))
-        except KeyError:  # a value not loaded (an expired attribute): the ORM reads it
-            loaded = record.__dict__
-            rows.append([loaded[key] if key in loaded else getattr(record, key)
-                         for key in keys])
-    return rows
+    read = _column_reader(_table(records))
+    return [read(record) for record in records]
+
+
+@functools.cache
+def _column_reader(table: Any) -> FieldReader:
+    return FieldReader(*(column.key for column in table.columns))
 
 
 def _table(records: list[Notification] | list[Delivery]) -> Any:

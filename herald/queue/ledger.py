@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 
@@ -73,6 +73,13 @@ class AddStatus(StrEnum):
     REPLAYED = "replayed"
 
 
+#: Each add status by the bytes (or text) the add script answers with: an enum look-up
+#: by value costs more than the rest of a result.
+_ADD_STATUSES: dict[bytes | str, AddStatus] = {
+    **{status.value.encode(): status for status in AddStatus},
+    **{status.value: status for status in AddStatus}}
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Reissued:
     """The message an add gave an existing job (RabbitMQ: a waiting or delayed duplicate,
@@ -100,9 +107,12 @@ class AddResult:
     reissued: Reissued | None = None
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class NewJob:
-    """A job to add (a validated payload, as JSON, plus its options)."""
+class NewJob(NamedTuple):
+    """A job to add (a validated payload, as JSON, plus its options); build it with
+    keywords.
+
+    A named tuple rather than a frozen dataclass: as unchangeable, and built at a third
+    of the cost, which a bulk add pays thousands of times a request."""
 
     id: str
     actor: str
@@ -325,7 +335,7 @@ class Ledger:
         raw = iter(self._scripts["add"](args=args, client=client) if client is not None
                    else self._run_own("add", args))
         # a plain row is {status, id}; a longer one is rare (see _reissued_result)
-        return [[AddResult(status=AddStatus(_text(row[0])), job_id=_text(row[1]) or "")
+        return [[AddResult(status=_ADD_STATUSES[row[0]], job_id=_text(row[1]) or "")
                  if len(row) == 2 else _reissued_result(row)
                  for row in itertools.islice(raw, len(jobs))]
                 for _, jobs in groups]

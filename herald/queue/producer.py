@@ -73,7 +73,9 @@ def _new_job(target: JobActor[Any], payload: dict[str, Any] | BaseModel, *,
         raise InvalidPayload(problem)
     data = target.validate(payload)
     return NewJob(id=job_id or os.urandom(16).hex(), actor=target.name, data=data,
-                  priority=priority, run_at_ms=_run_at(delay, at), dedup_id=dedup_id,
+                  priority=priority,
+                  run_at_ms=0 if delay is None and at is None else _run_at(delay, at),
+                  dedup_id=dedup_id,
                   retry_failed=retry_failed, replay_completed=replay_completed, token=token,
                   group=group, **(options or job_options(target.options, get_spec(target.queue))))
 
