@@ -312,8 +312,13 @@ def stamp_handoffs(db: Db, delivery_ids: list[str], *,
 
 def _row(record: SQLModel, suffix: str = "") -> dict[str, Any]:
     """A table model's column values, keyed as an INSERT binds them (``<column><suffix>``)."""
-    return {f"{column.key}{suffix}": getattr(record, column.key)
-            for column in record.__table__.columns}  # type: ignore[attr-defined]
+    table = record.__table__  # type: ignore[attr-defined]
+    return dict(zip(_bound_names(table, suffix), _column_reader(table)(record), strict=True))
+
+
+@functools.cache
+def _bound_names(table: Any, suffix: str) -> tuple[str, ...]:
+    return tuple(f"{column.key}{suffix}" for column in table.columns)
 
 
 def _bound_row(table: Any, suffix: str = "") -> dict[str, Any]:
