@@ -92,9 +92,9 @@ class Reissued:
     run_at_ms: int
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class AddResult:
-    """The outcome of one add: the status and the id of the job it concerns.
+class AddResult(NamedTuple):
+    """The outcome of one add: the status and the id of the job it concerns (a named
+    tuple, like :class:`NewJob`: an add of thousands of jobs makes thousands).
 
     For ``deduplicated`` the id is the job that holds the dedup key. ``reissued`` is set
     when an existing job (RabbitMQ: a waiting or delayed ``duplicated`` one, or one
