@@ -55,13 +55,25 @@ def _services() -> tuple[dict[str, str], list]:
 
 
 # -- where the CPU goes: per process group, from /proc (Linux) -------------------------------
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of one process (all its threads); 0 once it is gone."""
+def _cpu_s(pid: int, *, reaped: bool = False) -> float:
+    """User + system CPU seconds of one process (all its threads), with ``reaped`` also
+    those of its children that ended and it waited for; 0 once it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = int(fields[11]) + int(fields[12])
+    if reaped:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s(root: int) -> float:
+    """CPU seconds of a process and all its descendants, those that ended included: a
+    PostgreSQL backend or autovacuum worker that ends between two readings keeps counting
+    (in what its parent reaped), where summing the processes alive at each reading would
+    lose it, or count its time before the first reading against the group."""
+    return sum(_cpu_s(pid, reaped=True) for pid in _with_descendants(root))
 
 
 def _peak_rss_mb(pid: int) -> float:
@@ -88,14 +100,15 @@ def _with_descendants(root: int) -> list[int]:
     return found
 
 
-def _server_pids(started: list) -> dict[str, list[int]]:
-    """The processes of the servers this bench started (PostgreSQL with its backends, the
-    Redis server), by name; servers given by URL are not measured."""
+def server_roots(started: list) -> dict[str, list[int]]:
+    """The root processes of the servers this bench started (the PostgreSQL postmaster,
+    the Redis server), by name, to measure with :func:`tree_cpu_s`; servers given by URL
+    are not measured."""
     groups: dict[str, list[int]] = {}
     for service in started:
         postmaster = service.workdir / "data" / "postmaster.pid"
         if postmaster.exists():
-            groups[service.name] = _with_descendants(int(postmaster.read_text().split()[0]))
+            groups[service.name] = [int(postmaster.read_text().split()[0])]
         elif service.url.startswith("redis://"):
             # a foreground child of the bench: found by the port on its command line
             port = service.url.rsplit(":", 1)[1].split("/")[0]
@@ -122,9 +135,11 @@ class CpuMeter:
         self.spent: dict[str, float] = {}
 
     def _read(self) -> dict[str, float]:
-        groups = {"workers": self.workers, "producer (bench process)": [os.getpid()],
-                  **_server_pids(self.started)}
-        return {name: sum(_cpu_s(pid) for pid in pids) for name, pids in groups.items()}
+        # the bench process alone: what it reaped (earlier runs' workers) is not its own
+        spent = {"workers": sum(_cpu_s(pid) for pid in self.workers),
+                 "producer (bench process)": _cpu_s(os.getpid())}
+        return spent | {name: sum(tree_cpu_s(root) for root in roots)
+                        for name, roots in server_roots(self.started).items()}
 
     def __enter__(self) -> CpuMeter:
         self._before = self._read()

@@ -40,7 +40,7 @@ from pathlib import Path
 from sqlalchemy import text
 
 from bench import machine, publish
-from bench.e2e import _accounts, _configure, _cpu_s, _reset_tables, _server_pids, _services
+from bench.e2e import _accounts, _configure, _reset_tables, _services, server_roots, tree_cpu_s
 from bench.e2e import _with_descendants as with_descendants
 
 REPO = Path(__file__).resolve().parents[1]
@@ -151,13 +151,14 @@ class Wrk:
         self.duration_s, self.connections = duration_s, connections
 
     def _groups(self) -> dict[str, list[int]]:
-        return {"web processes": with_descendants(self.web_pid), **_server_pids(self.started)}
+        return {"web processes": [self.web_pid], **server_roots(self.started)}
 
     def run(self, url: str, script: Path | None = None,
             duration_s: float | None = None) -> dict[str, float | str]:
         """Requests/s, p50 and p99 in ms, and CPU seconds per group over the run."""
         groups = self._groups()
-        before = {name: sum(_cpu_s(pid) for pid in pids) for name, pids in groups.items()}
+        before = {name: sum(tree_cpu_s(root) for root in roots)
+                  for name, roots in groups.items()}
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         command = ["wrk", "-t2", f"-c{self.connections}",
                    f"-d{duration_s or self.duration_s}s", "--latency", "--timeout", "10s"]
@@ -167,8 +168,8 @@ class Wrk:
                                 check=True).stdout
         after_children = resource.getrusage(resource.RUSAGE_CHILDREN)
         spent: dict[str, float | str] = {
-            name: sum(_cpu_s(pid) for pid in pids) - before[name]
-            for name, pids in groups.items()}
+            name: sum(tree_cpu_s(root) for root in roots) - before[name]
+            for name, roots in groups.items()}
         spent["wrk"] = (after_children.ru_utime - children.ru_utime
                         + after_children.ru_stime - children.ru_stime)
         rate = re.search(r"Requests/sec:\s+([\d.]+)", output)
