@@ -15,6 +15,7 @@ in a mix are left out, as they are from a type's default channels).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import re
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
@@ -32,7 +34,7 @@ from actors.render import (
     template_channel,
     validate_event_data,
 )
-from herald.db import autocommit
+from herald.db import autocommit, is_postgres
 from herald.db import session as db_session
 from herald.queue.registry import NORMAL_PRIORITY, URGENT_PRIORITY
 from herald.settings import get_settings
@@ -216,17 +218,24 @@ def trigger_event(*, account_id: str, type: str, occurrence: str,
         account_id=account_id, type=type, occurrence=occurrence, data=data or {},
         urgency=urgency, transactional=transactional, channels=channels, batch_id=batch_id,
         now=utcnow())
-    try:
-        # no look-up first: the unique (account, type, occurrence) key and the account's
-        # foreign key decide, and a refusal persists nothing
-        persist_notification(notification, deliveries)
-    except IntegrityError:
+    # one autocommit connection for the insert and the handoff stamp (PostgreSQL, where
+    # the insert is one statement): a pool checkout less per event
+    with autocommit() if is_postgres() else contextlib.nullcontext() as connection:
+        try:
+            # no look-up first: the unique (account, type, occurrence) key and the
+            # account's foreign key decide, and a refusal persists nothing
+            persist_notification(notification, deliveries, connection=connection)
+        except IntegrityError as error:
+            refused: IntegrityError | None = error
+        else:
+            refused = None
+            hand_off(deliveries, URGENCIES[urgency], connection=connection)
+    if refused is not None:
         # persisted before (or by a concurrent request): it stands — or no such account
         existing = _existing(account_id, type, occurrence)
         if existing is None:
-            raise
+            raise refused
         return existing
-    hand_off(deliveries, URGENCIES[urgency])
     log.debug("notification persisted", extra={"notification_id": notification.id,
                                                "deliveries": len(deliveries)})
     return EventResult(notification=notification, deliveries=deliveries, created=True)
@@ -252,21 +261,26 @@ def _with_deliveries(session: Session, notification: Notification) -> EventResul
     return EventResult(notification=notification, deliveries=deliveries, created=False)
 
 
-def hand_off(deliveries: list[Delivery], priority: int) -> int:
+def hand_off(deliveries: list[Delivery], priority: int, *,
+             connection: Connection | None = None) -> int:
     """Enqueue the channel jobs of the queued deliveries (job id = delivery id; one round
-    trip for all channels) and stamp their handoff, in one statement; returns how many
-    were handed off. A failed enqueue is logged by delivery id only and leaves the
-    deliveries unstamped for the handoff sweep."""
+    trip for all channels) and stamp their handoff, in one statement (on ``connection``,
+    an autocommit one, when given); returns how many were handed off. A failed enqueue is
+    logged by delivery id only and leaves the deliveries unstamped for the handoff sweep."""
     from actors.notifications import enqueue_new_deliveries
 
-    queued = [delivery for delivery in deliveries if delivery.outcome == _QUEUED]
+    queued = [delivery for delivery in deliveries if _READ_HANDOFF(delivery)[1] == _QUEUED]
     if not queued:
         return 0
     if not _enqueued(queued, lambda: enqueue_new_deliveries(queued, priority)):
         return 0
+    ids = [_READ_HANDOFF(delivery)[0] for delivery in queued]
+    if connection is not None:
+        stamp_handoffs(connection, ids)
+        return len(queued)
     # a single UPDATE is atomic by itself: no transaction round trips around it
-    with autocommit() as connection:
-        stamp_handoffs(connection, [delivery.id for delivery in queued])
+    with autocommit() as own:
+        stamp_handoffs(own, ids)
     return len(queued)
 
 
