@@ -29,7 +29,13 @@ from pydantic import BaseModel, Field
 from sqlalchemy import exists, func
 from sqlmodel import Session, select
 
-from actors.orchestration import AccountNotFound, InvalidEvent, check_event, trigger_event
+from actors.orchestration import (
+    AccountNotFound,
+    InvalidEvent,
+    check_event,
+    flush_handoff_stamps,
+    trigger_event,
+)
 from herald.db import session as db_session
 from herald.queue import actor, enqueue, queue
 from herald.queue.errors import Defer
@@ -46,6 +52,8 @@ ORCHESTRATION_QUEUE = "notification-orchestration"
 MAX_RECIPIENTS = 10_000
 #: Accounts triggered between two progress log lines.
 CHUNK_SIZE = 100
+#: How long a run's end waits for its events' handoff stamps to be written (s).
+STAMPS_WAIT_S = 10.0
 
 
 class InvalidBatch(ValueError):
@@ -300,6 +308,8 @@ def _trigger_chunk(batch: Batch, account_ids: Sequence[str]) -> int:
 def _finish(batch_id: str) -> dict[str, Any]:
     """Mark the batch finished with its notification count and whether every channel job
     was handed to the queue (no delivery still queued without a handoff stamp)."""
+    # the stamps of the events just triggered are written behind them: wait for them
+    flush_handoff_stamps(timeout_s=STAMPS_WAIT_S)
     with db_session() as session:
         count = session.scalar(select(func.count()).select_from(Notification)
                                .where(Notification.batch_id == batch_id)) or 0

@@ -309,7 +309,7 @@ def per_unit_costs(accounts: list[str], sample: int = 200, bulk: int = 0) -> dic
     email delivery attempt (claim → sent), in process, one at a time; with ``bulk``, also
     those of one event accepted ``bulk`` at a time through ``trigger_events``."""
     from actors.notifications import DeliveryJob, deliver
-    from actors.orchestration import trigger_event
+    from actors.orchestration import flush_handoff_stamps, trigger_event
 
     run = uuid.uuid4().hex[:8]
     jobs = []
@@ -321,6 +321,7 @@ def per_unit_costs(accounts: list[str], sample: int = 200, bulk: int = 0) -> dic
             d = next(d for d in result.deliveries if d.channel == "email")
             jobs.append(DeliveryJob(delivery_id=d.id, notification_id=d.notification_id,
                                     channel="email"))
+        flush_handoff_stamps()  # the stamps' UPDATEs (many events each) count too
     with _Counter() as delivering:
         for job in jobs:
             deliver(job)

@@ -348,27 +348,21 @@ def _insert_deliveries(count: int) -> Prepared:
     return Prepared(_delivery_rows(count))
 
 
-def persist_notification(notification: Notification, deliveries: list[Delivery], *,
-                         connection: Connection | None = None) -> None:
+def persist_notification(notification: Notification, deliveries: list[Delivery]) -> None:
     """Insert a notification and its deliveries so that they land together or not at all,
     and commit them.
 
-    On PostgreSQL one statement on an autocommit connection (no BEGIN/COMMIT round trips):
-    ``connection`` when given (the caller's, from :func:`herald.db.autocommit`), else one
-    of the pool's; elsewhere two in a transaction. Raises IntegrityError, persisting
-    nothing, when the (account, type, occurrence) key exists already or the account does
-    not exist (its foreign key).
+    On PostgreSQL one statement on an autocommit connection (no BEGIN/COMMIT round trips);
+    elsewhere two in a transaction. Raises IntegrityError, persisting nothing, when the
+    (account, type, occurrence) key exists already or the account does not exist (its
+    foreign key).
     """
     params = _row(notification)
     for i, delivery in enumerate(deliveries):
         params |= _row(delivery, f"_{i}")
     if deliveries and is_postgres():
-        statement = _insert_notification(len(deliveries), together=True)
-        if connection is not None:
-            statement.run(connection, params)
-            return
         with autocommit() as connection:
-            statement.run(connection, params)
+            _insert_notification(len(deliveries), together=True).run(connection, params)
         return
     with get_engine().begin() as connection:
         _insert_notification(len(deliveries), together=False).run(connection, params)
