@@ -124,7 +124,8 @@ def deliver(job: DeliveryJob) -> dict[str, Any]:
                                            outcome=outcome, **fields)
 
         verdict = gate(recipient, job.channel)
-        provider = active_provider(Channel(job.channel))
+        channel = Channel(job.channel)
+        provider = active_provider(channel)
         if verdict.reason is None and provider is None:
             verdict = Gate(reason=SuppressionReason.PROVIDER_UNSUPPORTED)
         if verdict.reason is not None:
@@ -140,7 +141,7 @@ def deliver(job: DeliveryJob) -> dict[str, Any]:
         if not still_claimed(db, job.delivery_id, token):
             return {"delivery_id": job.delivery_id, "skipped": "claim taken over"}
         message = OutboundMessage(
-            channel=Channel(job.channel), to=verdict.address, subject=rendered.subject,
+            channel=channel, to=verdict.address, subject=rendered.subject,
             text=rendered.text, html=rendered.html, idempotency_key=job.delivery_id,
             attachments=rendered.attachments)
         result = provider.send(message)

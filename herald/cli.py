@@ -324,7 +324,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     SIGTERM/SIGINT, then drain. A failed start, or a taken ``WORKER_PORT``, stops it at
     start with one line saying why (exit code 1)."""
     from herald.health import PortInUse, serve_worker_health
-    from herald.process import tune_garbage_collector
+    from herald.process import schedule_as_batch, tune_garbage_collector
     from herald.queue.worker import run_worker_process
 
     load_actor_modules(args.imports)
@@ -332,6 +332,9 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     if queues is None:
         return USAGE_ERROR
     tune_garbage_collector()
+    if settings.worker_batch_scheduling:
+        # before any thread of the worker starts: threads inherit the policy
+        schedule_as_batch()
     try:
         port = settings.worker_port
         return run_worker_process(

@@ -1,9 +1,14 @@
 """Process-wide tuning for herald's long-running processes (``herald web``'s and
-``herald worker``'s): the garbage collector's pace (README.md, "Deployment")."""
+``herald worker``'s): the garbage collector's pace, and the worker's CPU scheduling policy
+(README.md, "Deployment")."""
 
 from __future__ import annotations
 
 import gc
+import logging
+import os
+
+log = logging.getLogger("herald.process")
 
 #: Allocations (net of frees) between two collections of the youngest generation; the
 #: interpreter's default is 700.
@@ -24,3 +29,28 @@ def tune_garbage_collector() -> None:
     gc.collect()  # what startup left unreachable is freed, not frozen
     gc.freeze()
     gc.set_threshold(YOUNG_COLLECTION_EVERY, 10, 10)
+
+
+def schedule_as_batch() -> bool:
+    """Ask Linux to schedule this thread, and every thread it starts from now on, as a
+    batch workload (``SCHED_BATCH``, nice value unchanged: the same share of the CPU).
+    True when applied; elsewhere, or when the kernel refuses, nothing changes (False).
+
+    For ``herald worker``, called before its threads start. Why: a worker process hands
+    every job between its own threads (the consumer wakes a worker thread, whose end
+    wakes the consumer), and under the default policy a woken thread may preempt the
+    thread that woke it while that one still holds the GIL; it then runs only to wait
+    for the GIL, and both pay two context switches for nothing. A batch thread, once
+    woken, waits for the running one to block or its time slice to end (sched(7): for
+    non-interactive work that wants no such preemptions). Jobs start a little later under
+    load (at most a time slice); bench/README.md, "The worker's path", has the CPU saved.
+    """
+    policy = getattr(os, "SCHED_BATCH", None)
+    if policy is None:  # not Linux
+        return False
+    try:
+        os.sched_setscheduler(0, policy, os.sched_param(0))
+    except OSError as error:  # a container's seccomp policy, say: run on as before
+        log.info("batch scheduling not applied: %s", error)
+        return False
+    return True

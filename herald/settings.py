@@ -200,6 +200,8 @@ class Settings(BaseSettings):
     #: before any route sees it. A batch of 10,000 account ids is about 400 KB.
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     worker_port: int = Field(default=3001, ge=0, le=65535)
+    #: ``herald worker`` runs under Linux's SCHED_BATCH policy (herald.process).
+    worker_batch_scheduling: bool = True
     port: int = Field(default=8000, ge=0, le=65535)
     #: ``herald web``'s processes (the platforms' convention); 0: one per CPU core.
     web_concurrency: int = Field(default=0, ge=0)
