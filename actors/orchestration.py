@@ -251,9 +251,13 @@ def _with_deliveries(session: Session, notification: Notification) -> EventResul
     return EventResult(notification=notification, deliveries=deliveries, created=False)
 
 
+#: A delivery's id and outcome, as :func:`hand_off` and :func:`hand_off_many` read them.
+_READ_HANDOFF = FieldReader("id", "outcome")
+
+
 def hand_off(deliveries: list[Delivery], priority: int) -> int:
     """Enqueue the channel jobs of the queued deliveries (job id = delivery id; one round
-    trip for all channels), then have their handoff stamped behind the caller's back
+    trip for all channels), then have their handoff stamped in the background
     (:func:`flush_handoff_stamps` waits for it); returns how many were handed off. A
     failed enqueue is logged by delivery id only and leaves the deliveries unstamped for
     the handoff sweep, as does a stamp that fails or never runs (the process ended)."""
@@ -266,7 +270,6 @@ def hand_off(deliveries: list[Delivery], priority: int) -> int:
         return 0
     _stamps_behind.add(_READ_HANDOFF(delivery)[0] for delivery in queued)
     return len(queued)
-
 
 
 def flush_handoff_stamps(timeout_s: float | None = None) -> bool:
@@ -345,11 +348,13 @@ def trigger_events(events: list[dict[str, Any]]) -> list[EventOutcome]:
     for index, event in enumerate(events):
         # the event's own values, not read back from the rows: the ORM's attribute reads
         # cost more than building the rows
-        key = account_id, _, occurrence = event["account_id"], event["type"], event["occurrence"]
+        account_id, type_name, occurrence = (event["account_id"], event["type"],
+                                             event["occurrence"])
+        key = (account_id, type_name, occurrence)
         data, urgency = event.get("data") or {}, event.get("urgency", "normal")
         try:
             notification, deliveries = new_notification(
-                account_id=account_id, type=key[1], occurrence=occurrence, data=data,
+                account_id=account_id, type=type_name, occurrence=occurrence, data=data,
                 urgency=urgency, transactional=event.get("transactional"),
                 channels=event.get("channels"), batch_id=None, now=now)
         except InvalidEvent as error:
@@ -417,9 +422,6 @@ def hand_off_many(deliveries: list[tuple[Delivery, int]]) -> int:
         return 0
     stamp_many_handoffs([_READ_HANDOFF(d)[0] for d, _ in queued])
     return len(queued)
-
-
-_READ_HANDOFF = FieldReader("id", "outcome")
 
 
 # -- reading ----------------------------------------------------------------------------

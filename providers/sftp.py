@@ -342,6 +342,11 @@ class SftpSession:
             self._conn = await asyncssh.connect(
                 settings.host, settings.port, username=settings.username,
                 password=settings.password, known_hosts=known_hosts,
+                # offer every host key algorithm, not only the recorded key's: a server
+                # whose key is of another kind then fails the recorded-key check, always
+                # (HostKeyNotVerifiable), where a failed negotiation can reach us as a
+                # lost connection instead, which would be retried as transient
+                server_host_key_algs="default",
                 # only the password: no keys, agent or ~/.ssh/config of the worker's user
                 client_keys=None, agent_path=None, config=None,
                 connect_timeout=connect_timeout)
