@@ -214,17 +214,6 @@ def enqueue_delivery(delivery: Delivery, priority: int, *, retry_failed: bool = 
     return result.status
 
 
-def enqueue_new_deliveries(deliveries: list[Delivery], priority: int) -> None:
-    """Add the channel jobs of freshly persisted deliveries, grouped by channel, in one
-    round trip for all channels (job id = delivery id, the same priority). Raises when the
-    queue is unavailable; nothing is added then.
-
-    The bulk path is for fresh jobs only: it never retries a retained failed job, so it
-    must not be used to recover deliveries — that is :func:`enqueue_delivery`.
-    """
-    enqueue_prioritised_deliveries([(delivery, priority) for delivery in deliveries])
-
-
 def enqueue_prioritised_deliveries(jobs: Sequence[tuple[Delivery, int]], *,
                                    chunk_size: int = ADD_CHUNK) -> None:
     """Add the channel jobs of freshly persisted deliveries, each ``(delivery, priority)``
@@ -232,8 +221,8 @@ def enqueue_prioritised_deliveries(jobs: Sequence[tuple[Delivery, int]], *,
     however many channels (job id = delivery id). Raises when the queue is unavailable;
     nothing is added then (a chunk that did go through stays added).
 
-    Fresh jobs only, like :func:`enqueue_new_deliveries`: recovery is
-    :func:`enqueue_delivery`'s.
+    Fresh jobs only: it never retries a retained failed job, so it must not be used to
+    recover deliveries — that is :func:`enqueue_delivery`.
     """
     by_channel: dict[str, list[tuple[dict[str, str], dict[str, Any]]]] = {}
     for delivery, priority in jobs:

@@ -261,14 +261,23 @@ def hand_off(deliveries: list[Delivery], priority: int) -> int:
     (:func:`flush_handoff_stamps` waits for it); returns how many were handed off. A
     failed enqueue is logged by delivery id only and leaves the deliveries unstamped for
     the handoff sweep, as does a stamp that fails or never runs (the process ended)."""
-    from actors.notifications import enqueue_new_deliveries
+    return _hand_off([(delivery, priority) for delivery in deliveries], _stamps_behind.add)
 
-    queued = [delivery for delivery in deliveries if _READ_HANDOFF(delivery)[1] == _QUEUED]
-    if not queued:
+
+def _hand_off(deliveries: list[tuple[Delivery, int]],
+              stamp: Callable[[list[str]], None]) -> int:
+    """Add the jobs of the queued deliveries, each ``(delivery, priority)``, in ONE round
+    trip, then ``stamp`` their ids; how many were handed off. A failed add is logged by
+    delivery id only and stamps nothing."""
+    from actors.notifications import enqueue_prioritised_deliveries
+
+    queued = [(d, priority) for d, priority in deliveries if _READ_HANDOFF(d)[1] == _QUEUED]
+    if not queued or not _enqueued(
+            [d for d, _ in queued],
+            # one add for them all: at most 3 channel jobs per event, so a few thousand
+            lambda: enqueue_prioritised_deliveries(queued, chunk_size=len(queued))):
         return 0
-    if not _enqueued(queued, lambda: enqueue_new_deliveries(queued, priority)):
-        return 0
-    _stamps_behind.add(_READ_HANDOFF(delivery)[0] for delivery in queued)
+    stamp([_READ_HANDOFF(d)[0] for d, _ in queued])
     return len(queued)
 
 
@@ -316,8 +325,10 @@ class _Candidate(NamedTuple):
     index: int
     notification: Notification
     deliveries: list[Delivery]
-    id: str  # the notification's
-    priority: int  # its channel jobs'
+
+
+#: A notification's id and urgency, as :func:`trigger_events` reads them.
+_READ_ID_URGENCY = FieldReader("id", "urgency")
 
 
 def trigger_events(events: list[dict[str, Any]]) -> list[EventOutcome]:
@@ -351,11 +362,11 @@ def trigger_events(events: list[dict[str, Any]]) -> list[EventOutcome]:
         account_id, type_name, occurrence = (event["account_id"], event["type"],
                                              event["occurrence"])
         key = (account_id, type_name, occurrence)
-        data, urgency = event.get("data") or {}, event.get("urgency", "normal")
+        data = event.get("data") or {}
         try:
             notification, deliveries = new_notification(
                 account_id=account_id, type=type_name, occurrence=occurrence, data=data,
-                urgency=urgency, transactional=event.get("transactional"),
+                urgency=event.get("urgency", "normal"), transactional=event.get("transactional"),
                 channels=event.get("channels"), batch_id=None, now=now)
         except InvalidEvent as error:
             outcomes[index] = error
@@ -366,9 +377,7 @@ def trigger_events(events: list[dict[str, Any]]) -> list[EventOutcome]:
         if key in candidates:
             repeats.append((index, key))
         else:
-            candidates[key] = _Candidate(index, notification, deliveries,
-                                         # the id it was built with
-                                         notification.__dict__["id"], URGENCIES[urgency])
+            candidates[key] = _Candidate(index, notification, deliveries)
     # in key order: two requests inserting the same occurrences then wait on each other in
     # one order, never in a cycle (a deadlock PostgreSQL would break by failing one). An
     # unknown account's notification is left out by the insert itself, and found nowhere.
@@ -377,15 +386,17 @@ def trigger_events(events: list[dict[str, Any]]) -> list[EventOutcome]:
         [candidate.notification for candidate in keep],
         [delivery for candidate in keep for delivery in candidate.deliveries])
     existing = find_occurrences([key for key, candidate in candidates.items()
-                                 if candidate.id not in inserted])
+                                 if _READ_ID_URGENCY(candidate.notification)[0]
+                                 not in inserted])
     by_key: dict[Key, EventOutcome] = {}
     handed: list[tuple[Delivery, int]] = []
-    for key, (index, notification, deliveries, notification_id, priority) in \
-            candidates.items():
+    for key, (index, notification, deliveries) in candidates.items():
         outcome: EventOutcome
+        notification_id, urgency = _READ_ID_URGENCY(notification)
         if notification_id in inserted:
             outcome = EventResult(notification=notification, deliveries=deliveries,
                                   created=True)
+            priority = URGENCIES[urgency]
             handed += [(delivery, priority) for delivery in deliveries]
         elif key in existing:
             found, found_deliveries = existing[key]
@@ -408,20 +419,11 @@ def trigger_events(events: list[dict[str, Any]]) -> list[EventOutcome]:
 
 def hand_off_many(deliveries: list[tuple[Delivery, int]]) -> int:
     """:func:`hand_off` for deliveries of many notifications, each ``(delivery,
-    priority)``: the jobs of the queued ones added in ONE round trip, then their handoff
-    stamped in one UPDATE; returns how many were handed off. A failed add is logged by
-    delivery id only and leaves them unstamped for the handoff sweep."""
-    from actors.notifications import enqueue_prioritised_deliveries
-
-    queued = [(d, priority) for d, priority in deliveries
-              if _READ_HANDOFF(d)[1] == _QUEUED]
-    if not queued or not _enqueued(
-            [d for d, _ in queued],
-            # one add for them all: at most 3 channel jobs per event, so a few thousand
-            lambda: enqueue_prioritised_deliveries(queued, chunk_size=len(queued))):
-        return 0
-    stamp_many_handoffs([_READ_HANDOFF(d)[0] for d, _ in queued])
-    return len(queued)
+    priority)``: the jobs of the queued ones added in one round trip, then their handoff
+    stamped in one UPDATE, before it returns (one statement for the whole batch already);
+    returns how many were handed off. A failed add is logged by delivery id only and
+    leaves them unstamped for the handoff sweep."""
+    return _hand_off(deliveries, stamp_many_handoffs)
 
 
 # -- reading ----------------------------------------------------------------------------

@@ -135,8 +135,7 @@ class MockProvider:
         sends_key, script_key = _keys()
         message_id = f"mock-{uuid.uuid4().hex}"
         accepted = SendResult.ok(message_id)
-        # the accepted tail as _record_tail writes it (the id is hex: nothing to escape),
-        # without a JSON encoder's pass per send
+        # the accepted tail without a JSON encoder's pass per send
         body, ok_tail = _record_body(message), _OK_TAIL % message_id
         decision = thread_connections(client).run_script(
             _SEND_SCRIPT, keys=(script_key, sends_key),
@@ -205,9 +204,9 @@ def _record_tail(result: SendResult) -> str:
 _FAILURES = {"transient": SendResult.transient("mock_transient", "scripted transient failure"),
              "terminal": SendResult.terminal("mock_terminal", "scripted terminal failure")}
 _FAILURE_TAILS = (_record_tail(_FAILURES["transient"]), _record_tail(_FAILURES["terminal"]))
-#: :func:`_record_tail` of an accepted send, its message id left to fill in.
-_OK_TAIL = ', "provider_message_id": "%s", "outcome": "ok"}'
-
+#: :func:`_record_tail` of an accepted send, its message id (hex: nothing to escape) left
+#: to fill in with ``%``.
+_OK_TAIL = _record_tail(SendResult.ok("%s"))
 
 
 # -- delivery-receipt callbacks ---------------------------------------------------------------

@@ -32,15 +32,21 @@ class Recorder:
 
 def test_items_are_written_in_order_many_per_write() -> None:
     recorder = Recorder()
-    writer = WriteBehind(recorder, name="test-writer", max_batch=1000, linger_s=5.0)
+    writer = WriteBehind(recorder, name="test-writer", max_batch=1000, linger_s=2.0)
 
-    for start in range(0, 100, 10):
+    # items added while the writer lingers after the first go into the same write
+    for start in range(0, 30, 10):
         writer.add(range(start, start + 10))
-    # the writer lingers for more; a flush cuts that short
-    assert writer.flush(timeout_s=5.0)
+        time.sleep(0.02)
+    deadline = time.monotonic() + 10
+    while not recorder.batches and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert recorder.batches == [list(range(30))]
 
-    assert [item for batch in recorder.batches for item in batch] == list(range(100))
-    assert len(recorder.batches) < 10  # not one write per add
+    # a flush cuts the lingering short
+    writer.add(range(30, 40))
+    assert writer.flush(timeout_s=1.0)
+    assert recorder.batches == [list(range(30)), list(range(30, 40))]
 
 
 def test_a_full_batch_is_written_without_lingering() -> None:
