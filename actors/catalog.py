@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any, TypeVar
@@ -276,11 +276,23 @@ def list_products(currency: str | None = None) -> list[dict[str, str]]:
     return [_product_view(product, currency, rates) for product in products]
 
 
+def product_price(product: StoreProduct, currency: str | None,
+                  rates: Mapping[str, Decimal]) -> tuple[Decimal, str]:
+    """``(price, currency)`` of ``product`` as the catalog shows it: in its own currency
+    when ``currency`` is None, else converted through ``rates`` by
+    :func:`actors.fx.convert` (rounded half-up to cents). An order placed in a currency
+    is priced by this same function, so it costs what the catalog listed. Raises
+    :class:`actors.fx.UnratedCurrency` when ``currency`` has no rate."""
+    if not currency:
+        return product.price, product.currency
+    if currency not in rates:
+        raise UnratedCurrency(currency)  # named even when no conversion is needed
+    return convert(product.price, product.currency, currency, rates), currency
+
+
 def _product_view(product: StoreProduct, currency: str | None,
-                  rates: dict[str, Decimal]) -> dict[str, str]:
-    price, shown = product.price, product.currency
-    if currency:
-        price, shown = convert(product.price, product.currency, currency, rates), currency
+                  rates: Mapping[str, Decimal]) -> dict[str, str]:
+    price, shown = product_price(product, currency, rates)
     return {"id": product.id, "provider": product.provider, "name": product.name,
             "price": price_text(price), "currency": shown}
 

@@ -46,6 +46,8 @@ from sqlalchemy import ColumnElement, select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
+from actors.catalog import product_price
+from actors.fx import current_rates
 from actors.orchestration import trigger_event
 from herald.db import session as db_session
 from herald.queue import EnqueueResult, Permanent, actor, enqueue, is_last_attempt
@@ -177,11 +179,15 @@ def _check_provider(session: Session, provider: str) -> None:
         raise ProviderUnavailable(provider, reason)
 
 
-def place_order(account_id: str, product_id: str) -> dict[str, Any]:
-    """Persist an order for a product of the synced catalog at the product's price
-    (``pending_payment``, issuance ``pending``) and return it as JSON. Nothing is
-    persisted when it is refused: StoreDisabled, AccountNotFound, ProductNotFound (also
-    for a product no longer on sale), ProviderUnavailable."""
+def place_order(account_id: str, product_id: str, currency: str | None = None
+                ) -> dict[str, Any]:
+    """Persist an order for a product of the synced catalog (``pending_payment``, issuance
+    ``pending``) and return it as JSON. It costs the product's price, or with
+    ``currency`` the price the catalog lists in that currency at the latest exchange
+    rates (:func:`actors.catalog.product_price`); that amount and currency are locked on
+    the order, and its payment must match them. Nothing is persisted when it is refused:
+    StoreDisabled, AccountNotFound, ProductNotFound (also for a product no longer on
+    sale), ProviderUnavailable, :class:`actors.fx.UnratedCurrency`."""
     if not get_settings().feature_esim_store:
         raise StoreDisabled("the eSIM store is turned off (FEATURE_ESIM_STORE)")
     with db_session() as session:
@@ -189,10 +195,12 @@ def place_order(account_id: str, product_id: str) -> dict[str, Any]:
         if product is None or not product.active:
             raise ProductNotFound(product_id)
         _check_provider(session, product.provider)
+        rates = current_rates(session) if currency else {}
+        amount, priced_in = product_price(product, currency, rates)
         try:
             order, store_order = insert_store_order(
                 session, account_id=account_id, product_id=product.id,
-                provider=product.provider, amount=product.price, currency=product.currency)
+                provider=product.provider, amount=amount, currency=priced_in)
         except IntegrityError:  # the account's foreign key: no look-up first
             raise AccountNotFound(account_id) from None
         return order_view(order, store_order, status_events(session, order.id))

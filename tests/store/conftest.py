@@ -18,8 +18,8 @@ from tests.support.reset import reset_herald
 
 #: The queues the store tests run: issuance, and the notifications an issued order sends.
 STORE_QUEUES = ("store-fulfillment", "notification-email", "notification-sms")
-_TABLES = ("store_order_status_events, store_orders, orders, store_products, "
-           "provider_health, deliveries, notifications, accounts")
+_TABLES = ("store_order_status_events, payments, store_orders, orders, store_products, "
+           "fx_rates, provider_health, deliveries, notifications, accounts")
 
 
 @pytest.fixture(params=["postgres", "sqlite"])

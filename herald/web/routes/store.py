@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from actors import store
+from actors.fx import UnratedCurrency
 from herald.web.auth import protected_router
 from herald.web.errors import api_error, found
 from providers.esim import InvalidWebhook, InvalidWebhookBody
@@ -30,15 +31,21 @@ class OrderIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     account_id: str = Field(min_length=1, max_length=36)
     product_id: str = Field(min_length=1, max_length=64)
+    #: Price the order in this currency at the latest exchange rates (what
+    #: ``GET /v1/store/products?currency=`` lists); none: the product's own currency.
+    currency: str | None = Field(default=None, pattern=r"^[A-Z]{3}$",
+                                 description="ISO 4217 code, upper case (EUR)")
 
 
 @router.post("/store/orders", status_code=201, summary="Place an eSIM order")
 def place_order(body: OrderIn) -> dict[str, Any]:
     """201 with the order (``pending_payment``, issuance ``pending``) at the product's
-    price; 404 for an unknown account or product, 409 when the product's provider is
-    unavailable or the store is off. A refused order persists nothing."""
+    price, or at the catalog's price in ``currency`` (locked on the order); 404 for an
+    unknown account or product, 409 when the product's provider is unavailable or the
+    store is off, 422 ``unknown_currency`` for a currency with no exchange rate. A
+    refused order persists nothing."""
     try:
-        return store.place_order(body.account_id, body.product_id)
+        return store.place_order(body.account_id, body.product_id, body.currency)
     except store.StoreDisabled as error:
         raise api_error(409, "store_disabled", str(error)) from None
     except store.AccountNotFound:
@@ -48,6 +55,8 @@ def place_order(body: OrderIn) -> dict[str, Any]:
                         f"no product {body.product_id} on sale") from None
     except store.ProviderUnavailable as error:
         raise api_error(409, "provider_unavailable", str(error)) from None
+    except UnratedCurrency as error:
+        raise api_error(422, "unknown_currency", str(error)) from None
 
 
 @router.get("/store/orders/{order_id}", summary="An eSIM order and its status events")
