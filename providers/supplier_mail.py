@@ -12,6 +12,10 @@ copies, Reply-To whoever placed the order, and returns the Message-ID as the dis
 reference. The Message-ID is derived from the dispatch id, so a retry after a lost reply
 repeats it and mail clients show one message.
 
+On the embedded default with SMTP_HOST not set (the README's tour: no mail relay there)
+it goes to the mock provider's mail store instead, as notification email does, and the
+mock's message id is the reference (:func:`mail_goes_to_mock`; README.md, "Purchasing").
+
 Failures: no supplier address (or a malformed one) is :class:`SupplierConfigError` and
 nothing is sent; a 5xx reply or a relay lacking what the SMTP settings require is
 :class:`PermanentMailError`; a 4xx reply, a refused or dropped connection and the send
@@ -30,6 +34,7 @@ import jinja2
 
 from herald.settings import Settings, email_address_problem, get_settings
 from providers.base import Attachment, Channel, FailureKind, OutboundMessage
+from providers.mock import MockProvider
 from providers.smtp import build_mime, send_mime
 from providers.suppliers import (
     DocumentLine,
@@ -121,7 +126,8 @@ def send_supplier_email(document: PurchaseOrderDocument, *, to: str | None,
                         supplier_name: str | None = None,
                         settings: Settings | None = None) -> Transmission:
     """Email ``document`` to the supplier at ``to`` (copies to ``cc``) through the SMTP_*
-    settings, with ``attachments``; exactly one message per call.
+    settings (the mock's mail store when :func:`mail_goes_to_mock`), with
+    ``attachments``; exactly one message per call.
 
     Returns the Message-ID as reference, with ``subject`` and ``recipients`` for the
     audit. Raises :class:`SupplierConfigError` before sending anything when ``to`` is
@@ -135,15 +141,19 @@ def send_supplier_email(document: PurchaseOrderDocument, *, to: str | None,
     subject, html, text = render_order_email(document, supplier_name,
                                              attachment_name=attachment_name)
     message = OutboundMessage(
-        channel=Channel.EMAIL, to=recipients[0], cc=tuple(recipients[1:]), subject=subject,
-        text=text, html=html, attachments=tuple(attachments),
+        channel=Channel.EMAIL, to=recipients[0], cc=tuple(recipients[1:]),
+        sender=settings.email_from, subject=subject, text=text, html=html,
+        attachments=tuple(attachments),
         # one Message-ID per dispatch: a retry that duplicates the mail repeats it
         idempotency_key=f"dispatch-{document.dispatch_id}",
     )
-    mime = build_mime(message, sender=settings.email_from)
-    if reply_to:
-        mime["Reply-To"] = reply_to
-    result = send_mime(mime, recipients, settings)
+    if mail_goes_to_mock(settings):
+        result = MockProvider(settings).send(message)
+    else:
+        mime = build_mime(message, sender=settings.email_from)
+        if reply_to:
+            mime["Reply-To"] = reply_to
+        result = send_mime(mime, recipients, settings)
     if result.accepted:
         return Transmission(reference=str(result.provider_message_id),
                             audit={"subject": subject, "recipients": recipients})
@@ -151,6 +161,14 @@ def send_supplier_email(document: PurchaseOrderDocument, *, to: str | None,
     if result.failure_kind is FailureKind.TERMINAL:
         raise PermanentMailError(f"{code}: {reason}")
     raise SupplierMailError(code, reason)
+
+
+def mail_goes_to_mock(settings: Settings) -> bool:
+    """True when supplier email goes to the mock provider's mail store, not SMTP: herald
+    runs on the embedded default (its own Redis) and SMTP_HOST was not set. Anywhere
+    else an unset SMTP_HOST still means ``localhost``, so a deploy that forgot it fails
+    its dispatches loudly rather than sending real orders nowhere."""
+    return settings.embedded_redis and "smtp_host" not in settings.model_fields_set
 
 
 def supplier_recipients(to: str | None, cc: Sequence[str] = ()) -> list[str]:

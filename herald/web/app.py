@@ -43,6 +43,7 @@ def _routers() -> list[APIRouter]:
         events,
         health,
         inbound,
+        mock_mail,
         notifications,
         payments,
         products,
@@ -53,7 +54,8 @@ def _routers() -> list[APIRouter]:
     return [health.router, accounts.router, events.router, notifications.router,
             batches.router, callbacks.router, payments.router, activations.router,
             store.router, store.webhooks, products.router, purchasing.router, admin.router,
-            admin_search.router, console.router, inbound.router, inbound.admin]
+            admin_search.router, console.router, inbound.router, inbound.admin,
+            mock_mail.router]
 
 
 def _version() -> str:
