@@ -230,13 +230,11 @@ def tour(tmp_path: Path) -> Iterator[Tour]:
     directory = tmp_path / "tour"
     directory.mkdir()
     shutil.copy(REPO / "Procfile", directory / "Procfile")
-    exported = tour_exports()
-    assert {"API_TOKEN", "ADMIN_TOKEN"} <= set(exported), exported
-    port = free_port()
-    env = herald_env(**exported, PORT=str(port), WORKER_PORT="0")
-    for name in ("SMTP_HOST", "FEATURE_ESIM_STORE", "API_TOKEN", "ADMIN_TOKEN"):
-        if name not in exported:
-            env.pop(name, None)  # a setting of the test's own environment, not the tour's
+    exported, port = tour_exports(), free_port()
+    # no setting of the test's own environment: only the tour's, and the test's ports
+    env = {name: value for name, value in herald_env().items()
+           if name.lower() not in settings.Settings.model_fields}
+    env.update(exported, PORT=str(port), WORKER_PORT="0", LOG_LEVEL="WARNING")
     log = tmp_path / "up.log"
     with log.open("wb") as output:
         # its own process group: a failed test kills herald up's children with it
