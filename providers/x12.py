@@ -5,7 +5,9 @@ Pure text in, text out: nothing here opens a connection except
 :class:`RedisControlNumbers`, which is handed a Redis client by its caller.
 
 - :func:`write_850` turns a :class:`~providers.suppliers.PurchaseOrderDocument` into one
-  interchange (ISA/GS/ST 850 … SE/GE/IEA, version 004010) and names its file.
+  interchange (ISA/GS/ST 850 … SE/GE/IEA, version 004010) and names its file;
+  :func:`problem_850` says beforehand, by the same checks, why it would refuse a document
+  (placement asks it, so an order Sysco cannot be sent is refused when it is placed).
 - :func:`parse_envelope` splits any interchange into groups, transaction sets and segments,
   reading the separators from its ISA header and checking every trailer count.
 - :func:`parse_855` and :func:`parse_997` read the two acknowledgments on top of it.
@@ -105,6 +107,8 @@ _SEPARATORS = frozenset(ELEMENT_SEPARATOR + SUB_ELEMENT_SEPARATOR + SEGMENT_TERM
 _SEGMENT_ID = re.compile(r"[A-Z][A-Z0-9]{1,2}")
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 _WHITESPACE = re.compile(r"\s+")
+#: The date :func:`problem_850` writes with: no check depends on it.
+_ANY_TIME = datetime(2000, 1, 1)
 
 
 class X12ValidationError(PermanentDispatchError):
@@ -204,6 +208,19 @@ def write_850(document: PurchaseOrderDocument, *, sender_id: str, receiver_id: s
         transaction_control_number=TRANSACTION_CONTROL_NUMBER,
         line_item_ids=tuple(line.line_item_id for line in document.lines),
     )
+
+
+def problem_850(document: PurchaseOrderDocument) -> str | None:
+    """Why :func:`write_850` would refuse ``document`` (the message of its
+    :class:`X12ValidationError`: an identifier it cannot write exactly, a unit with no X12
+    code, a quantity, no lines…), or None when the document can be written. It runs the
+    writer's own checks of the document, so the two never disagree; the envelope's
+    arguments (ids, control number, usage) are the writer's caller's to get right."""
+    try:
+        _transaction_body(document, _ANY_TIME)
+    except X12ValidationError as error:
+        return str(error)
+    return None
 
 
 def file_name_850(document: PurchaseOrderDocument, control_number: int) -> str:

@@ -79,11 +79,14 @@ def assert_nothing_sent() -> None:
 
 # -- storage limits -------------------------------------------------------------------------
 def test_a_nul_character_is_a_422_and_stores_nothing(client: TestClient) -> None:
-    # PostgreSQL refuses NUL in text: the answer is a client error, not a 500
+    # In a body, NUL is a control character, refused before anything runs
     event = client.post("/v1/events", json={"type": "account.welcome", "account_id": "a\u0000b",
                                             "occurrence": "signup"})
     account = client.post("/v1/accounts", json={"email": "a\u0000@example.com"})
-    assert refused(event)["code"] == refused(account)["code"] == "invalid_value"
+    assert refused(event)["code"] == refused(account)["code"] == "control_character"
+    # In a path, it reaches PostgreSQL, which refuses NUL in text: a client error, not a 500
+    patched = client.patch("/v1/accounts/a%00b", json={"active": False})
+    assert refused(patched)["code"] == "invalid_value"
     assert rows(Account) == 0
     assert rows(Notification) == 0
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from actors import store
+from herald.text import SingleLine
 from herald.web.auth import protected_router
 from herald.web.errors import api_error, found
 from providers.esim import InvalidWebhook, InvalidWebhookBody
@@ -28,8 +29,8 @@ class OrderIn(BaseModel):
     """An eSIM order: who buys which product of the synced catalog."""
 
     model_config = ConfigDict(extra="forbid")
-    account_id: str = Field(min_length=1, max_length=36)
-    product_id: str = Field(min_length=1, max_length=64)
+    account_id: SingleLine = Field(min_length=1, max_length=36)
+    product_id: SingleLine = Field(min_length=1, max_length=64)
 
 
 @router.post("/store/orders", status_code=201, summary="Place an eSIM order")
