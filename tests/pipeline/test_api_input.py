@@ -121,6 +121,27 @@ def test_null_removes_an_address_and_the_schema_offers_null_only_there(
     assert nullable == {"email", "phone", "push_subscription_id"}
 
 
+@pytest.mark.parametrize("email", ["x<a@b.co>,y", "a@b.co,c@d.co", "Amal <a@b.co>",
+                                   "a@b.co;bcc:c@d.co", "a b@c.co", "a@b"])
+def test_an_account_email_is_one_bare_address_as_a_supplier_email_is(
+        client: TestClient, email: str) -> None:
+    # Given an account
+    account_id = new_account(client)
+    # When an account is created, or changed, with more (or less) than one bare address
+    created = refused(client.post("/v1/accounts", json={"email": email}))
+    patched = refused(client.patch(f"/v1/accounts/{account_id}", json={"email": email}))
+    # Then both are refused naming the email, as a supplier's email is, and nothing changed
+    assert created["code"] == patched["code"] == "invalid_account"
+    assert created["message"].startswith("email: ") and patched["message"].startswith("email: ")
+    supplier = refused(client.post("/v1/suppliers", json={"name": "Costco", "type": "costco",
+                                                          "email": email}))
+    assert supplier["message"].endswith(created["message"].removeprefix("email: "))
+    assert rows(Account) == 1
+    with db_session() as session:
+        account = session.get(Account, account_id)
+        assert account is not None and account.email == "amal@example.com"
+
+
 def test_accounts_are_keyed_by_id_so_two_may_share_an_email(client: TestClient) -> None:
     # When two accounts are created with one email (a shared family or company mailbox)
     first = new_account(client, email="family@example.com")
