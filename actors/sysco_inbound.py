@@ -368,7 +368,7 @@ def _read(sftp: SftpSession, path: str, supplier_id: str, name: str) -> dict[str
         content = sftp.get(path, max_bytes=get_settings().max_body_bytes).decode("utf-8")
     except SftpFileTooLarge as error:
         return {"status": "notParsed", "parsed": False, "reference": name,
-                "error": f"too large: {error}"}
+                "error": f"too large: {error} (MAX_BODY_BYTES)"}
     except UnicodeDecodeError as error:
         return {"status": "notParsed", "parsed": False, "reference": name,
                 "error": f"not UTF-8 text: {error}"}
