@@ -21,7 +21,11 @@ Failures are classified for the dispatch lane:
 Host keys: with a recorded key (an OpenSSH public key line) the server must present that
 key, checked during the handshake, so nothing is sent before it matched. Without one the
 first key seen is accepted and handed to ``on_new_host_key`` once the login succeeded, for
-the caller to record and require from then on.
+the caller to record and require from then on: trust on first use, which the API lets a
+supplier have only when it says ``trust_on_first_use: true`` (docs/suppliers.md#host-keys).
+
+A reader may cap what it reads (``get(path, max_bytes=…)``): a larger file is refused as
+:class:`SftpFileTooLarge` after a stat, never read.
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ def _sftp_settings(body: SupplierIn) -> dict[str, Any] | None:
     except SftpConfigError as error:
         raise api_error(422, "invalid_supplier", f"sftp: {error}") from None
     if settings.host_key is None and not settings.trust_on_first_use:
-        # else the password would go to whatever server answers first (docs/suppliers.md#sftp)
+        # else the password would go to whatever server answers first (docs/suppliers.md#host-keys)
         raise api_error(422, "host_key_required", "sftp: give host_key (the server's public "
                         "key as an OpenSSH line, like 'ssh-ed25519 AAAA…'), or "
                         "trust_on_first_use: true to accept the first key the server "
