@@ -217,6 +217,37 @@ def test_a_sysco_order_x12_cannot_carry_is_a_422_at_order_time_and_writes_nothin
     assert sum(queue("supplier-dispatch").counts().values()) == 0
 
 
+@pytest.mark.parametrize("preferred", [True, False])
+@pytest.mark.parametrize(("mapping", "unit", "says"), [
+    ({"supplier_sku": "AB*12"}, "case", "supplier SKU"),
+    ({"supplier_sku": "AB12", "supplier_product_code": "P~1"}, "case", "product code"),
+    ({"supplier_sku": "AB12"}, "crate", "unit 'crate'"),
+])
+def test_an_item_a_sysco_850_cannot_carry_is_refused_when_it_is_mapped(
+        client: TestClient, mapping: dict[str, str], unit: str, says: str,
+        preferred: bool) -> None:
+    # Given a Sysco supplier and a Costco one
+    sysco, costco = make_supplier("sysco", sftp=None), make_supplier("costco")
+    before = every_row_count()
+    # When an item is mapped to Sysco (preferred, or the alternate a reroute would use)
+    # with a SKU, product code or unit an 850 cannot hold
+    response = client.post("/v1/catalog-items", json={"name": "Tomatoes", "unit": unit,
+                                                      "mappings": [
+        {"supplier_id": sysco, "preferred": preferred, **mapping},
+        {"supplier_id": costco, "supplier_sku": "C-1", "preferred": not preferred}]})
+    # Then it is refused, naming the mapping and why, and nothing is written
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_catalog_item", error
+    assert error["message"].startswith("mappings.0: ") and says in error["message"], error
+    assert every_row_count() == before
+    # And the same item for Costco alone is fine
+    for_costco = client.post("/v1/catalog-items", json={"name": "Tomatoes", "unit": unit,
+                                                        "mappings": [
+        {**mapping, "supplier_id": costco, "preferred": True}]})
+    assert for_costco.status_code == 201, for_costco.text
+
+
 def test_the_same_order_number_is_fine_for_a_supplier_that_takes_email(
         client: TestClient) -> None:
     costco = make_supplier("costco")

@@ -42,7 +42,8 @@ from models.purchasing import (
 )
 from models.supplier_jobs import EmailAddress, SupplierTypeName
 from providers.sftp import SftpSettings
-from providers.suppliers import SftpConfigError
+from providers.suppliers import SftpConfigError, SupplierType
+from providers.x12 import item_problem
 
 router = protected_router(["purchasing"])
 
@@ -165,9 +166,9 @@ class CatalogItemIn(_Body):
     mappings: list[MappingIn] = Field(min_length=1, max_length=MAX_MAPPINGS)
 
 
-def _check_mappings(session: Session, mappings: list[MappingIn]) -> None:
+def _check_mappings(session: Session, mappings: list[MappingIn], unit: str) -> None:
     """A 422 unless exactly one mapping is preferred and each names an existing supplier,
-    once."""
+    once, and a Sysco supplier's X12 850 can carry the item as its mapping names it."""
     preferred = sum(mapping.preferred for mapping in mappings)
     if preferred != 1:
         raise api_error(422, "invalid_catalog_item",
@@ -175,11 +176,20 @@ def _check_mappings(session: Session, mappings: list[MappingIn]) -> None:
     ids = [mapping.supplier_id for mapping in mappings]
     if len(set(ids)) != len(ids):
         raise api_error(422, "invalid_catalog_item", "mappings: each supplier at most once")
-    known = set(session.exec(select(Supplier.id).where(col(Supplier.id).in_(ids))))
+    known = dict(session.exec(select(Supplier.id, Supplier.type)
+                              .where(col(Supplier.id).in_(ids))).all())
     unknown = [supplier_id for supplier_id in ids if supplier_id not in known]
     if unknown:
         raise api_error(422, "invalid_catalog_item",
                         f"mappings: no supplier {', '.join(unknown)}")
+    for index, mapping in enumerate(mappings):
+        # alternates too: a reroute to one would otherwise fail in the worker
+        problem = known[mapping.supplier_id] == SupplierType.SYSCO.value and item_problem(
+            supplier_sku=mapping.supplier_sku, unit=unit,
+            supplier_product_code=mapping.supplier_product_code)
+        if problem:
+            raise api_error(422, "invalid_catalog_item", f"mappings.{index}: the Sysco "
+                            f"supplier's X12 850 cannot carry it: {problem}")
 
 
 def catalog_item_view(item: CatalogItem, mappings: list[SupplierMapping]) -> dict[str, Any]:
@@ -195,10 +205,11 @@ def catalog_item_view(item: CatalogItem, mappings: list[SupplierMapping]) -> dic
 
 @router.post("/catalog-items", status_code=201, summary="Create a catalog item")
 def create_catalog_item(body: CatalogItemIn) -> dict[str, Any]:
-    """201 with the item and its mappings; 422 unless exactly one mapping is preferred
-    and every supplier exists."""
+    """201 with the item and its mappings; 422 unless exactly one mapping is preferred,
+    every supplier exists, and a Sysco supplier's 850 can carry the item (its SKU, product
+    code and unit)."""
     with db.session() as session:
-        _check_mappings(session, body.mappings)
+        _check_mappings(session, body.mappings, body.unit)
         item = CatalogItem(name=body.name, unit=body.unit)
         session.add(item)
         session.flush()
