@@ -15,8 +15,8 @@ rule in two variants:
   and a carriage return only as the first half of a CRLF line ending (as a browser's form
   sends it). The text is kept as sent.
 
-:data:`JsonText` applies the rule to every string of a JSON value (an event's ``data``):
-object keys single-line, string values multi-line; :data:`JsonLine` (a supplier's
+:data:`JSON_TEXT` applies the rule to every string of a JSON value (an event's ``data``):
+object keys single-line, string values multi-line; :data:`JSON_LINE` (a supplier's
 ``sftp`` settings) wants every string single-line. The message names the path inside it.
 
 The check runs on the text as sent, before any trimming of whitespace, so a field never
@@ -113,6 +113,6 @@ SingleLine = Annotated[str, SINGLE_LINE]
 #: Text over lines: tab, line feed and CRLF allowed, no other control character.
 MultiLine = Annotated[str, MULTI_LINE]
 #: A JSON value whose keys are :data:`SingleLine` and string values :data:`MultiLine`.
-JsonText = BeforeValidator(_json_text)
+JSON_TEXT = BeforeValidator(_json_text)
 #: A JSON value whose every string (keys and values) is :data:`SingleLine`.
-JsonLine = BeforeValidator(_json_line)
+JSON_LINE = BeforeValidator(_json_line)

@@ -115,7 +115,7 @@ class SftpSettings:
     #: key has been recorded yet.
     host_key: str | None = None
     #: The supplier's operator chose to accept the first key the server presents (the API
-    #: refuses a Sysco supplier with neither this nor ``host_key``: docs/suppliers.md#sftp).
+    #: refuses a Sysco supplier with neither this nor ``host_key``: docs/suppliers.md#host-keys).
     trust_on_first_use: bool = False
 
     def __post_init__(self) -> None:

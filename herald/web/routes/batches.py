@@ -12,7 +12,7 @@ from fastapi import APIRouter
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 from actors import batches
-from herald.text import SINGLE_LINE, JsonText, SingleLine
+from herald.text import JSON_TEXT, SINGLE_LINE, SingleLine
 from herald.web.auth import protected_router
 from herald.web.errors import api_error, found
 
@@ -26,7 +26,7 @@ class BatchIn(BaseModel):
     type: SingleLine = Field(max_length=64)
     account_ids: list[Annotated[str, Field(min_length=1, max_length=36), SINGLE_LINE]]
     #: Its strings may span lines (tab, LF, CRLF); no other control character.
-    data: Annotated[dict[str, Any], JsonText] = Field(default_factory=dict)
+    data: Annotated[dict[str, Any], JSON_TEXT] = Field(default_factory=dict)
     #: ISO-8601 with a timezone; null (or absent) runs at once.
     scheduled_at: AwareDatetime | None = None
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from actors import orchestration
-from herald.text import JsonText, SingleLine
+from herald.text import JSON_TEXT, SingleLine
 from herald.web.auth import protected_router
 from herald.web.coalesce import Coalescer
 from herald.web.errors import (
@@ -35,7 +35,7 @@ class EventIn(BaseModel):
     account_id: SingleLine = Field(min_length=1, max_length=36)
     occurrence: SingleLine = Field(min_length=1, max_length=255)
     #: Its strings may span lines (tab, LF, CRLF); no other control character.
-    data: Annotated[dict[str, Any], JsonText] = Field(default_factory=dict)
+    data: Annotated[dict[str, Any], JSON_TEXT] = Field(default_factory=dict)
     urgency: Literal["normal", "urgent"] = "normal"
     transactional: bool | None = None
     channels: list[Literal["email", "sms", "in_app", "push"]] | None = Field(
