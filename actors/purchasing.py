@@ -30,7 +30,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlmodel import Session, col, select
 
-from actors.supplier_dispatch import enqueue_supplier_dispatch
+from actors.supplier_dispatch import document_of, enqueue_supplier_dispatch
 from herald.db import session as db_session
 from herald.queue import actor
 from herald.queue.schedules import Schedule, schedule
@@ -41,12 +41,16 @@ from models.purchasing import (
     DispatchOutbox,
     DispatchStatus,
     NewPurchaseOrder,
+    PlacementError,
+    PurchaseOrder,
     SupplierDispatch,
     dispatch_job,
     dispatch_lines,
     place_purchase_order,
 )
 from models.supplier_jobs import dispatch_dedup_id, reroute_suffix
+from providers.suppliers import SupplierType
+from providers.x12 import problem_850
 
 log = logging.getLogger("herald.suppliers")
 
@@ -92,11 +96,13 @@ def place_and_relay(new: NewPurchaseOrder) -> str:
     :func:`models.purchasing.place_purchase_order`), commit, then relay this order's
     entries at once. Returns the order's id.
 
-    A placement that fails raises (PlacementError, a ValidationError) and writes nothing.
+    A placement that fails raises (PlacementError, a ValidationError) and writes nothing;
+    so does an order a Sysco supplier's 850 could not carry (:func:`refuse_unwritable_850`).
     A relay that fails after the commit is logged, never raised: the order stands and
     the clock's relay adds its jobs."""
     with db_session() as session:
         order = place_purchase_order(session, new)
+        refuse_unwritable_850(session, order)
         order_id = order.id
         entry_ids = list(session.exec(
             select(DispatchOutbox.id).join(
@@ -108,6 +114,21 @@ def place_and_relay(new: NewPurchaseOrder) -> str:
         log.warning("relay after placement failed: %s", type(error).__name__,
                     extra={"order_id": order_id})
     return order_id
+
+
+def refuse_unwritable_850(session: Session, order: PurchaseOrder) -> None:
+    """Raise PlacementError when a Sysco dispatch of ``order`` could not be written as an
+    X12 850 (an order number with ``*``, a unit with no X12 code…): the writer's own
+    verdict (:func:`providers.x12.problem_850`) on the very document the dispatch would
+    send, asked at placement rather than met as a permanent failure in the worker."""
+    sysco = session.exec(select(SupplierDispatch).where(
+        SupplierDispatch.order_id == order.id,
+        SupplierDispatch.supplier_type == SupplierType.SYSCO.value)).all()
+    for dispatch in sysco:
+        problem = problem_850(document_of(dispatch_job(session, dispatch.id), order))
+        if problem is not None:
+            raise PlacementError(f"supplier {dispatch.supplier_id} (sysco) cannot be sent "
+                                 f"this order as X12: {problem}")
 
 
 # -- the relay ----------------------------------------------------------------------------------

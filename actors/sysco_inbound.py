@@ -52,7 +52,7 @@ from models.purchasing import (
     transition_dispatch,
 )
 from models.supplier_jobs import BackorderRerouteJob
-from providers.sftp import SftpSession, SftpSettings, sftp_session
+from providers.sftp import SftpFileTooLarge, SftpSession, SftpSettings, sftp_session
 from providers.suppliers import SupplierType
 from providers.x12 import Ack855, Ack997, X12ParseError, parse_acknowledgments
 
@@ -263,7 +263,8 @@ class SupplierPoll:
     processed: int = 0
     #: Applied before (``alreadyProcessed``), archived now.
     skipped: int = 0
-    #: Not an 855/997 interchange: moved to ``archive_dir/failed``, an operator alerted.
+    #: Not an 855/997 interchange, or over MAX_BODY_BYTES (not read): moved to
+    #: ``archive_dir/failed``, an operator alerted.
     unparsable: int = 0
     #: Reading or applying it raised: left in place for the next poll.
     failed: int = 0
@@ -302,8 +303,9 @@ class PollReport:
 def poll_inbound() -> PollReport:
     """Poll each active Sysco supplier's inbound directory once, one SFTP session per
     supplier: every file is applied (:func:`process_inbound_edi`) and archived, an
-    unparsable one moved to ``archive_dir/failed`` with an operator alert, one whose
-    reading raised left in place."""
+    unparsable one — or one over MAX_BODY_BYTES, the cap of ``POST /v1/inbound/sysco``'s
+    body, which is never read — moved to ``archive_dir/failed`` with an operator alert,
+    one whose reading raised left in place."""
     with db_session() as session:
         suppliers = list(session.exec(
             select(Supplier).where(col(Supplier.type) == SupplierType.SYSCO.value,
@@ -362,7 +364,11 @@ def _take(sftp: SftpSession, settings: SftpSettings, supplier_id: str, name: str
 
 def _read(sftp: SftpSession, path: str, supplier_id: str, name: str) -> dict[str, Any]:
     try:
-        content = sftp.get(path).decode("utf-8")
+        # the API's body cap: a file the route would refuse is not read into memory here
+        content = sftp.get(path, max_bytes=get_settings().max_body_bytes).decode("utf-8")
+    except SftpFileTooLarge as error:
+        return {"status": "notParsed", "parsed": False, "reference": name,
+                "error": f"too large: {error} (MAX_BODY_BYTES)"}
     except UnicodeDecodeError as error:
         return {"status": "notParsed", "parsed": False, "reference": name,
                 "error": f"not UTF-8 text: {error}"}
@@ -373,9 +379,9 @@ def _alert_unparsable(supplier_id: str, name: str, why: str) -> None:
     # the file is archived already: a failed alert is logged, not a reason to read it again
     try:
         send_admin_alert(f"Unreadable Sysco file {name}",
-                         f"The file {name} from supplier {supplier_id} is not an 855 or 997 "
-                         f"interchange ({why}); it was moved to the archive's failed/ "
-                         "directory.",
+                         f"The file {name} from supplier {supplier_id} could not be read as "
+                         f"an 855 or 997 interchange ({why}); it was moved to the archive's "
+                         "failed/ directory.",
                          idempotency_key=f"sysco-unparsable:{supplier_id}:{name}")
     except Exception as error:
         log.error("unparsable-file alert not sent: %s: %s", type(error).__name__, error,

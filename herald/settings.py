@@ -22,9 +22,10 @@ EMBEDDED_DIR = Path(".herald")
 EMBEDDED_DATABASE_URL = "sqlite:///./herald.db"
 #: The channels a provider can carry (``providers.base.Channel``; in-app needs none).
 PROVIDER_CHANNELS = ("email", "sms", "push")
-#: A bare email address: one ``@``, a dot in the domain, no spaces, quotes, brackets or
-#: separators (which would let one field smuggle in more recipients or headers).
-_NOT_IN_ADDRESS = r"@\s<>,;:\"()\[\]\\"
+#: A bare email address: one ``@``, a dot in the domain, no spaces, control characters,
+#: quotes, brackets or separators (which would let one field smuggle in more recipients
+#: or headers).
+_NOT_IN_ADDRESS = r"@\s\x00-\x1f\x7f<>,;:\"()\[\]\\"
 _EMAIL_ADDRESS = re.compile(
     rf"[^{_NOT_IN_ADDRESS}]+@[^{_NOT_IN_ADDRESS}]+\.[^{_NOT_IN_ADDRESS}.]+")
 #: Longest email address (RFC 5321's path limit).

@@ -23,6 +23,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from herald.settings import email_address_problem
+from herald.text import SingleLine
 
 NonEmpty = Annotated[str, StringConstraints(min_length=1)]
 #: The X12 855 line acknowledgment codes (ACK01) that can trigger a reroute.
@@ -37,7 +38,8 @@ def _email(value: str) -> str:
     return value
 
 
-EmailAddress = Annotated[str, AfterValidator(_email)]
+#: One bare address; a control character in it is refused as such first (herald/text.py).
+EmailAddress = Annotated[SingleLine, AfterValidator(_email)]
 
 
 def _finite(value: float) -> float:

@@ -21,7 +21,11 @@ Failures are classified for the dispatch lane:
 Host keys: with a recorded key (an OpenSSH public key line) the server must present that
 key, checked during the handshake, so nothing is sent before it matched. Without one the
 first key seen is accepted and handed to ``on_new_host_key`` once the login succeeded, for
-the caller to record and require from then on.
+the caller to record and require from then on: trust on first use, which the API lets a
+supplier have only when it says ``trust_on_first_use: true`` (docs/suppliers.md#host-keys).
+
+A reader may cap what it reads (``get(path, max_bytes=…)``): a larger file is refused as
+:class:`SftpFileTooLarge` after a stat, never read.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ __all__ = [
     "OPERATION_TIMEOUT_S",
     "SKIPPED_SUFFIXES",
     "SftpConfigError",
+    "SftpFileTooLarge",
     "SftpSession",
     "SftpSettings",
     "SftpTransientError",
@@ -76,6 +81,20 @@ class SftpTransientError(Exception):
     permanent = False
 
 
+class SftpFileTooLarge(Exception):
+    """A remote file is larger than its reader accepts; it was not read (or not past the
+    cap). Retrying cannot help: the file is what it is."""
+
+    permanent = True
+
+    def __init__(self, path: str, size: int | None, max_bytes: int) -> None:
+        # size None: the file grew past the cap while it was read
+        what = f"{size} bytes" if size is not None else "larger"
+        super().__init__(f"{path} is {what}, over the {max_bytes} bytes accepted")
+        self.size = size
+        self.max_bytes = max_bytes
+
+
 # --------------------------------------------------------------------------- settings
 
 
@@ -95,6 +114,9 @@ class SftpSettings:
     #: The server's public key as an OpenSSH line (``ssh-ed25519 AAAA…``), or None when no
     #: key has been recorded yet.
     host_key: str | None = None
+    #: The supplier's operator chose to accept the first key the server presents (the API
+    #: refuses a Sysco supplier with neither this nor ``host_key``: docs/suppliers.md#host-keys).
+    trust_on_first_use: bool = False
 
     def __post_init__(self) -> None:
         problems = _settings_problems(self)
@@ -111,7 +133,7 @@ class SftpSettings:
         unknown = sorted(set(data) - names)
         if unknown:
             raise SftpConfigError(f"unknown SFTP settings: {', '.join(unknown)}")
-        values = {"port": 22, "host_key": None, **data}
+        values = {"port": 22, "host_key": None, "trust_on_first_use": False, **data}
         missing = sorted(names - set(values))
         if missing:
             raise SftpConfigError(f"missing SFTP settings: {', '.join(missing)}")
@@ -132,6 +154,8 @@ def _settings_problems(settings: SftpSettings) -> list[str]:
         problems.append("password must be a non-empty string")
     problems += [f"{name} must be a non-empty path" for name in _DIRECTORY_FIELDS
                  if not _is_text(getattr(settings, name))]
+    if not isinstance(settings.trust_on_first_use, bool):
+        problems.append("trust_on_first_use must be true or false")
     if settings.host_key is not None:
         try:
             _parse_host_key(settings.host_key)
@@ -257,10 +281,21 @@ class SftpSession:
                       if isinstance(entry.filename, str) and is_candidate(entry.filename)
                       and _is_regular_file(entry.attrs))
 
-    def get(self, path: str) -> bytes:
-        """The whole content of the file at ``path``."""
+    def get(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        """The whole content of the file at ``path``. With ``max_bytes``, a larger file is
+        not read: its size is asked first (a stat) and :class:`SftpFileTooLarge` raised
+        when it is over; a file that grew since is read no further than one byte past the
+        cap, and refused the same way."""
         _check_path(path, "path")
-        return self._call(f"download of {path}", lambda: self._read(path))
+        if max_bytes is None:
+            return self._call(f"download of {path}", lambda: self._read(path))
+        attrs = self._call(f"stat of {path}", lambda: self._client().stat(path))
+        if attrs.size is not None and attrs.size > max_bytes:
+            raise SftpFileTooLarge(path, attrs.size, max_bytes)
+        data = self._call(f"download of {path}", lambda: self._read(path, max_bytes + 1))
+        if len(data) > max_bytes:
+            raise SftpFileTooLarge(path, None, max_bytes)
+        return data
 
     def move(self, src: str, dst_dir: str) -> str:
         """Move the file ``src`` into ``dst_dir`` (created when missing) under the same
@@ -322,9 +357,9 @@ class SftpSession:
         async with self._client().open(path, "wb") as remote:
             await remote.write(data)
 
-    async def _read(self, path: str) -> bytes:
+    async def _read(self, path: str, size: int = -1) -> bytes:
         async with self._client().open(path, "rb") as remote:
-            return await remote.read()
+            return await remote.read(size)
 
     async def _replace(self, src: str, dst: str) -> None:
         # A plain SFTP rename refuses to replace an existing file; POSIX rename (an OpenSSH

@@ -5,7 +5,11 @@ Pure text in, text out: nothing here opens a connection except
 :class:`RedisControlNumbers`, which is handed a Redis client by its caller.
 
 - :func:`write_850` turns a :class:`~providers.suppliers.PurchaseOrderDocument` into one
-  interchange (ISA/GS/ST 850 … SE/GE/IEA, version 004010) and names its file.
+  interchange (ISA/GS/ST 850 … SE/GE/IEA, version 004010) and names its file;
+  :func:`problem_850` says beforehand, by the same checks, why it would refuse a document
+  (placement asks it, so an order Sysco cannot be sent is refused when it is placed), and
+  :func:`item_problem` why it would refuse every line of an item (asked when a catalog
+  item is mapped to a Sysco supplier, alternates included).
 - :func:`parse_envelope` splits any interchange into groups, transaction sets and segments,
   reading the separators from its ISA header and checking every trailer count.
 - :func:`parse_855` and :func:`parse_997` read the two acknowledgments on top of it.
@@ -105,6 +109,8 @@ _SEPARATORS = frozenset(ELEMENT_SEPARATOR + SUB_ELEMENT_SEPARATOR + SEGMENT_TERM
 _SEGMENT_ID = re.compile(r"[A-Z][A-Z0-9]{1,2}")
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 _WHITESPACE = re.compile(r"\s+")
+#: The date :func:`problem_850` writes with: no check depends on it.
+_ANY_TIME = datetime(2000, 1, 1)
 
 
 class X12ValidationError(PermanentDispatchError):
@@ -206,6 +212,34 @@ def write_850(document: PurchaseOrderDocument, *, sender_id: str, receiver_id: s
     )
 
 
+def problem_850(document: PurchaseOrderDocument) -> str | None:
+    """Why :func:`write_850` would refuse ``document`` (the message of its
+    :class:`X12ValidationError`: an identifier it cannot write exactly, a unit with no X12
+    code, a quantity, no lines…), or None when the document can be written. It runs the
+    writer's own checks of the document, so the two never disagree; the envelope's
+    arguments (ids, control number, usage) are the writer's caller's to get right."""
+    try:
+        _transaction_body(document, _ANY_TIME)
+    except X12ValidationError as error:
+        return str(error)
+    return None
+
+
+def item_problem(*, supplier_sku: str, supplier_product_code: str | None, unit: str
+                 ) -> str | None:
+    """Why no 850 could carry an item known to its supplier by ``supplier_sku`` (and
+    ``supplier_product_code``) in ``unit`` — the checks :func:`write_850` runs on each
+    line's PO1 — or None when every order of it can be written."""
+    line = DocumentLine(line_item_id="", catalog_item_id="", name="", quantity=Decimal(1),
+                        supplier_sku=supplier_sku, unit=unit,
+                        supplier_product_code=supplier_product_code)
+    try:
+        _po1_loop(1, line, field="item")
+    except X12ValidationError as error:
+        return str(error)
+    return None
+
+
 def file_name_850(document: PurchaseOrderDocument, control_number: int) -> str:
     """The 850's file name: ``PO_<restaurant slug>_<order number slug>_<ISA13>.edi``,
     where a slug keeps lower-case ASCII letters, digits and single dashes. The same
@@ -284,9 +318,10 @@ def _ship_to(document: PurchaseOrderDocument) -> list[list[str]]:
     return loop
 
 
-def _po1_loop(number: int, line: DocumentLine) -> list[list[str]]:
-    """One PO1 (line number, quantity, unit, VN SKU, VP product code) and its PID name."""
-    field = f"line {number}"
+def _po1_loop(number: int, line: DocumentLine, field: str | None = None) -> list[list[str]]:
+    """One PO1 (line number, quantity, unit, VN SKU, VP product code) and its PID name;
+    ``field`` names the line in errors (``line <number>`` by default)."""
+    field = field or f"line {number}"
     po1 = ["PO1", str(number), _quantity(line.quantity, field), x12_unit(line.unit), "", "",
            "VN", _identifier(line.supplier_sku, f"{field} supplier SKU", 48)]
     if line.supplier_product_code:

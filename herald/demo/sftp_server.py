@@ -9,7 +9,8 @@ event loop in a background thread; :meth:`SftpTestServer.stop` (or leaving its `
 block) closes the listener and every open connection, and then the port refuses. It is
 meant for a demo and tests, never for production traffic: it accepts one account.
 
-It counts SSH connections (``sessions_opened`` ever, ``sessions_open`` now), which lets a
+It counts SSH connections (``sessions_opened`` ever, ``sessions_open`` now) and the file
+bytes it served (``bytes_read``), which lets a
 test prove "one session per job, and none left open", and it can hold every file write
 (``pause_writes``) to keep an upload in flight for as long as a test needs.
 """
@@ -52,6 +53,7 @@ class SftpTestServer:
         self._opened = 0
         self._connections: set[asyncssh.SSHServerConnection] = set()
         self._writes_waiting = 0
+        self._bytes_read = 0
         self._loop = asyncio.new_event_loop()
         self._writes_allowed = asyncio.Event()
         self._writes_allowed.set()
@@ -66,6 +68,12 @@ class SftpTestServer:
         """SSH connections accepted since the start (including refused logins)."""
         with self._lock:
             return self._opened
+
+    @property
+    def bytes_read(self) -> int:
+        """File bytes sent to clients since the start (what reads took)."""
+        with self._lock:
+            return self._bytes_read
 
     @property
     def sessions_open(self) -> int:
@@ -212,6 +220,12 @@ class _Sftp(asyncssh.SFTPServer):
     async def write(self, file_obj: object, offset: int, data: bytes) -> int:
         await self._owner._gate_write()
         return super().write(file_obj, offset, data)
+
+    def read(self, file_obj: object, offset: int, size: int) -> bytes:
+        data: bytes = super().read(file_obj, offset, size)
+        with self._owner._lock:
+            self._owner._bytes_read += len(data)
+        return data
 
 
 def start_sftp_server(root: Path, username: str = "herald", password: str = "s3cret-pass", *,

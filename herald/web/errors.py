@@ -23,6 +23,8 @@ from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 
+from herald.text import ERROR_TYPE as CONTROL_CHARACTER
+
 log = logging.getLogger("herald.web")
 
 T = TypeVar("T")
@@ -125,7 +127,9 @@ def validation_error_body(errors: Sequence[Any], exc: RequestValidationError | N
     """The 422 body of these validation errors (pydantic's ``errors()``, each ``loc``
     from the request's root, like ``("body", "type")``): a message naming the first
     problem's place, and each problem's location, message and type — never the rejected
-    input. ``exc``: the request's own error, for where a body stopped being JSON."""
+    input. The code is ``validation_error``, or ``control_character`` when the first
+    problem is a control character in text (herald/text.py). ``exc``: the request's own
+    error, for where a body stopped being JSON."""
     # Only location, message and type: the rejected input may hold personal data.
     problems = [{"loc": [str(part) for part in error.get("loc", ())],
                  "msg": str(error.get("msg", "")), "type": str(error.get("type", ""))}
@@ -145,7 +149,10 @@ def validation_error_body(errors: Sequence[Any], exc: RequestValidationError | N
             message += f" (and {len(problems) - 1} more)"
     else:
         message = "the request is malformed"
-    return error_body("validation_error", message, details=problems[:MAX_VALIDATION_DETAILS])
+    # the code names the problem the message names
+    code = (CONTROL_CHARACTER if problems and problems[0]["type"] == CONTROL_CHARACTER
+            else "validation_error")
+    return error_body(code, message, details=problems[:MAX_VALIDATION_DETAILS])
 
 
 async def _validation_error(_request: Request, exc: Exception) -> Response:

@@ -79,11 +79,14 @@ def assert_nothing_sent() -> None:
 
 # -- storage limits -------------------------------------------------------------------------
 def test_a_nul_character_is_a_422_and_stores_nothing(client: TestClient) -> None:
-    # PostgreSQL refuses NUL in text: the answer is a client error, not a 500
+    # In a body, NUL is a control character, refused before anything runs
     event = client.post("/v1/events", json={"type": "account.welcome", "account_id": "a\u0000b",
                                             "occurrence": "signup"})
     account = client.post("/v1/accounts", json={"email": "a\u0000@example.com"})
-    assert refused(event)["code"] == refused(account)["code"] == "invalid_value"
+    assert refused(event)["code"] == refused(account)["code"] == "control_character"
+    # In a path, it reaches PostgreSQL, which refuses NUL in text: a client error, not a 500
+    patched = client.patch("/v1/accounts/a%00b", json={"active": False})
+    assert refused(patched)["code"] == "invalid_value"
     assert rows(Account) == 0
     assert rows(Notification) == 0
 
@@ -116,6 +119,27 @@ def test_null_removes_an_address_and_the_schema_offers_null_only_there(
     nullable = {name for name, field in schema["properties"].items()
                 if "null" in json.dumps(field)}
     assert nullable == {"email", "phone", "push_subscription_id"}
+
+
+@pytest.mark.parametrize("email", ["x<a@b.co>,y", "a@b.co,c@d.co", "Amal <a@b.co>",
+                                   "a@b.co;bcc:c@d.co", "a b@c.co", "a@b"])
+def test_an_account_email_is_one_bare_address_as_a_supplier_email_is(
+        client: TestClient, email: str) -> None:
+    # Given an account
+    account_id = new_account(client)
+    # When an account is created, or changed, with more (or less) than one bare address
+    created = refused(client.post("/v1/accounts", json={"email": email}))
+    patched = refused(client.patch(f"/v1/accounts/{account_id}", json={"email": email}))
+    # Then both are refused naming the email, as a supplier's email is, and nothing changed
+    assert created["code"] == patched["code"] == "invalid_account"
+    assert created["message"].startswith("email: ") and patched["message"].startswith("email: ")
+    supplier = refused(client.post("/v1/suppliers", json={"name": "Costco", "type": "costco",
+                                                          "email": email}))
+    assert supplier["message"].endswith(created["message"].removeprefix("email: "))
+    assert rows(Account) == 1
+    with db_session() as session:
+        account = session.get(Account, account_id)
+        assert account is not None and account.email == "amal@example.com"
 
 
 def test_accounts_are_keyed_by_id_so_two_may_share_an_email(client: TestClient) -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from providers.sftp import (
     SftpConfigError,
+    SftpFileTooLarge,
     SftpSettings,
     SftpTransientError,
     openssh_key_line,
@@ -143,6 +144,23 @@ def test_get_reads_a_file_and_move_archives_it_into_archive_and_archive_failed(
     assert files_under(root) == ["/archive/855_1.x12", "/archive/failed/855_2.x12"]
     assert (root / "archive/855_1.x12").read_bytes() == EDI
     assert (root / "archive/failed/855_2.x12").read_bytes() == b"not X12 at all"
+
+
+def test_get_with_a_cap_reads_a_file_up_to_it_and_not_a_byte_of_a_larger_one(
+        server: SftpTestServer, root: Path) -> None:
+    inbound = root / "inbound"
+    inbound.mkdir()
+    (inbound / "at_cap.x12").write_bytes(EDI)
+    (inbound / "over_cap.x12").write_bytes(EDI + b"~")
+
+    with sftp_session(server.settings()) as session:
+        assert session.get("/inbound/at_cap.x12", max_bytes=len(EDI)) == EDI
+        read_so_far = server.bytes_read
+        with pytest.raises(SftpFileTooLarge, match=f"over the {len(EDI)} bytes") as raised:
+            session.get("/inbound/over_cap.x12", max_bytes=len(EDI))
+
+    assert server.bytes_read == read_so_far
+    assert raised.value.size == len(EDI) + 1 and is_permanent_failure(raised.value)
 
 
 def test_ensure_dir_creates_parents_and_keeps_an_existing_directory(

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import asyncssh
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func
@@ -26,11 +27,15 @@ from models.purchasing import (
     SupplierMapping,
 )
 from models.supplier_jobs import SupplierDispatchJob
+from providers.sftp import openssh_key_line
 from tests.purchasing.conftest import make_item, make_supplier
 
 PASSWORD = "s3cret-Pa55word"
+#: The public key of the (imaginary) server at sftp.sysco.test.
+HOST_KEY = openssh_key_line(asyncssh.generate_private_key("ssh-ed25519").convert_to_public())
 SFTP = {"host": "sftp.sysco.test", "port": 2222, "username": "herald", "password": PASSWORD,
-        "outbound_dir": "/outbound", "inbound_dir": "/inbound", "archive_dir": "/archive"}
+        "outbound_dir": "/outbound", "inbound_dir": "/inbound", "archive_dir": "/archive",
+        "host_key": HOST_KEY}
 TABLES = (Supplier, CatalogItem, SupplierMapping, PurchaseOrder, PurchaseOrderLine,
           SupplierDispatch, DispatchOutbox)
 
@@ -78,6 +83,7 @@ def test_a_sysco_supplier_is_created_and_read_without_its_password(client: TestC
     supplier = created.json()
     assert supplier["type"] == "sysco" and supplier["active"] is True
     assert supplier["sftp"]["host"] == "sftp.sysco.test"
+    assert supplier["sftp"]["host_key"] == HOST_KEY
     assert supplier["sftp"]["password_set"] is True
     assert "password" not in supplier["sftp"]
     read = client.get(f"/v1/suppliers/{supplier['id']}")

@@ -188,6 +188,27 @@ def test_an_unparsable_file_goes_to_failed_with_an_alert_and_is_not_systemic(
         assert [d.reference for d in session.exec(select(VendorDocument))] == ["855_0001.edi"]
 
 
+def test_a_file_over_the_api_body_cap_is_not_read_but_moved_to_failed_with_an_alert(
+        sysco: Sysco, alerts: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the API's body cap at 4 KiB, a 997 under it and a 64 KiB file over it
+    monkeypatch.setenv("MAX_BODY_BYTES", "4096")
+    settings.reset_settings()
+    sysco.drop("997_0001.edi", X12_997)
+    sysco.drop("855_0002.edi", "ISA*" + "9" * 65_536 + "~")
+
+    report = only_poll(sysco)
+
+    # Then the small file is applied, the large one moved to failed/ without a byte of it
+    # read, and an operator is told why
+    assert (report["processed"], report["unparsable"], report["systemic"]) == (1, 1, False)
+    assert sysco.files("archive/failed") == ["855_0002.edi"]
+    assert sysco.files("inbound") == []
+    assert sysco.server.bytes_read == len(X12_997.encode())
+    [alert] = [send for send in MockProvider.sends() if send["to"] == ADMIN]
+    assert "855_0002.edi" in alert["subject"]
+    assert "over the 4096 bytes accepted (MAX_BODY_BYTES)" in alert["text"]
+
+
 def test_a_directory_whose_files_all_fail_is_systemic(sysco: Sysco) -> None:
     sysco.drop("855_0001.edi", "ISA*garbage~")
     report = only_poll(sysco)

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from actors import orchestration
 from actors.render import Locale
+from herald.text import SingleLine
 from herald.web.auth import protected_router
 from herald.web.errors import api_error
 
@@ -29,12 +30,12 @@ class AccountIn(BaseModel):
     """A new account. Accounts are keyed by id: an email or phone may appear on several."""
 
     model_config = ConfigDict(extra="forbid")
-    email: str | None = Field(default=None, max_length=320)
-    phone: str | None = Field(default=None, max_length=20)
+    email: SingleLine | None = Field(default=None, max_length=320)
+    phone: SingleLine | None = Field(default=None, max_length=20)
     locale: Locale = "en"
     active: bool = True
     marketing_opt_out: bool = False
-    push_subscription_id: str | None = Field(default=None, max_length=128)
+    push_subscription_id: SingleLine | None = Field(default=None, max_length=128)
 
 
 class AccountPatch(BaseModel):
@@ -42,12 +43,12 @@ class AccountPatch(BaseModel):
     ``push_subscription_id`` may be set to null (removed); the others may not."""
 
     model_config = ConfigDict(extra="forbid")
-    email: str | None = Field(default=None, max_length=320)
-    phone: str | None = Field(default=None, max_length=20)
+    email: SingleLine | None = Field(default=None, max_length=320)
+    phone: SingleLine | None = Field(default=None, max_length=20)
     locale: Locale = _unchanged()
     active: bool = _unchanged()
     marketing_opt_out: bool = _unchanged()
-    push_subscription_id: str | None = Field(default=None, max_length=128)
+    push_subscription_id: SingleLine | None = Field(default=None, max_length=128)
 
 
 def _account_view(account: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from actors import activation as activations
+from herald.text import SingleLine
 from herald.web.auth import protected_router
 from herald.web.errors import api_error, found
 
@@ -18,10 +19,10 @@ class ActivationIn(BaseModel):
     """An activation: whose, with which operator, for which number."""
 
     model_config = ConfigDict(extra="forbid")
-    account_id: str = Field(min_length=1, max_length=36)
-    operator_slug: str = Field(min_length=1, max_length=32)
+    account_id: SingleLine = Field(min_length=1, max_length=36)
+    operator_slug: SingleLine = Field(min_length=1, max_length=32)
     #: E.164, like +966501234567.
-    msisdn: str = Field(min_length=1, max_length=20)
+    msisdn: SingleLine = Field(min_length=1, max_length=20)
 
 
 @router.post("/activations", status_code=201, summary="Start an activation")

@@ -12,6 +12,7 @@ from fastapi import APIRouter
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 from actors import batches
+from herald.text import JSON_TEXT, SINGLE_LINE, SingleLine
 from herald.web.auth import protected_router
 from herald.web.errors import api_error, found
 
@@ -22,9 +23,10 @@ class BatchIn(BaseModel):
     """One event type for many accounts, now (``scheduled_at`` null) or at a time."""
 
     model_config = ConfigDict(extra="forbid")
-    type: str = Field(max_length=64)
-    account_ids: list[Annotated[str, Field(min_length=1, max_length=36)]]
-    data: dict[str, Any] = Field(default_factory=dict)
+    type: SingleLine = Field(max_length=64)
+    account_ids: list[Annotated[str, Field(min_length=1, max_length=36), SINGLE_LINE]]
+    #: Its strings may span lines (tab, LF, CRLF); no other control character.
+    data: Annotated[dict[str, Any], JSON_TEXT] = Field(default_factory=dict)
     #: ISO-8601 with a timezone; null (or absent) runs at once.
     scheduled_at: AwareDatetime | None = None
 

@@ -7,11 +7,12 @@ answered with its own status, in order (docs/pipeline.md#bulk-events)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from actors import orchestration
+from herald.text import JSON_TEXT, SingleLine
 from herald.web.auth import protected_router
 from herald.web.coalesce import Coalescer
 from herald.web.errors import (
@@ -30,10 +31,11 @@ class EventIn(BaseModel):
     ``transactional`` null (or absent) keeps the type's own category."""
 
     model_config = ConfigDict(extra="forbid")
-    type: str = Field(max_length=64)
-    account_id: str = Field(min_length=1, max_length=36)
-    occurrence: str = Field(min_length=1, max_length=255)
-    data: dict[str, Any] = Field(default_factory=dict)
+    type: SingleLine = Field(max_length=64)
+    account_id: SingleLine = Field(min_length=1, max_length=36)
+    occurrence: SingleLine = Field(min_length=1, max_length=255)
+    #: Its strings may span lines (tab, LF, CRLF); no other control character.
+    data: Annotated[dict[str, Any], JSON_TEXT] = Field(default_factory=dict)
     urgency: Literal["normal", "urgent"] = "normal"
     transactional: bool | None = None
     channels: list[Literal["email", "sms", "in_app", "push"]] | None = Field(

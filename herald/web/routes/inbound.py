@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from actors import backorder_reroute, sysco_inbound
+from herald.text import SingleLine
 from herald.web.auth import admin_router, protected_router
 from herald.web.errors import api_error
 
@@ -24,9 +25,11 @@ class InboundFileIn(BaseModel):
     """One inbound file of a Sysco supplier: its name on the server and its text."""
 
     model_config = ConfigDict(extra="forbid")
-    supplier_id: str = Field(min_length=1, max_length=36)
+    supplier_id: SingleLine = Field(min_length=1, max_length=36)
     #: The file's name, as the poll would have read it (the document's reference).
-    filename: str = Field(min_length=1, max_length=255, pattern=r"^[^/\x00-\x1f]+$")
+    filename: SingleLine = Field(min_length=1, max_length=255, pattern=r"^[^/]+$")
+    #: The file as it is: not free text but an interchange, which the X12 parser judges
+    #: (its separators may be any character, control characters included).
     content: str = Field(min_length=1, max_length=MAX_EDI_CHARS)
 
 
@@ -34,8 +37,9 @@ class RerouteIn(BaseModel):
     """An operator's reroute: optionally the supplier to move the line to, and why."""
 
     model_config = ConfigDict(extra="forbid")
-    alternate_supplier_id: str | None = Field(default=None, min_length=1, max_length=36)
-    reason: str | None = Field(default=None, max_length=500)
+    alternate_supplier_id: SingleLine | None = Field(default=None, min_length=1,
+                                                     max_length=36)
+    reason: SingleLine | None = Field(default=None, max_length=500)
 
 
 @router.post("/inbound/sysco", summary="Process one inbound EDI file of a Sysco supplier")

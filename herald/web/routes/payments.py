@@ -10,6 +10,7 @@ from fastapi import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from actors import payments
+from herald.text import SingleLine
 from herald.web.auth import protected_router
 from herald.web.errors import api_error, found
 
@@ -20,12 +21,12 @@ class PaymentIn(BaseModel):
     """A payment for exactly one of a store order or an activation."""
 
     model_config = ConfigDict(extra="forbid")
-    order_id: str | None = Field(default=None, min_length=1, max_length=36)
-    activation_id: str | None = Field(default=None, min_length=1, max_length=36)
+    order_id: SingleLine | None = Field(default=None, min_length=1, max_length=36)
+    activation_id: SingleLine | None = Field(default=None, min_length=1, max_length=36)
     #: A decimal string, like "50.00".
-    amount: str = Field(min_length=1, max_length=32)
-    currency: str = Field(pattern=r"^[A-Z]{3}$")
-    gateway: str = Field(default="mock", max_length=32)
+    amount: SingleLine = Field(min_length=1, max_length=32)
+    currency: SingleLine = Field(pattern=r"^[A-Z]{3}$")
+    gateway: SingleLine = Field(default="mock", max_length=32)
 
 
 def _translated(error: Exception) -> Exception:

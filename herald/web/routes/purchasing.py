@@ -25,6 +25,7 @@ from sqlmodel import Session, col, select
 from actors.purchasing import place_and_relay
 from herald import db
 from herald.settings import email_address_problem
+from herald.text import JSON_LINE, MULTI_LINE, SINGLE_LINE, SingleLine
 from herald.web.auth import protected_router
 from herald.web.errors import api_error, found
 from models.purchasing import (
@@ -41,7 +42,8 @@ from models.purchasing import (
 )
 from models.supplier_jobs import EmailAddress, SupplierTypeName
 from providers.sftp import SftpSettings
-from providers.suppliers import SftpConfigError
+from providers.suppliers import SftpConfigError, SupplierType
+from providers.x12 import item_problem
 
 router = protected_router(["purchasing"])
 
@@ -51,8 +53,10 @@ MAX_ORDER_LINES = 500
 MAX_CC = 20
 MAX_MAPPINGS = 20
 
-Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=255)]
-Code = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=48)]
+Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=255),
+                SINGLE_LINE]
+Code = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=48),
+                SINGLE_LINE]
 
 
 class _Body(BaseModel):
@@ -67,9 +71,9 @@ class SupplierIn(_Body):
     name: Text
     type: SupplierTypeName
     #: Empty or null: none (the email transports then fail such a dispatch permanently).
-    email: str | None = Field(default=None, max_length=320)
+    email: SingleLine | None = Field(default=None, max_length=320)
     cc: list[EmailAddress] = Field(default_factory=list, max_length=MAX_CC)
-    sftp: dict[str, Any] | None = None
+    sftp: Annotated[dict[str, Any], JSON_LINE] | None = None
     active: bool = True
 
 
@@ -96,9 +100,16 @@ def _sftp_settings(body: SupplierIn) -> dict[str, Any] | None:
                         "settings (host, port, username, password, outbound_dir, inbound_dir, "
                         "archive_dir)")
     try:
-        return dataclasses.asdict(SftpSettings.from_mapping(body.sftp))
+        settings = SftpSettings.from_mapping(body.sftp)
     except SftpConfigError as error:
         raise api_error(422, "invalid_supplier", f"sftp: {error}") from None
+    if settings.host_key is None and not settings.trust_on_first_use:
+        # else the password would go to whatever server answers first (docs/suppliers.md#host-keys)
+        raise api_error(422, "host_key_required", "sftp: give host_key (the server's public "
+                        "key as an OpenSSH line, like 'ssh-ed25519 AAAA…'), or "
+                        "trust_on_first_use: true to accept the first key the server "
+                        "presents")
+    return dataclasses.asdict(settings)
 
 
 def supplier_view(supplier: Supplier) -> dict[str, Any]:
@@ -138,10 +149,10 @@ def get_supplier(supplier_id: str) -> dict[str, Any]:
 class MappingIn(_Body):
     """How one supplier knows the item."""
 
-    supplier_id: str = Field(min_length=1, max_length=36)
+    supplier_id: SingleLine = Field(min_length=1, max_length=36)
     supplier_sku: Code
     supplier_product_code: Code | None = None
-    unit_size: Annotated[str, StringConstraints(max_length=64)] | None = None
+    unit_size: Annotated[str, StringConstraints(max_length=64), SINGLE_LINE] | None = None
     preferred: bool = False
 
 
@@ -151,13 +162,13 @@ class CatalogItemIn(_Body):
 
     name: Text
     unit: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
-                                           max_length=32)]
+                                           max_length=32), SINGLE_LINE]
     mappings: list[MappingIn] = Field(min_length=1, max_length=MAX_MAPPINGS)
 
 
-def _check_mappings(session: Session, mappings: list[MappingIn]) -> None:
+def _check_mappings(session: Session, mappings: list[MappingIn], unit: str) -> None:
     """A 422 unless exactly one mapping is preferred and each names an existing supplier,
-    once."""
+    once, and a Sysco supplier's X12 850 can carry the item as its mapping names it."""
     preferred = sum(mapping.preferred for mapping in mappings)
     if preferred != 1:
         raise api_error(422, "invalid_catalog_item",
@@ -165,11 +176,20 @@ def _check_mappings(session: Session, mappings: list[MappingIn]) -> None:
     ids = [mapping.supplier_id for mapping in mappings]
     if len(set(ids)) != len(ids):
         raise api_error(422, "invalid_catalog_item", "mappings: each supplier at most once")
-    known = set(session.exec(select(Supplier.id).where(col(Supplier.id).in_(ids))))
+    known = dict(session.exec(select(Supplier.id, Supplier.type)
+                              .where(col(Supplier.id).in_(ids))).all())
     unknown = [supplier_id for supplier_id in ids if supplier_id not in known]
     if unknown:
         raise api_error(422, "invalid_catalog_item",
                         f"mappings: no supplier {', '.join(unknown)}")
+    for index, mapping in enumerate(mappings):
+        # alternates too: a reroute to one would otherwise fail in the worker
+        problem = known[mapping.supplier_id] == SupplierType.SYSCO.value and item_problem(
+            supplier_sku=mapping.supplier_sku, unit=unit,
+            supplier_product_code=mapping.supplier_product_code)
+        if problem:
+            raise api_error(422, "invalid_catalog_item", f"mappings.{index}: the Sysco "
+                            f"supplier's X12 850 cannot carry it: {problem}")
 
 
 def catalog_item_view(item: CatalogItem, mappings: list[SupplierMapping]) -> dict[str, Any]:
@@ -185,10 +205,11 @@ def catalog_item_view(item: CatalogItem, mappings: list[SupplierMapping]) -> dic
 
 @router.post("/catalog-items", status_code=201, summary="Create a catalog item")
 def create_catalog_item(body: CatalogItemIn) -> dict[str, Any]:
-    """201 with the item and its mappings; 422 unless exactly one mapping is preferred
-    and every supplier exists."""
+    """201 with the item and its mappings; 422 unless exactly one mapping is preferred,
+    every supplier exists, and a Sysco supplier's 850 can carry the item (its SKU, product
+    code and unit)."""
     with db.session() as session:
-        _check_mappings(session, body.mappings)
+        _check_mappings(session, body.mappings, body.unit)
         item = CatalogItem(name=body.name, unit=body.unit)
         session.add(item)
         session.flush()
@@ -204,13 +225,13 @@ class RestaurantIn(_Body):
 
     id: UUID
     name: Text
-    location: Annotated[str, StringConstraints(max_length=255)] | None = None
+    location: Annotated[str, StringConstraints(max_length=255), SINGLE_LINE] | None = None
 
 
 class LineIn(_Body):
     """One catalog item and how many of its unit."""
 
-    catalog_item_id: str = Field(min_length=1, max_length=36)
+    catalog_item_id: SingleLine = Field(min_length=1, max_length=36)
     quantity: Decimal = Field(gt=0, max_digits=18, decimal_places=4, allow_inf_nan=False)
 
 
@@ -219,9 +240,10 @@ class PurchaseOrderIn(_Body):
 
     restaurant: RestaurantIn
     order_number: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
-                                                   max_length=64)]
+                                                   max_length=64), SINGLE_LINE]
     placed_by_email: EmailAddress | None = None
-    delivery_notes: Annotated[str, StringConstraints(max_length=2000)] | None = None
+    #: Lines of text: tab, LF and CRLF allowed (herald/text.py).
+    delivery_notes: Annotated[str, StringConstraints(max_length=2000), MULTI_LINE] | None = None
     lines: list[LineIn] = Field(min_length=1, max_length=MAX_ORDER_LINES)
 
     def new_order(self) -> NewPurchaseOrder:

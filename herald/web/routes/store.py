@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from actors import store
 from actors.fx import UnratedCurrency
+from herald.text import SingleLine
 from herald.web.auth import protected_router
 from herald.web.errors import api_error, found
 from providers.esim import InvalidWebhook, InvalidWebhookBody
@@ -29,8 +30,8 @@ class OrderIn(BaseModel):
     """An eSIM order: who buys which product of the synced catalog."""
 
     model_config = ConfigDict(extra="forbid")
-    account_id: str = Field(min_length=1, max_length=36)
-    product_id: str = Field(min_length=1, max_length=64)
+    account_id: SingleLine = Field(min_length=1, max_length=36)
+    product_id: SingleLine = Field(min_length=1, max_length=64)
     #: Price the order in this currency at the latest exchange rates (what
     #: ``GET /v1/store/products?currency=`` lists); none: the product's own currency.
     currency: str | None = Field(default=None, pattern=r"^[A-Z]{3}$",
