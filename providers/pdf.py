@@ -8,6 +8,13 @@ measurements behind the choice: bench/README.md#supplier-order-pdfs-benchpdf). E
 render gets its own temporary profile, so concurrent renders never share a profile lock,
 and its whole process group is killed at :data:`RENDER_TIMEOUT_S`.
 
+The page is printed as if its markup were hostile, though the templates escape every
+value: a Content Security Policy set before any of its markup allows no script of any
+kind and fetches nothing (no network, no ``file://``; styles inline, images and fonts as
+``data:`` URLs only), the markup cannot set a policy or a refresh of its own, and
+Chromium resolves no host name or address (``--host-resolver-rules``), so nothing
+reaches the network even past the policy.
+
 Failures: no renderer (CHROMIUM_PATH names nothing executable) is
 :class:`~providers.suppliers.ChromiumUnavailableError`, permanent; a render that crashes,
 times out or writes no PDF is :class:`PdfRenderError`, transient.
@@ -18,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -48,12 +56,25 @@ READY_TTL_S = 300.0
 #: What every PDF starts with.
 PDF_MAGIC = b"%PDF-"
 #: Flags of a headless print: no sandbox (containers have no user namespaces), no GPU, no
-#: /dev/shm (small in containers), nothing fetched from the network, no header or footer.
+#: /dev/shm (small in containers), nothing fetched from the network (no host name or
+#: address resolves: the page's own requests fail too), no header or footer.
 CHROMIUM_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
     "--no-first-run", "--no-default-browser-check", "--disable-extensions",
     "--disable-background-networking", "--disable-sync", "--no-pdf-header-footer",
+    "--host-resolver-rules=MAP * ~NOTFOUND",
 )
+#: The printed page's Content Security Policy: ``default-src 'none'`` blocks every script
+#: (inline, handlers, ``javascript:`` URLs), frame, object, font and fetch, ``file://``
+#: ones included; styles may only be inline, images and fonts only ``data:`` URLs.
+PAGE_POLICY = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+               "font-src data:; base-uri 'none'; form-action 'none'")
+_POLICY_META = f'<meta http-equiv="Content-Security-Policy" content="{PAGE_POLICY}">'
+#: An ``http-equiv`` attribute anywhere in the markup (names are case-insensitive and take
+#: no character references, so this spelling is the only one).
+_HTTP_EQUIV = re.compile(r"http-equiv", re.IGNORECASE)
+#: A leading doctype, which must stay first (else the page is laid out in quirks mode).
+_DOCTYPE = re.compile(r"\s*<!doctype[^>]*>", re.IGNORECASE)
 
 _ready_lock = threading.Lock()
 _ready_until: dict[str, float] = {}
@@ -78,13 +99,23 @@ def render_order_pdf(document: PurchaseOrderDocument, supplier_name: str | None 
     return html_to_pdf(render_order_html(document, supplier_name), settings=settings)
 
 
+def isolated_page(html: str) -> str:
+    """``html`` with :data:`PAGE_POLICY` set before any of its markup, and its own
+    ``http-equiv`` attributes made inert (no policy of its own, no refresh elsewhere)."""
+    inert = _HTTP_EQUIV.sub("data-inert", html)
+    doctype = _DOCTYPE.match(inert)
+    start = doctype.end() if doctype else 0
+    return f"{inert[:start]}{_POLICY_META}{inert[start:]}"
+
+
 def html_to_pdf(html: str, *, settings: Settings | None = None,
                 timeout_s: float = RENDER_TIMEOUT_S) -> bytes:
-    """Print ``html`` (a self-contained page) to PDF with headless Chromium."""
+    """Print ``html`` (a self-contained page) to PDF with headless Chromium; no script in
+    it runs and nothing it references is fetched (:func:`isolated_page`)."""
     binary = chromium_binary(settings)
     with tempfile.TemporaryDirectory(prefix="herald-pdf-") as workdir:
         page, output = Path(workdir, "page.html"), Path(workdir, "page.pdf")
-        page.write_text(html, encoding="utf-8")
+        page.write_text(isolated_page(html), encoding="utf-8")
         command = [binary, *CHROMIUM_FLAGS, f"--user-data-dir={workdir}/profile",
                    f"--print-to-pdf={output}", page.as_uri()]
         try:
