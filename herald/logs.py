@@ -140,6 +140,25 @@ class _AccessLogFilter(logging.Filter):
         return True
 
 
+class _DramatiqMessageFilter(logging.Filter):
+    """Dramatiq formats a message as ``actor(args…)``, its payload, which may hold an
+    address (an email retry's envelope); its records name the message by actor and id."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("dramatiq") and isinstance(record.args, tuple):
+            record.args = tuple(_message_name(arg) for arg in record.args)
+        return True
+
+
+def _message_name(arg: Any) -> Any:
+    """A Dramatiq message (duck-typed: herald.logs imports no queue code) as
+    ``actor[message id]``; anything else as it is."""
+    message_id, actor = getattr(arg, "message_id", None), getattr(arg, "actor_name", None)
+    if isinstance(message_id, str) and isinstance(actor, str):
+        return f"{actor}[{message_id}]"
+    return arg
+
+
 class _HeraldHandler(logging.StreamHandler[TextIO]):
     """Marks the handler configure_logging installed, so a second call replaces it."""
 
@@ -158,6 +177,7 @@ def configure_logging(settings: Settings | None = None, *, stream: TextIO | None
             handler.close()
     handler = _HeraldHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if settings.log_format == "json" else TextFormatter())
+    handler.addFilter(_DramatiqMessageFilter())
     root.addHandler(handler)
     root.setLevel(settings.log_level)
     for name in QUIET_LOGGERS:

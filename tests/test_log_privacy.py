@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dramatiq import Message
+from dramatiq.broker import MessageProxy
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import IntegrityError
 
@@ -186,7 +188,16 @@ def test_failing_provider_sends_and_a_refused_sftp_login_log_no_address_or_secre
     report("supplier-dispatch", "job-privacy-sftp", "failed", "dispatch",
            reason=str(refused.value))
 
+    # Dramatiq's consumer names a message it cannot ack by its payload: an email retry's
+    # envelope (its own line, through its own logger and message classes)
+    envelope = Message(queue_name="email-retry", actor_name="retry_email",
+                       args=({"envelope": {"to": [EMAIL]}},), kwargs={}, options={})
+    logging.getLogger("dramatiq.worker.ConsumerThread").warning(
+        "Failed to post_process_message(%s) due to a connection error: %s",
+        MessageProxy(envelope), "Connection reset")
+
     output = herald_log.getvalue()
+    assert f"post_process_message(retry_email[{envelope.message_id}])" in output
     assert output.count("job failed") == len(reasons)  # the log was captured
     secrets = (EMAIL, PHONE, TWILIO_TOKEN, TAQNYAT_KEY, ONESIGNAL_KEY, SMTP_PASSWORD,
                SFTP_PASSWORD, WRONG)
