@@ -1,23 +1,29 @@
 """The PDF printer treats its page as hostile (docs/suppliers.md): raw markup fed straight
 to it, past the templates' escaping, runs no script, reaches no server (a local one the
-test starts) and shows no local file (one the test writes); a normal order still prints."""
+test starts) and shows no local file (one the test writes), with every layer and with
+the DevTools tab alone; a stalled renderer is killed at the deadline; a normal order
+still prints."""
 
 from __future__ import annotations
 
 import io
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pypdf
 import pytest
 
 from herald.settings import Settings
-from providers.pdf import html_to_pdf, render_order_pdf
+from providers.chromium_pipe import print_html
+from providers.pdf import PdfRenderError, chromium_binary, html_to_pdf, render_order_pdf
 from tests.providers.test_supplier_mail import line, order
+from tests.support.waiting import wait_for
 
 
 def pdf_text(data: bytes) -> str:
@@ -50,15 +56,9 @@ def server() -> Iterator[tuple[str, list[str]]]:
     httpd.server_close()
 
 
-def test_raw_markup_runs_no_script_fetches_nothing_and_reads_no_local_file(
-        server: tuple[str, list[str]], tmp_path: Path) -> None:
-    base, asked = server
-    secret = tmp_path / "secret.txt"
-    marker = f"LOCAL-FILE-{uuid.uuid4().hex[:8]}"
-    secret.write_text(marker)
-    local = secret.as_uri()
-    # Given markup no template would let through: scripts, fetches, frames and a refresh
-    raw = f"""<!DOCTYPE html><html><head><meta charset="utf-8">
+def hostile_page(base: str, local: str) -> str:
+    """Markup no template would let through: scripts, fetches, frames and a refresh."""
+    return f"""<!DOCTYPE html><html><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="default-src *">
 <link rel="stylesheet" href="{base}/style.css"></head>
 <body onload="document.body.append('HANDLER-RAN')">
@@ -73,15 +73,45 @@ fetch('{base}/fetch'); new Image().src = '{base}/beacon';</script>
 <meta http-equiv="refresh" content="0;url={local}">
 </body></html>"""
 
-    # When it is printed directly
-    data = html_to_pdf(raw, settings=Settings())
 
-    # Then the page's own text is there, and nothing a script, a server or a file made
+@pytest.fixture
+def local_file(tmp_path: Path) -> tuple[str, str]:
+    """A local file's ``file://`` URL and the unique text in it."""
+    secret = tmp_path / "secret.txt"
+    marker = f"LOCAL-FILE-{uuid.uuid4().hex[:8]}"
+    secret.write_text(marker)
+    return secret.as_uri(), marker
+
+
+def assert_only_the_page_printed(data: bytes, asked: list[str], marker: str) -> None:
     text = pdf_text(data)
     assert "Purchase order PO-7 for Central Kitchen" in text
     for trace in ("SCRIPT-RAN", "HANDLER-RAN", "FRAME-SCRIPT-RAN", "SERVED-TEXT", marker):
         assert trace not in text
     assert asked == []
+
+
+def test_raw_markup_runs_no_script_fetches_nothing_and_reads_no_local_file(
+        server: tuple[str, list[str]], local_file: tuple[str, str]) -> None:
+    base, asked = server
+    local, marker = local_file
+
+    data = html_to_pdf(hostile_page(base, local), settings=Settings())
+
+    assert_only_the_page_printed(data, asked, marker)
+
+
+def test_the_pipe_alone_runs_no_script_fetches_nothing_and_reads_no_local_file(
+        server: tuple[str, list[str]], local_file: tuple[str, str], tmp_path: Path) -> None:
+    # Given neither the page's policy nor Chromium's resolver rules: the tab alone
+    base, asked = server
+    local, marker = local_file
+    bare = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+
+    data = print_html(chromium_binary(Settings()), bare, hostile_page(base, local),
+                      tmp_path, 60)
+
+    assert_only_the_page_printed(data, asked, marker)
 
 
 def test_a_refresh_to_a_local_server_is_never_followed(server: tuple[str, list[str]]) -> None:
@@ -110,6 +140,22 @@ def test_even_a_page_past_the_policy_reaches_no_server(
 
     assert "Order PO-9" in text and "SERVED-TEXT" not in text
     assert asked == []
+
+
+def test_a_renderer_that_never_answers_is_killed_at_the_deadline(tmp_path: Path) -> None:
+    # a "browser" that never speaks, with a helper process of its own
+    stall = tmp_path / "chromium"
+    stall.write_text("#!/bin/sh\nsleep 31.4159 &\nsleep 31.4159\n")
+    stall.chmod(0o755)
+    started = time.monotonic()
+
+    with pytest.raises(PdfRenderError, match="did not finish within 1 s"):
+        html_to_pdf("<p>x</p>", settings=Settings(chromium_path=str(stall)), timeout_s=1)
+
+    assert time.monotonic() - started < 10
+    wait_for(lambda: not [p for p in psutil.process_iter(["cmdline"])
+                          if p.info["cmdline"] == ["sleep", "31.4159"]],
+             timeout=5, what="the renderer's processes to be gone")
 
 
 def test_a_normal_order_still_prints_its_styled_content() -> None:
