@@ -59,7 +59,7 @@ def server() -> Iterator[tuple[str, list[str]]]:
 def hostile_page(base: str, local: str) -> str:
     """Markup no template would let through: scripts, fetches, frames and a refresh."""
     return f"""<!DOCTYPE html><html><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src *">
+<meta http-equiv="Content-Security-Policy" content="default-src * 'unsafe-inline' data:">
 <link rel="stylesheet" href="{base}/style.css"></head>
 <body onload="document.body.append('HANDLER-RAN')">
 <p>Purchase order PO-7 for Central Kitchen</p>
