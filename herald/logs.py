@@ -13,8 +13,9 @@ or rendered template, a client IP address, or a payload that may contain one of 
 Log shippers keep lines for months, outside any deletion request's reach. The same
 goes for error messages you log: a provider error that echoes the recipient is logged
 by its code, not its text. This is also why a few chatty libraries are held at WARNING
-below (Twilio's client logs request bodies, phone numbers included) and why uvicorn's
-access lines lose the client address.
+below (Twilio's client logs request bodies, phone numbers included), why uvicorn's
+access lines lose the client address and the query string, and why the database engines
+hide bound parameters (:mod:`herald.db.engine`).
 
 Records go to stderr, so a command's own output on stdout (``herald queues``) stays
 clean for pipes; Procfile runners collect both.
@@ -31,8 +32,10 @@ from typing import Any, TextIO
 
 from herald.settings import Settings, get_settings
 
-#: Loggers that are too chatty (or too indiscreet) at INFO; held at WARNING.
-QUIET_LOGGERS = ("pika", "urllib3", "httpx", "httpcore", "twilio", "alembic.runtime.plugins")
+#: Loggers that are too chatty (or too indiscreet) at INFO; held at WARNING. (``mail.log``
+#: is aiosmtpd's, the demo's mail sink: it logs every envelope's addresses.)
+QUIET_LOGGERS = ("pika", "urllib3", "httpx", "httpcore", "twilio", "alembic.runtime.plugins",
+                 "mail.log")
 
 #: Attributes every LogRecord has; anything else on a record came from ``extra=``.
 #: (uvicorn adds ``color_message``, the message again with terminal colour codes.)
@@ -124,15 +127,36 @@ def _text_value(value: Any) -> str:
 
 
 class _AccessLogFilter(logging.Filter):
-    """Rewrites uvicorn's access records to drop the client address (personal data)."""
+    """Rewrites uvicorn's access records to drop the client address and the query string
+    (``/admin/search?q=`` takes an email address or a phone number; a token may ride in
+    one): the line keeps the method, the path and the status."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         # uvicorn passes (client_addr, method, full_path, http_version, status_code).
         if isinstance(record.args, tuple) and len(record.args) == 5:
             _client, method, path, _version, status = record.args
             record.msg = "%s %s %s"
-            record.args = (method, path, status)
+            record.args = (method, str(path).partition("?")[0], status)
         return True
+
+
+class _DramatiqMessageFilter(logging.Filter):
+    """Dramatiq formats a message as ``actor(args…)``, its payload, which may hold an
+    address (an email retry's envelope); its records name the message by actor and id."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("dramatiq") and isinstance(record.args, tuple):
+            record.args = tuple(_message_name(arg) for arg in record.args)
+        return True
+
+
+def _message_name(arg: Any) -> Any:
+    """A Dramatiq message (duck-typed: herald.logs imports no queue code) as
+    ``actor[message id]``; anything else as it is."""
+    message_id, actor = getattr(arg, "message_id", None), getattr(arg, "actor_name", None)
+    if isinstance(message_id, str) and isinstance(actor, str):
+        return f"{actor}[{message_id}]"
+    return arg
 
 
 class _HeraldHandler(logging.StreamHandler[TextIO]):
@@ -153,6 +177,7 @@ def configure_logging(settings: Settings | None = None, *, stream: TextIO | None
             handler.close()
     handler = _HeraldHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if settings.log_format == "json" else TextFormatter())
+    handler.addFilter(_DramatiqMessageFilter())
     root.addHandler(handler)
     root.setLevel(settings.log_level)
     for name in QUIET_LOGGERS:

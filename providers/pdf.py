@@ -8,6 +8,15 @@ measurements behind the choice: bench/README.md#supplier-order-pdfs-benchpdf). E
 render gets its own temporary profile, so concurrent renders never share a profile lock,
 and its whole process group is killed at :data:`RENDER_TIMEOUT_S`.
 
+The page is printed as if its markup were hostile, though the templates escape every
+value, behind layers that each suffice alone: the page is handed to Chromium over its
+DevTools pipe (:mod:`providers.chromium_pipe`), never as a file, into a tab with script
+execution off and every request failed before it leaves the browser, an opaque origin
+that may load no ``file://`` URL; a Content Security Policy set before any of its
+markup allows no script and fetches nothing (styles inline, images and fonts as
+``data:`` URLs only); the markup cannot set a policy or a refresh of its own; and
+Chromium resolves no host name or address (``--host-resolver-rules``).
+
 Failures: no renderer (CHROMIUM_PATH names nothing executable) is
 :class:`~providers.suppliers.ChromiumUnavailableError`, permanent; a render that crashes,
 times out or writes no PDF is :class:`PdfRenderError`, transient.
@@ -15,12 +24,9 @@ times out or writes no PDF is :class:`PdfRenderError`, transient.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
+import re
 import shutil
-import signal
-import subprocess
 import tempfile
 import threading
 import time
@@ -29,6 +35,7 @@ from pathlib import Path
 
 from herald.settings import Settings, get_settings
 from providers.base import Attachment
+from providers.chromium_pipe import PipeError, TimedOut, print_html
 from providers.storage import Storage, storage_from_settings
 from providers.supplier_mail import (
     order_context,
@@ -48,12 +55,26 @@ READY_TTL_S = 300.0
 #: What every PDF starts with.
 PDF_MAGIC = b"%PDF-"
 #: Flags of a headless print: no sandbox (containers have no user namespaces), no GPU, no
-#: /dev/shm (small in containers), nothing fetched from the network, no header or footer.
+#: /dev/shm (small in containers), nothing fetched from the network (no host name or
+#: address resolves: the page's own requests fail too). (``--no-pdf-header-footer``, a
+#: flag of the command-line print, crashes a print over the DevTools pipe.)
 CHROMIUM_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
     "--no-first-run", "--no-default-browser-check", "--disable-extensions",
-    "--disable-background-networking", "--disable-sync", "--no-pdf-header-footer",
+    "--disable-background-networking", "--disable-sync",
+    "--host-resolver-rules=MAP * ~NOTFOUND",
 )
+#: The printed page's Content Security Policy: ``default-src 'none'`` blocks every script
+#: (inline, handlers, ``javascript:`` URLs), frame, object, font and fetch, ``file://``
+#: ones included; styles may only be inline, images and fonts only ``data:`` URLs.
+PAGE_POLICY = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+               "font-src data:; base-uri 'none'; form-action 'none'")
+_POLICY_META = f'<meta http-equiv="Content-Security-Policy" content="{PAGE_POLICY}">'
+#: An ``http-equiv`` attribute anywhere in the markup (names are case-insensitive and take
+#: no character references, so this spelling is the only one).
+_HTTP_EQUIV = re.compile(r"http-equiv", re.IGNORECASE)
+#: A leading doctype, which must stay first (else the page is laid out in quirks mode).
+_DOCTYPE = re.compile(r"\s*<!doctype[^>]*>", re.IGNORECASE)
 
 _ready_lock = threading.Lock()
 _ready_until: dict[str, float] = {}
@@ -78,23 +99,34 @@ def render_order_pdf(document: PurchaseOrderDocument, supplier_name: str | None 
     return html_to_pdf(render_order_html(document, supplier_name), settings=settings)
 
 
+def isolated_page(html: str) -> str:
+    """``html`` with :data:`PAGE_POLICY` set before any of its markup, and its own
+    ``http-equiv`` attributes made inert (no policy of its own, no refresh elsewhere)."""
+    inert = _HTTP_EQUIV.sub("data-inert", html)
+    doctype = _DOCTYPE.match(inert)
+    start = doctype.end() if doctype else 0
+    return f"{inert[:start]}{_POLICY_META}{inert[start:]}"
+
+
 def html_to_pdf(html: str, *, settings: Settings | None = None,
                 timeout_s: float = RENDER_TIMEOUT_S) -> bytes:
-    """Print ``html`` (a self-contained page) to PDF with headless Chromium."""
+    """Print ``html`` (a self-contained page) to PDF with headless Chromium; no script in
+    it runs and nothing it references is fetched (:func:`isolated_page`,
+    :func:`~providers.chromium_pipe.print_html`)."""
     binary = chromium_binary(settings)
     with tempfile.TemporaryDirectory(prefix="herald-pdf-") as workdir:
-        page, output = Path(workdir, "page.html"), Path(workdir, "page.pdf")
-        page.write_text(html, encoding="utf-8")
-        command = [binary, *CHROMIUM_FLAGS, f"--user-data-dir={workdir}/profile",
-                   f"--print-to-pdf={output}", page.as_uri()]
         try:
-            returncode, stderr = _run(command, timeout_s)
-        except subprocess.TimeoutExpired:
+            data = print_html(binary, CHROMIUM_FLAGS, isolated_page(html), Path(workdir),
+                              timeout_s)
+        except OSError as error:  # not found, not executable, not a binary
+            raise ChromiumUnavailableError(
+                f"chromium cannot start: {error.strerror or error}") from error
+        except TimedOut:
             raise PdfRenderError(f"chromium did not finish within {timeout_s:g} s") from None
-        data = output.read_bytes() if output.exists() else b""
+        except PipeError as error:
+            raise PdfRenderError(f"chromium printed no PDF: {error}") from None
     if not data.startswith(PDF_MAGIC):
-        last = stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
-        raise PdfRenderError(f"chromium exited {returncode} without a PDF: {last[0][:200]}")
+        raise PdfRenderError("chromium printed something that is not a PDF")
     return data
 
 
@@ -163,25 +195,3 @@ def send_central_kitchen_order(document: PurchaseOrderDocument, *, to: str | Non
                                supplier_name=supplier_name, settings=settings)
     return Transmission(reference=sent.reference,
                         audit={"pdfUrl": url, "pdfKey": key, "pdfBytes": len(data), **sent.audit})
-
-
-def _run(command: list[str], timeout_s: float) -> tuple[int, bytes]:
-    """Run ``command`` in its own process group; kill the whole group (Chromium's
-    helpers too) at the deadline. Returns the exit code and stderr."""
-    try:
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                   start_new_session=True)
-    except OSError as error:  # not found, not executable, not a binary
-        raise ChromiumUnavailableError(f"chromium cannot start: {error.strerror or error}") \
-            from error
-    try:
-        _, stderr = process.communicate(timeout=timeout_s)
-    except BaseException:
-        # the deadline, or the worker stopping us: no Chromium helper may outlive the render
-        # (the leader is still running, so its group id is still ours)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        raise
-    return process.returncode, stderr

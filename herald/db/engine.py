@@ -8,6 +8,10 @@
 - ``postgresql+psycopg://…`` — production, through psycopg 3, a small pool per process
   and a pre-ping so a connection the server dropped is replaced, not handed out.
 
+Both keep bound parameters out of error text (``hide_parameters``): a failed statement's
+exception is logged, and its parameters are addresses, phone numbers and secrets (README
+"Logging").
+
 Schema changes go through Alembic only (:mod:`herald.db.migrations`).
 """
 
@@ -93,8 +97,10 @@ def create_database_engine(database_url: str | None = None, *,
             pool_recycle=POOL_RECYCLE_S,
             connect_args={"connect_timeout": POSTGRES_CONNECT_TIMEOUT_S,
                           "application_name": "herald"},
+            hide_parameters=True,
         )
-    options: dict[str, Any] = {"connect_args": {"check_same_thread": False}}
+    options: dict[str, Any] = {"connect_args": {"check_same_thread": False},
+                               "hide_parameters": True}
     if autocommit:
         options["isolation_level"] = "AUTOCOMMIT"
     if _is_memory_sqlite(url):

@@ -85,8 +85,8 @@ COMPLETED_LEVEL = logging.DEBUG
 
 def report(queue: str, job_id: str, result: str, actor: str = "", reason: str = "") -> None:
     """Log one finished run with ids only: ``failed`` and ``retry`` at WARNING (with
-    ``reason``, the run's error message, cut to 200 characters), ``stale`` and
-    ``deferred`` at INFO, ``completed`` at :data:`COMPLETED_LEVEL` (DEBUG)."""
+    ``reason``, the first line of the run's error message, cut to 200 characters),
+    ``stale`` and ``deferred`` at INFO, ``completed`` at :data:`COMPLETED_LEVEL` (DEBUG)."""
     if result == "stale":
         log.info("run ignored: job no longer holds this token",
                  extra={"queue": queue, "job_id": job_id, "outcome": "stale"})
@@ -100,7 +100,9 @@ def report(queue: str, job_id: str, result: str, actor: str = "", reason: str = 
     if actor:
         extra["actor"] = actor
     if failure and reason:
-        extra["reason"] = reason[:200]
+        # the first line only: a database error's DETAIL, on the next, quotes the row
+        # (README "Logging"); the job record keeps the whole message
+        extra["reason"] = reason.partition("\n")[0][:200]
     log.log(level, "job %s", result, extra=extra)
 
 

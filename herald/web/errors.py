@@ -10,6 +10,7 @@ Redis outages into the same shape.
 from __future__ import annotations
 
 import logging
+import traceback
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -170,8 +171,12 @@ async def _database_error(request: Request, exc: Exception) -> Response:
     # is the request's fault; the failed statement's transaction changed nothing.
     if isinstance(exc, DataError):
         return JSONResponse(error_body(*INVALID_VALUE), status_code=422)
-    # Handled here, Starlette no longer re-raises it, so the trace is ours to log.
-    log.error("database error", exc_info=exc)
+    # Handled here, Starlette no longer re-raises it, so the trace is ours to log: the
+    # statement and the stack, never the database's message, whose DETAIL quotes the row
+    # ("Key (email)=(…)", "Failing row contains (…)"); README "Logging".
+    log.error("database error: %s", type(exc.orig).__name__, extra={
+        "sqlstate": getattr(exc.orig, "sqlstate", None), "statement": exc.statement,
+        "stack": "".join(traceback.format_tb(exc.__traceback__))})
     return await _unexpected(request, exc)
 
 
