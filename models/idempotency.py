@@ -111,7 +111,9 @@ def claim_key(connection: Connection, scope: str, key: str, fingerprint: str, *,
                   "claimed_at": now, "status": None, "headers": None, "body": None}
         insert = (postgresql.insert if connection.dialect.name == "postgresql"
                   else sqlite.insert)(_keys)
-        if connection.execute(insert.values(**values).on_conflict_do_nothing()).rowcount:
+        inserted = connection.execute(insert.values(**values).on_conflict_do_nothing()
+                                      .returning(_keys.c.claim)).first()
+        if inserted is not None:  # (rowcount is not reliable for a skipped INSERT)
             return Claimed(claim)
         row = connection.execute(select(_keys).where(_keys.c.scope == scope,
                                                      _keys.c.key == key)).first()
