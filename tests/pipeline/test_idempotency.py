@@ -304,3 +304,27 @@ def test_openapi_lists_the_header_on_each_creating_route_and_no_other(
             expected = method == "post" and path in IDEMPOTENT_ROUTES
             assert ("Idempotency-Key" in names) == expected, (method, path)
     assert all("post" in paths.get(path, {}) for path in IDEMPOTENT_ROUTES)
+
+
+# -- the embedded default ---------------------------------------------------------------------
+def test_keys_work_on_the_embedded_sqlite_database(fresh_sqlite: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABASE_URL", fresh_sqlite)
+    settings.reset_settings()
+    db.reset_engine()
+    try:
+        db.migrate()
+        with TestClient(create_app()) as sqlite_client:
+            first = sqlite_client.post("/v1/accounts", json=ACCOUNT, headers=keyed("lite"))
+            again = sqlite_client.post("/v1/accounts", json=ACCOUNT, headers=keyed("lite"))
+            other = sqlite_client.post("/v1/accounts", json={**ACCOUNT, "email": "b@example.com"},
+                                       headers=keyed("lite"))
+        assert first.status_code == 201, first.text
+        assert (again.status_code, again.content) == (201, first.content)
+        assert again.headers["idempotent-replayed"] == "true"
+        assert other.json()["error"]["code"] == "idempotency_key_reused"
+        assert count(Account) == 1
+        assert expire_idempotency_keys(now=utcnow() + timedelta(hours=25)) == 1
+    finally:
+        db.reset_engine()
+        settings.reset_settings()
