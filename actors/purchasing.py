@@ -3,7 +3,8 @@ outbox relay and the stale-dispatch sweep (docs/suppliers.md#the-outbox,
 docs/suppliers.md#the-stale-dispatch-sweep).
 
 - :func:`place_and_relay` commits an order with its dispatches' jobs in the outbox, then
-  relays those entries at once, so the normal path waits for nothing.
+  relays those entries at once, so the normal path waits for nothing; a repeat of an
+  order (the same restaurant, number and lines) finds it instead.
 - :func:`relay_outbox` adds the jobs of unrelayed entries (whatever left them: a request
   killed between its commit and its enqueue, Redis away at that moment). The clock runs
   it every :data:`RELAY_INTERVAL` and once at its start.
@@ -28,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from actors.supplier_dispatch import document_of, enqueue_supplier_dispatch
@@ -46,6 +48,7 @@ from models.purchasing import (
     SupplierDispatch,
     dispatch_job,
     dispatch_lines,
+    find_placed_order,
     place_purchase_order,
 )
 from models.supplier_jobs import dispatch_dedup_id, reroute_suffix
@@ -91,29 +94,54 @@ class EnqueueCounts:
 
 
 # -- placement ----------------------------------------------------------------------------------
-def place_and_relay(new: NewPurchaseOrder) -> str:
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """The order a placement stands for, and whether this placement wrote it."""
+
+    order_id: str
+    created: bool
+
+
+def place_and_relay(new: NewPurchaseOrder) -> Placement:
     """Place the order (rows and outbox entries in one transaction, see
     :func:`models.purchasing.place_purchase_order`), commit, then relay this order's
-    entries at once. Returns the order's id.
+    entries at once.
 
-    A placement that fails raises (PlacementError, a ValidationError) and writes nothing;
-    so does an order a Sysco supplier's 850 could not carry (:func:`refuse_unwritable_850`).
-    A relay that fails after the commit is logged, never raised: the order stands and
-    the clock's relay adds its jobs."""
-    with db_session() as session:
-        order = place_purchase_order(session, new)
-        refuse_unwritable_850(session, order)
-        order_id = order.id
-        entry_ids = list(session.exec(
-            select(DispatchOutbox.id).join(
-                SupplierDispatch, col(SupplierDispatch.id) == col(DispatchOutbox.dispatch_id))
-            .where(SupplierDispatch.order_id == order_id)))
+    A restaurant's order numbers are unique (docs/suppliers.md#purchase-orders): when it
+    already has this order with the same lines, that order is the answer (``created``
+    False) and nothing is written or queued, however many requests place it at once;
+    with other lines, :class:`~models.purchasing.OrderNumberTaken`. A placement that
+    fails raises (PlacementError, a ValidationError) and writes nothing; so does an order
+    a Sysco supplier's 850 could not carry (:func:`refuse_unwritable_850`). A relay that
+    fails after the commit is logged, never raised: the order stands and the clock's
+    relay adds its jobs."""
+    try:
+        with db_session() as session:
+            existing = find_placed_order(session, new)
+            if existing is not None:
+                return Placement(existing, created=False)
+            order = place_purchase_order(session, new)
+            refuse_unwritable_850(session, order)
+            order_id = order.id
+            entry_ids = list(session.exec(
+                select(DispatchOutbox.id).join(
+                    SupplierDispatch,
+                    col(SupplierDispatch.id) == col(DispatchOutbox.dispatch_id))
+                .where(SupplierDispatch.order_id == order_id)))
+    except IntegrityError:
+        # a concurrent placement of the same number committed first (the unique index
+        # decided): answer with its order, or refuse other lines
+        with db_session() as session:
+            existing = find_placed_order(session, new)
+        if existing is None:
+            raise
+        return Placement(existing, created=False)
     try:
         relay_outbox(limit=len(entry_ids), ids=entry_ids)
     except Exception as error:  # the order is committed; the clock's relay adds its jobs
         log.warning("relay after placement failed: %s", type(error).__name__,
                     extra={"order_id": order_id})
-    return order_id
+    return Placement(order_id, created=True)
 
 
 def refuse_unwritable_850(session: Session, order: PurchaseOrder) -> None:

@@ -199,7 +199,9 @@ def _answered_dispatch(session: Session, supplier_id: str, order_number: str,
                        ) -> SupplierDispatch | None:
     """The dispatch an 855 answers: BAK03 is the order number our 850 sent, so the
     supplier's most recent dispatch of an order with that number — a submitted one
-    (awaiting its acknowledgment) before any other."""
+    (awaiting its acknowledgment) before any other. A number names one order of a
+    restaurant (docs/suppliers.md#purchase-orders), but two restaurants may share one,
+    and a reroute may give the supplier a second dispatch of the same order."""
     awaiting = case((col(SupplierDispatch.status) == DispatchStatus.SUBMITTED.value, 0), else_=1)
     return session.exec(
         select(SupplierDispatch)

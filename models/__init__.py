@@ -17,6 +17,7 @@ from models.audit import (
 from models.batches import Batch
 from models.callbacks import CallbackReceipt
 from models.catalog import FxRate, OperatorPackage, ProviderHealth, StoreProduct
+from models.idempotency import IdempotencyKey
 from models.notifications import Account, Delivery, Notification
 from models.payments import Payment
 from models.purchasing import (
@@ -35,8 +36,8 @@ from models.store import Order, StoreOrder, StoreOrderStatusEvent
 
 __all__ = ["ADMIN_ACTOR", "SYSTEM_ACTOR", "Account", "Activation", "ActivationStepRecord",
            "AuditEntry", "Batch", "CallbackReceipt", "CatalogItem", "Delivery", "DispatchLine",
-           "DispatchOutbox", "FxRate", "Notification", "OperatorPackage", "Order", "Payment",
-           "ProviderHealth", "PurchaseOrder", "PurchaseOrderEvent", "PurchaseOrderLine",
-           "StoreOrder", "StoreOrderStatusEvent", "StoreProduct", "Supplier",
-           "SupplierDispatch", "SupplierMapping", "VendorDocument", "begin_audit",
+           "DispatchOutbox", "FxRate", "IdempotencyKey", "Notification", "OperatorPackage",
+           "Order", "Payment", "ProviderHealth", "PurchaseOrder", "PurchaseOrderEvent",
+           "PurchaseOrderLine", "StoreOrder", "StoreOrderStatusEvent", "StoreProduct",
+           "Supplier", "SupplierDispatch", "SupplierMapping", "VendorDocument", "begin_audit",
            "complete_audit", "recent_audit", "record_audit"]

@@ -12,6 +12,7 @@ supplier). None of them commits: the caller's transaction decides what changes t
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from decimal import Decimal
@@ -138,9 +139,13 @@ class SupplierMapping(SQLModel, table=True):
 
 
 class PurchaseOrder(SQLModel, table=True):
-    """A restaurant's order; ``status`` is rolled up from its dispatches."""
+    """A restaurant's order; ``status`` is rolled up from its dispatches. A restaurant's
+    order numbers are unique: placing one again finds the order instead
+    (docs/suppliers.md#purchase-orders)."""
 
     __tablename__ = "purchase_orders"
+    __table_args__ = (Index("ux_purchase_orders_restaurant_order_number", "restaurant_id",
+                            "order_number", unique=True),)
 
     id: str = id_field()
     order_number: str = Field(max_length=64)
@@ -422,6 +427,37 @@ class NewPurchaseOrder:
     placed_by_email: str | None
     delivery_notes: str | None
     lines: tuple[OrderedLine, ...]
+
+
+class OrderNumberTaken(ValueError):
+    """The restaurant already has an order of this number, with other lines; nothing was
+    written."""
+
+
+def find_placed_order(session: Session, new: NewPurchaseOrder) -> str | None:
+    """The id of the restaurant's order numbered as ``new`` when it has the same lines (the
+    same items in the same quantities, in any order): ``new`` is a repeat of it. None when
+    the restaurant has no order of that number; :class:`OrderNumberTaken` when it has one
+    with other lines."""
+    order_id = session.exec(
+        sqlmodel_select(PurchaseOrder.id)
+        .where(col(PurchaseOrder.restaurant_id) == new.restaurant_id,
+               col(PurchaseOrder.order_number) == new.order_number)).first()
+    if order_id is None:
+        return None
+    placed = session.exec(
+        sqlmodel_select(PurchaseOrderLine.catalog_item_id, PurchaseOrderLine.quantity)
+        .where(col(PurchaseOrderLine.order_id) == order_id)).all()
+    if _line_counts(placed) != _line_counts(
+            (line.catalog_item_id, line.quantity) for line in new.lines):
+        raise OrderNumberTaken(f"restaurant {new.restaurant_id} already has order "
+                               f"{new.order_number!r} ({order_id}), with other lines")
+    return order_id
+
+
+def _line_counts(lines: Iterable[tuple[str, Decimal]]) -> Counter[tuple[str, Decimal]]:
+    # normalised: 2, 2.0 and 2.0000 are the same quantity
+    return Counter((item_id, Decimal(quantity).normalize()) for item_id, quantity in lines)
 
 
 def place_purchase_order(session: Session, new: NewPurchaseOrder) -> PurchaseOrder:

@@ -4,7 +4,8 @@ Every error leaves in one envelope (:mod:`herald.web.errors`): unknown routes, w
 methods, bodies over MAX_BODY_BYTES (413, before any route reads them,
 :mod:`herald.web.body_limit`), malformed bodies (422, before any handler touches the
 database or a queue). A database that stops answering mid-request becomes a 503 with the
-same shape, never a bare 500.
+same shape, never a bare 500. The creating routes take an ``Idempotency-Key``
+(:mod:`herald.web.idempotency`).
 
 Routers are assembled in :func:`_routers`; a new area of the API adds its router there.
 """
@@ -78,7 +79,12 @@ def create_app(extra_routers: Iterable[APIRouter] = ()) -> FastAPI:
         responses={"4XX": {"model": ErrorResponse, "description": "Client error"}},
     )
     install_error_handlers(app)
+    from herald.web.idempotency import IdempotencyKeys, document_idempotency
+
+    # added first, so it runs inside the body limit, which bounds what it reads
+    app.add_middleware(IdempotencyKeys)
     app.add_middleware(BodySizeLimit)
+    document_idempotency(app)
     for router in [*_routers(), *extra_routers]:
         app.include_router(router)
     return app

@@ -41,7 +41,7 @@ class BodySizeLimit:
         if body is None:
             await self._too_large(scope, receive, send, limit)
             return
-        await self.app(scope, _replay(body, receive), send)
+        await self.app(scope, replay_body(body, receive), send)
 
     @staticmethod
     async def _read_up_to(receive: Receive, limit: int) -> bytes | None:
@@ -68,8 +68,9 @@ class BodySizeLimit:
         await response(scope, receive, send)
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A ``receive`` that gives ``body`` as one message, then defers to ``receive``."""
+def replay_body(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives ``body`` (already read) as one message, then defers to
+    ``receive``: the app reads the body as if nobody had before."""
     pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
 
     async def replay() -> Message:

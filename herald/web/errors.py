@@ -166,7 +166,7 @@ async def _database_error(request: Request, exc: Exception) -> Response:
     # Operational errors (connection refused or lost, lock and statement timeouts) are
     # the database being unavailable; anything else is a bug and stays a 500.
     if isinstance(exc, OperationalError) or exc.connection_invalidated:
-        return _unavailable("database", exc)
+        return unavailable("database", exc)
     # A value the database cannot store (a NUL character in text, a number out of range)
     # is the request's fault; the failed statement's transaction changed nothing.
     if isinstance(exc, DataError):
@@ -181,14 +181,15 @@ async def _database_error(request: Request, exc: Exception) -> Response:
 
 
 async def _pool_timeout(_request: Request, exc: Exception) -> Response:
-    return _unavailable("database", exc)
+    return unavailable("database", exc)
 
 
 async def _redis_error(_request: Request, exc: Exception) -> Response:
-    return _unavailable("redis", exc)
+    return unavailable("redis", exc)
 
 
-def _unavailable(dependency: str, exc: Exception) -> Response:
+def unavailable(dependency: str, exc: Exception) -> Response:
+    """The 503 answer (with Retry-After) for ``dependency`` being unreachable, logged."""
     log.warning("%s unavailable", dependency, extra={"error": type(exc).__name__})
     return JSONResponse(error_body("unavailable", f"the {dependency} is unavailable"),
                         status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})

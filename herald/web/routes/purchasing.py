@@ -12,6 +12,7 @@ from decimal import Decimal
 from typing import Annotated, Any
 from uuid import UUID
 
+from fastapi import Response
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -32,6 +33,7 @@ from models.purchasing import (
     CatalogItem,
     NewPurchaseOrder,
     OrderedLine,
+    OrderNumberTaken,
     PlacementError,
     PurchaseOrder,
     PurchaseOrderEvent,
@@ -302,14 +304,21 @@ def purchase_order_view(session: Session, order: PurchaseOrder, *,
     return view
 
 
-@router.post("/purchase-orders", status_code=201, summary="Place a purchase order")
-def place_purchase_order(body: PurchaseOrderIn) -> dict[str, Any]:
+@router.post("/purchase-orders", status_code=201, summary="Place a purchase order",
+             responses={200: {"description": "The restaurant's existing order of this "
+                                             "number, placed before with the same lines"}})
+def place_purchase_order(body: PurchaseOrderIn, response: Response) -> dict[str, Any]:
     """201 with the order, one ``pending`` dispatch per supplier and its lines; each
-    dispatch's job is queued once the order is committed. 422 for an unknown item, an
-    item without a preferred supplier, an inactive supplier or a line its supplier's job
-    cannot carry: nothing is written or queued then."""
+    dispatch's job is queued once the order is committed. A restaurant's order numbers
+    are unique: the same number again with the same lines is answered 200 with the
+    existing order (nothing new is written or sent), with other lines 409
+    ``order_number_taken``. 422 for an unknown item, an item without a preferred
+    supplier, an inactive supplier or a line its supplier's job cannot carry: nothing is
+    written or queued then."""
     try:
-        order_id = place_and_relay(body.new_order())
+        placement = place_and_relay(body.new_order())
+    except OrderNumberTaken as error:
+        raise api_error(409, "order_number_taken", str(error)) from None
     except PlacementError as error:
         raise api_error(422, "invalid_order", str(error)) from None
     except ValidationError as error:
@@ -317,7 +326,9 @@ def place_purchase_order(body: PurchaseOrderIn) -> dict[str, Any]:
                              for e in error.errors()[:5])
         raise api_error(422, "invalid_order", f"the supplier's job cannot carry this "
                         f"order: {problems}") from None
-    return _read_order(order_id, audit=False)
+    if not placement.created:
+        response.status_code = 200
+    return _read_order(placement.order_id, audit=False)
 
 
 @router.get("/purchase-orders/{order_id}", summary="A purchase order and its audit trail")
