@@ -175,5 +175,9 @@ def _verify_signature(request: CallbackRequest, params: _FormParams, auth_token:
         raise InvalidSignature(f"the {SIGNATURE_HEADER} header is missing")
     algorithm = get_signature_algorithm(request.header(SIGNATURE_SETTINGS_HEADER))
     # the SDK compares in constant time, with and without the default port in the URL
-    if not RequestValidator(auth_token).validate(request.url, params, signature, algorithm):
+    try:
+        valid = RequestValidator(auth_token).validate(request.url, params, signature, algorithm)
+    except ValueError:  # a URL the SDK cannot take apart (a crafted Host's port)
+        valid = False
+    if not valid:
         raise InvalidSignature("the signature does not match the URL and parameters")

@@ -22,6 +22,7 @@ from importlib.metadata import PackageNotFoundError, version
 from fastapi import APIRouter, FastAPI
 
 from herald.settings import get_settings
+from herald.web.auth import log_protection
 from herald.web.body_limit import BodySizeLimit
 from herald.web.errors import ErrorResponse, install_error_handlers
 
@@ -140,6 +141,7 @@ def serve(host: str = "0.0.0.0", port: int | None = None) -> None:
 
     settings = get_settings()
     configure_logging(settings)
+    log_protection(settings)
     processes = web_processes()
     uvicorn.run(
         # by name: each child process imports the factory and builds its own app
