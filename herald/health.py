@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 #: What a passing check reports.
 OK = "ok"
+#: A failed check, as ``/readyz`` of the web app names it.
+DOWN = "down"
 #: Seconds the whole readiness check may take; a check still running then has failed.
 READINESS_TIMEOUT_S = 3.0
 #: Seconds RabbitMQ gets to accept a connection (TCP, TLS and AMQP handshake each).
@@ -93,6 +95,20 @@ def check_readiness() -> dict[str, str]:
     results = _run_concurrently(checks, READINESS_TIMEOUT_S)
     results.setdefault("broker", results["redis"])
     return {name: results[name] for name in ("database", "redis", "broker")}
+
+
+def readiness_report(checks: dict[str, str], *, detailed: bool) -> dict[str, Any]:
+    """``checks`` as ``/readyz`` tells them: each dependency ``ok`` or ``down``, and, when
+    ``detailed``, an ``errors`` object with each failed check's reason. A reason may name
+    a host, a port or a driver's message, so only a caller with the token gets it."""
+    report: dict[str, Any] = {name: OK if status == OK else DOWN
+                              for name, status in checks.items()}
+    if detailed:
+        errors = {name: status.removeprefix("error: ") for name, status in checks.items()
+                  if status != OK}
+        if errors:
+            report["errors"] = errors
+    return report
 
 
 def is_ready(checks: dict[str, str]) -> bool:

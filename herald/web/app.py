@@ -24,6 +24,7 @@ from fastapi import APIRouter, FastAPI
 from herald.settings import get_settings
 from herald.web.auth import log_protection
 from herald.web.body_limit import BodySizeLimit
+from herald.web.docs import install_docs
 from herald.web.errors import ErrorResponse, install_error_handlers
 
 #: Seconds uvicorn gives in-flight requests after SIGTERM (Heroku kills at 30).
@@ -75,7 +76,10 @@ def create_app(extra_routers: Iterable[APIRouter] = ()) -> FastAPI:
         description="Durable notifications and fulfillment jobs on Dramatiq.",
         # Replaces FastAPI's stock 422 schema, which our error shape does not follow.
         responses={"4XX": {"model": ErrorResponse, "description": "Client error"}},
+        # served by herald.web.docs instead, behind API_TOKEN while it is set
+        openapi_url=None, docs_url=None, redoc_url=None,
     )
+    install_docs(app)
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit)
     for router in [*_routers(), *extra_routers]:

@@ -37,12 +37,18 @@ def check_bearer_token(request: Request) -> None:
     on loopback, unless HERALD_OPEN_API is on."""
     settings = get_settings()
     if settings.api_token:
-        _require_token(request.headers.get("authorization"), settings.api_token)
+        require_api_token(request)
     elif not settings.herald_open_api and not is_loopback(request):
         raise api_error(403, "api_token_required",
                         "API_TOKEN is unset, so /v1 answers loopback clients only: set "
                         "API_TOKEN (and send Authorization: Bearer <token>), or set "
                         "HERALD_OPEN_API=1 to open /v1 to every client on purpose")
+
+
+def require_api_token(request: Request) -> None:
+    """A 401 (with ``WWW-Authenticate: Bearer``) unless the request carries
+    ``Authorization: Bearer <API_TOKEN>``; API_TOKEN must be set."""
+    _require_token(request.headers.get("authorization"), get_settings().api_token)
 
 
 def has_api_access(request: Request) -> bool:
