@@ -175,9 +175,5 @@ def _verify_signature(request: CallbackRequest, params: _FormParams, auth_token:
         raise InvalidSignature(f"the {SIGNATURE_HEADER} header is missing")
     algorithm = get_signature_algorithm(request.header(SIGNATURE_SETTINGS_HEADER))
     # the SDK compares in constant time, with and without the default port in the URL
-    try:
-        valid = RequestValidator(auth_token).validate(request.url, params, signature, algorithm)
-    except ValueError:  # a URL the SDK cannot take apart (a crafted Host's port)
-        valid = False
-    if not valid:
+    if not RequestValidator(auth_token).validate(request.url, params, signature, algorithm):
         raise InvalidSignature("the signature does not match the URL and parameters")

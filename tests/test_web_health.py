@@ -325,6 +325,27 @@ def test_worker_health_server_answers_over_http(services_up: None) -> None:
         http_get(f"{base}/healthz")
 
 
+def test_worker_readyz_tells_why_only_to_a_caller_with_the_token(configure: Configure,
+                                                                redis_url: str) -> None:
+    # Given a worker health server whose database does not answer, and API_TOKEN set
+    port = closed_port()
+    configure(DATABASE_URL=f"postgresql://postgres@127.0.0.1:{port}/herald",
+              REDIS_URL=redis_url, BROKER="redis", API_TOKEN="worker-token")
+    with serve_worker_health(0, host="127.0.0.1") as server:
+        url = f"http://127.0.0.1:{server.port}/readyz"
+        # When readiness is asked without the token, then the states only
+        status, _, body = http_get(url)
+        assert (status, json.loads(body)) == (503, {"database": "down", "redis": "ok",
+                                                    "broker": "ok"})
+        assert str(port).encode() not in body
+        # When with the token, then the reason too
+        request = urllib.request.Request(url, headers={"Authorization": "Bearer worker-token"})
+        with pytest.raises(urllib.error.HTTPError) as not_ready:
+            urllib.request.urlopen(request, timeout=READYZ_BOUND_S)
+        told = json.loads(not_ready.value.read())
+    assert set(told["errors"]) == {"database"} and str(port) in told["errors"]["database"]
+
+
 def test_readyz_answers_within_bound_when_every_dependency_hangs(configure: Configure,
                                                                  client: TestClient) -> None:
     # Given one TCP listener that accepts connections and never says a word

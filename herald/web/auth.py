@@ -11,8 +11,6 @@ nothing about the body's schema).
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -20,8 +18,8 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
-from starlette.exceptions import HTTPException
 
+from herald import access
 from herald.settings import Settings, get_settings
 from herald.web.errors import api_error
 
@@ -35,14 +33,14 @@ def check_bearer_token(request: Request) -> None:
     carries ``Authorization: Bearer <API_TOKEN>`` (scheme in any case, a bare token
     refused). With API_TOKEN unset: a 403 ``api_token_required`` for a client that is not
     on loopback, unless HERALD_OPEN_API is on."""
-    settings = get_settings()
-    if settings.api_token:
-        require_api_token(request)
-    elif not settings.herald_open_api and not is_loopback(request):
-        raise api_error(403, "api_token_required",
-                        "API_TOKEN is unset, so /v1 answers loopback clients only: set "
-                        "API_TOKEN (and send Authorization: Bearer <token>), or set "
-                        "HERALD_OPEN_API=1 to open /v1 to every client on purpose")
+    if has_api_access(request):
+        return
+    if get_settings().api_token:
+        raise _unauthorized()
+    raise api_error(403, "api_token_required",
+                    "API_TOKEN is unset, so /v1 answers loopback clients only: set "
+                    "API_TOKEN (and send Authorization: Bearer <token>), or set "
+                    "HERALD_OPEN_API=1 to open /v1 to every client on purpose")
 
 
 def require_api_token(request: Request) -> None:
@@ -53,25 +51,8 @@ def require_api_token(request: Request) -> None:
 
 def has_api_access(request: Request) -> bool:
     """True when :func:`check_bearer_token` would let the request through."""
-    try:
-        check_bearer_token(request)
-    except HTTPException:
-        return False
-    return True
-
-
-def is_loopback(request: Request) -> bool:
-    """True when the request's client address is a loopback one (127.0.0.0/8, ::1, or
-    127.x as an IPv4-mapped IPv6 address). Anything else, a name such as Starlette's
-    TestClient's ``testclient`` or no address at all, is not."""
-    host = request.client.host if request.client else ""
-    try:
-        address = ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_loopback
+    return access.has_api_access(get_settings(), request.headers.get("authorization"),
+                                 request.client.host if request.client else None)
 
 
 def log_protection(settings: Settings) -> None:
@@ -102,12 +83,14 @@ def require_console_on() -> str:
 
 
 def _require_token(authorization: str | None, expected: str) -> None:
-    scheme, _, token = (authorization or "").strip().partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(),
-                                                             expected.encode()):
-        raise api_error(401, "unauthorized",
-                        "a valid bearer token is required (Authorization: Bearer <token>)",
-                        headers={"WWW-Authenticate": "Bearer"})
+    if not access.bearer_matches(authorization, expected):
+        raise _unauthorized()
+
+
+def _unauthorized() -> Exception:
+    return api_error(401, "unauthorized",
+                     "a valid bearer token is required (Authorization: Bearer <token>)",
+                     headers={"WWW-Authenticate": "Bearer"})
 
 
 class BearerRoute(APIRoute):
@@ -136,7 +119,9 @@ class AdminRoute(BearerRoute):
 
 
 #: Declares the bearer scheme in OpenAPI; the check itself is :class:`BearerRoute`'s.
-bearer_scheme = HTTPBearer(auto_error=False, description="API_TOKEN, when it is set")
+bearer_scheme = HTTPBearer(auto_error=False,
+                           description="API_TOKEN; while it is unset, loopback clients only "
+                                       "(403 api_token_required to others)")
 
 
 #: Declares the admin bearer scheme in OpenAPI; the check itself is :class:`AdminRoute`'s.
