@@ -4,7 +4,9 @@
   not get a healthy process restarted.
 - **Readiness** (``/readyz``) asks the database, Redis and the broker, concurrently,
   and always answers within :data:`READINESS_TIMEOUT_S` — a dependency that hangs is
-  reported as failed, it never hangs the probe.
+  reported as failed, it never hangs the probe. Each is ``ok`` or ``down``; the reasons
+  (which may name a host or port) only for a caller with the API token, or on loopback
+  while it is unset (:func:`readiness_report`).
 - **Metrics** (``/metrics``) is :func:`metrics_text`: the process's metrics
   and the ledger's queue metrics, as Prometheus text.
 
@@ -25,6 +27,7 @@ from urllib.parse import urlsplit
 
 import pika
 
+from herald.access import has_api_access
 from herald.db import check_database
 from herald.queue.metrics import CONTENT_TYPE, exposition
 from herald.queue.redis import redis_client
@@ -35,6 +38,8 @@ log = logging.getLogger(__name__)
 
 #: What a passing check reports.
 OK = "ok"
+#: A failed check, as ``/readyz`` names it.
+DOWN = "down"
 #: Seconds the whole readiness check may take; a check still running then has failed.
 READINESS_TIMEOUT_S = 3.0
 #: Seconds RabbitMQ gets to accept a connection (TCP, TLS and AMQP handshake each).
@@ -95,6 +100,20 @@ def check_readiness() -> dict[str, str]:
     return {name: results[name] for name in ("database", "redis", "broker")}
 
 
+def readiness_report(checks: dict[str, str], *, detailed: bool) -> dict[str, Any]:
+    """``checks`` as ``/readyz`` tells them: each dependency ``ok`` or ``down``, and, when
+    ``detailed``, an ``errors`` object with each failed check's reason. A reason may name
+    a host, a port or a driver's message, so only a caller with the token gets it."""
+    report: dict[str, Any] = {name: OK if status == OK else DOWN
+                              for name, status in checks.items()}
+    if detailed:
+        errors = {name: status.removeprefix("error: ") for name, status in checks.items()
+                  if status != OK}
+        if errors:
+            report["errors"] = errors
+    return report
+
+
 def is_ready(checks: dict[str, str]) -> bool:
     """True when every check in ``checks`` passed."""
     return all(status == OK for status in checks.values())
@@ -143,7 +162,10 @@ class _HealthHandler(BaseHTTPRequestHandler):
             lanes = getattr(self.server, "lanes", None)
             if lanes is not None:
                 checks["lanes"] = lanes()
-            self._send_json(200 if is_ready(checks) else 503, checks)
+            detailed = has_api_access(get_settings(), self.headers.get("Authorization"),
+                                      self.client_address[0])
+            self._send_json(200 if is_ready(checks) else 503,
+                            readiness_report(checks, detailed=detailed))
         elif path == "/metrics":
             self._send(200, metrics_text(), CONTENT_TYPE)
         else:

@@ -196,7 +196,13 @@ class Settings(BaseSettings):
     handoff_sweep_interval_s: float = Field(default=60.0, ge=0.1)
 
     admin_token: str = ""
+    #: The ``/v1`` bearer token. While it is unset only loopback clients get in (protected
+    #: mode, README.md "Authentication"), unless HERALD_OPEN_API opens ``/v1`` on purpose.
     api_token: str = ""
+    herald_open_api: bool = False
+    #: ``/openapi.json`` and ``/docs`` open to anyone (by default they are guarded as
+    #: ``/v1`` is).
+    docs_public: bool = False
     #: Largest request body the web app reads, in bytes; a larger one is answered 413
     #: before any route sees it. A batch of 10,000 account ids is about 400 KB.
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
@@ -332,6 +338,13 @@ class Settings(BaseSettings):
     def email_in_call_pauses_s(self) -> list[float]:
         """The EMAIL_IN_CALL_BACKOFF_MS pauses, in seconds, in order."""
         return [int(part) / 1000 for part in self.email_in_call_backoff_ms.split(",") if part]
+
+    @property
+    def mock_provider_configured(self) -> bool:
+        """True while the mock provider carries some channel or is one of ESIM_PROVIDERS:
+        only then do its callback and webhook routes exist (their default secret is public)."""
+        esim = {name.strip() for name in self.esim_providers.split(",")}
+        return "mock" in {self.email_provider, self.sms_provider, self.push_provider} | esim
 
     @property
     def embedded_redis(self) -> bool:

@@ -195,7 +195,9 @@ class EsimhubProvider:
         if abs(time.time() - signed_at) > SIGNATURE_TOLERANCE_S:
             raise InvalidWebhook("signature timestamp outside the tolerance")
         expected = webhook_signature(secret, signed_at, body)
-        if not any(hmac.compare_digest(expected, given) for given in signatures):
+        # bytes: compare_digest refuses a str that is not ASCII (a crafted header)
+        if not any(hmac.compare_digest(expected.encode(), given.encode())
+                   for given in signatures):
             raise InvalidWebhook("signature does not match")
         try:
             event = json.loads(body)
@@ -286,7 +288,8 @@ def _parse_signature(header: str) -> tuple[int, list[str]]:
     signatures: list[str] = []
     for part in header.split(","):
         name, _, value = part.strip().partition("=")
-        if name == "t" and value.isdigit():
+        # ASCII digits only (isdigit() accepts "²"), and no more than a timestamp has
+        if name == "t" and value.isascii() and value.isdigit() and len(value) <= 12:
             signed_at = int(value)
         elif name == "v1" and value:
             signatures.append(value)

@@ -304,7 +304,9 @@ def _client() -> Any:
     from herald.web import create_app
 
     token = get_settings().api_token
-    return TestClient(create_app(),
+    # the demo calls the app in its own process: a loopback client, as protected mode
+    # (API_TOKEN unset) requires
+    return TestClient(create_app(), client=("127.0.0.1", 50000),
                       headers={"Authorization": f"Bearer {token}"} if token else {})
 
 

@@ -23,7 +23,9 @@ from importlib.metadata import PackageNotFoundError, version
 from fastapi import APIRouter, FastAPI
 
 from herald.settings import get_settings
+from herald.web.auth import log_protection
 from herald.web.body_limit import BodySizeLimit
+from herald.web.docs import install_docs
 from herald.web.errors import ErrorResponse, install_error_handlers
 
 #: Seconds uvicorn gives in-flight requests after SIGTERM (Heroku kills at 30).
@@ -77,7 +79,10 @@ def create_app(extra_routers: Iterable[APIRouter] = ()) -> FastAPI:
         description="Durable notifications and fulfillment jobs on Dramatiq.",
         # Replaces FastAPI's stock 422 schema, which our error shape does not follow.
         responses={"4XX": {"model": ErrorResponse, "description": "Client error"}},
+        # served by herald.web.docs instead, behind API_TOKEN while it is set
+        openapi_url=None, docs_url=None, redoc_url=None,
     )
+    install_docs(app)
     install_error_handlers(app)
     from herald.web.idempotency import IdempotencyKeys, document_idempotency
 
@@ -148,6 +153,7 @@ def serve(host: str = "0.0.0.0", port: int | None = None) -> None:
 
     settings = get_settings()
     configure_logging(settings)
+    log_protection(settings)
     processes = web_processes()
     uvicorn.run(
         # by name: each child process imports the factory and builds its own app

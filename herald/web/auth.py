@@ -1,15 +1,17 @@
 """Bearer tokens, checked before the body is read (a caller without the token learns
 nothing about the body's schema).
 
-* ``Authorization: Bearer $API_TOKEN`` on the ``/v1`` routes; open while API_TOKEN is unset
-  (local use).
+* ``Authorization: Bearer $API_TOKEN`` on the ``/v1`` routes. While API_TOKEN is unset they
+  answer loopback clients only (protected mode, as Redis has it): any other client gets a
+  403 ``api_token_required``, unless HERALD_OPEN_API opens ``/v1`` on purpose
+  (README.md, "The HTTP API").
 * ``Authorization: Bearer $ADMIN_TOKEN`` on the ``/admin`` routes (the operator console);
   while ADMIN_TOKEN is unset the console is off (404), never open.
 """
 
 from __future__ import annotations
 
-import hmac
+import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -17,23 +19,59 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 
-from herald.settings import get_settings
+from herald import access
+from herald.settings import Settings, get_settings
 from herald.web.errors import api_error
 
-
-def check_bearer_token(authorization: str | None) -> None:
-    """Raise a 401 (with ``WWW-Authenticate: Bearer``) unless ``authorization`` is
-    ``Bearer <API_TOKEN>``; the scheme is case-insensitive, a bare token is refused.
-    Open when API_TOKEN is unset."""
-    expected = get_settings().api_token
-    if expected:
-        _require_token(authorization, expected)
+log = logging.getLogger(__name__)
 
 
-def check_admin_token(authorization: str | None) -> None:
-    """Raise a 401 unless ``authorization`` is ``Bearer <ADMIN_TOKEN>``; a 404 while
-    ADMIN_TOKEN is unset (the console is off, never open)."""
-    _require_token(authorization, require_console_on())
+def check_bearer_token(request: Request) -> None:
+    """Let the request through ``/v1``'s door, or raise.
+
+    With API_TOKEN set: a 401 (with ``WWW-Authenticate: Bearer``) unless the request
+    carries ``Authorization: Bearer <API_TOKEN>`` (scheme in any case, a bare token
+    refused). With API_TOKEN unset: a 403 ``api_token_required`` for a client that is not
+    on loopback, unless HERALD_OPEN_API is on."""
+    if has_api_access(request):
+        return
+    if get_settings().api_token:
+        raise _unauthorized()
+    raise api_error(403, "api_token_required",
+                    "API_TOKEN is unset, so /v1 answers loopback clients only: set "
+                    "API_TOKEN (and send Authorization: Bearer <token>), or set "
+                    "HERALD_OPEN_API=1 to open /v1 to every client on purpose")
+
+
+def require_api_token(request: Request) -> None:
+    """A 401 (with ``WWW-Authenticate: Bearer``) unless the request carries
+    ``Authorization: Bearer <API_TOKEN>``; API_TOKEN must be set."""
+    _require_token(request.headers.get("authorization"), get_settings().api_token)
+
+
+def has_api_access(request: Request) -> bool:
+    """True when :func:`check_bearer_token` would let the request through."""
+    return access.has_api_access(get_settings(), request.headers.get("authorization"),
+                                 request.client.host if request.client else None)
+
+
+def log_protection(settings: Settings) -> None:
+    """Say at start who ``/v1`` answers: a WARNING when HERALD_OPEN_API opens it to every
+    client with no token, an INFO line in protected mode."""
+    if settings.api_token:
+        return
+    if settings.herald_open_api:
+        log.warning("HERALD_OPEN_API is on and API_TOKEN is unset: /v1 answers every client "
+                    "that reaches this port, with no token")
+    else:
+        log.info("API_TOKEN is unset: /v1 answers loopback clients only (set API_TOKEN to "
+                 "serve other hosts)")
+
+
+def check_admin_token(request: Request) -> None:
+    """Raise a 401 unless the request carries ``Authorization: Bearer <ADMIN_TOKEN>``; a
+    404 while ADMIN_TOKEN is unset (the console is off, never open)."""
+    _require_token(request.headers.get("authorization"), require_console_on())
 
 
 def require_console_on() -> str:
@@ -45,20 +83,22 @@ def require_console_on() -> str:
 
 
 def _require_token(authorization: str | None, expected: str) -> None:
-    scheme, _, token = (authorization or "").strip().partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(),
-                                                             expected.encode()):
-        raise api_error(401, "unauthorized",
-                        "a valid bearer token is required (Authorization: Bearer <token>)",
-                        headers={"WWW-Authenticate": "Bearer"})
+    if not access.bearer_matches(authorization, expected):
+        raise _unauthorized()
+
+
+def _unauthorized() -> Exception:
+    return api_error(401, "unauthorized",
+                     "a valid bearer token is required (Authorization: Bearer <token>)",
+                     headers={"WWW-Authenticate": "Bearer"})
 
 
 class BearerRoute(APIRoute):
     """A route behind API_TOKEN: the token is checked before the body is read, parsed or
     validated (FastAPI's own dependencies run only after the body is parsed)."""
 
-    #: The check run on the request's ``Authorization`` header before anything else.
-    check: Callable[[str | None], None] = staticmethod(check_bearer_token)
+    #: The check run on the request before anything else.
+    check: Callable[[Request], None] = staticmethod(check_bearer_token)
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         """The route's handler, preceded by the bearer token check."""
@@ -66,7 +106,7 @@ class BearerRoute(APIRoute):
         check = type(self).check
 
         async def checked(request: Request) -> Response:
-            check(request.headers.get("authorization"))
+            check(request)
             return await handler(request)
 
         return checked
@@ -79,7 +119,9 @@ class AdminRoute(BearerRoute):
 
 
 #: Declares the bearer scheme in OpenAPI; the check itself is :class:`BearerRoute`'s.
-bearer_scheme = HTTPBearer(auto_error=False, description="API_TOKEN, when it is set")
+bearer_scheme = HTTPBearer(auto_error=False,
+                           description="API_TOKEN; while it is unset, loopback clients only "
+                                       "(403 api_token_required to others)")
 
 
 #: Declares the admin bearer scheme in OpenAPI; the check itself is :class:`AdminRoute`'s.
@@ -94,6 +136,6 @@ def admin_router(tags: list[str]) -> APIRouter:
 
 
 def protected_router(tags: list[str]) -> APIRouter:
-    """A ``/v1`` router whose routes all require the bearer token (when API_TOKEN is set)."""
+    """A ``/v1`` router whose routes all pass :func:`check_bearer_token` first."""
     return APIRouter(prefix="/v1", tags=tags, route_class=BearerRoute,
                      dependencies=[Depends(bearer_scheme)])

@@ -1,12 +1,39 @@
-"""A cap on request bodies (``MAX_BODY_BYTES``), applied before any route reads one."""
+"""A cap on request bodies (``MAX_BODY_BYTES``), applied before any route reads one, and
+a lower one that the routes storing a provider's body as it came apply
+(:data:`SIGNED_BODY_MAX_BYTES`)."""
 
 from __future__ import annotations
 
+from fastapi import Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from herald.settings import get_settings
-from herald.web.errors import error_body
+from herald.web.errors import api_error, error_body
+
+#: Largest body a provider's callback or webhook may carry: its receipt is stored as it
+#: came, and no provider sends a status report anywhere near this.
+SIGNED_BODY_MAX_BYTES = 64 * 1024
+
+
+async def read_body_up_to(request: Request, limit: int = SIGNED_BODY_MAX_BYTES) -> bytes:
+    """The request's body; a 413 ``payload_too_large`` once it passes ``limit`` bytes (a
+    declared Content-Length over it decides before anything is read)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isascii() and declared.isdigit() and int(declared) > limit:
+        raise _signed_too_large(limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _signed_too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _signed_too_large(limit: int) -> Exception:
+    return api_error(413, "payload_too_large",
+                     f"a provider's callback or webhook body may hold at most {limit} bytes")
 
 
 class BodySizeLimit:

@@ -32,6 +32,7 @@ def console(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
                         "EMAIL_PROVIDER": "mock", "SMS_PROVIDER": "mock",
                         "PUSH_PROVIDER": "mock", "LOG_LEVEL": "WARNING"}.items():
         monkeypatch.setenv(name, value)
+    monkeypatch.setenv("HERALD_OPEN_API", "1")  # TestClient's client is not on loopback
     reset_herald()
     import actors.queues  # noqa: F401  (registers herald's queue table)
 

@@ -66,7 +66,8 @@ def store(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
         setup.configure(DATABASE_URL=migrated_database, REDIS_URL=redis_url, BROKER="redis",
                         QUEUE_PREFIX=f"c{uuid.uuid4().hex[:10]}", FEATURE_ESIM_STORE="true",
                         ESIM_PROVIDERS="mock", OPERATORS="mock", FX_PROVIDER="mock",
-                        LOG_LEVEL="WARNING")
+                        LOG_LEVEL="WARNING",
+                        HERALD_OPEN_API="1")  # TestClient's client is not on loopback
         import actors.catalog  # noqa: F401  (declares the sync actors, and actors.fx)
 
         for name, cls in ESIM_PLUGINS.items():

@@ -29,6 +29,7 @@ def fulfillment(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
                         "EMAIL_PROVIDER": "mock", "SMS_PROVIDER": "mock",
                         "OPERATORS": "mock", "LOG_LEVEL": "WARNING"}.items():
         monkeypatch.setenv(name, value)
+    monkeypatch.setenv("HERALD_OPEN_API", "1")  # TestClient's client is not on loopback
     settings.reset_settings()
     queue_redis.reset_redis_client()
     runtime.reset_brokers()

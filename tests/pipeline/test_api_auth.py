@@ -86,9 +86,51 @@ def test_every_v1_route_but_callbacks_is_behind_the_token(api_token: None,
     assert callback.json()["error"]["code"] == "invalid_signature"
 
 
-def test_v1_is_open_when_api_token_is_unset(client: TestClient) -> None:
-    assert settings.get_settings().api_token == ""
-    assert client.post("/v1/accounts", json=ACCOUNT).status_code == 201
-    # a header of any kind changes nothing then
-    assert client.post("/v1/accounts", json=ACCOUNT,
-                       headers={"Authorization": "Basic x"}).status_code == 201
+@pytest.fixture
+def protected_mode(monkeypatch: pytest.MonkeyPatch, pipeline: None) -> None:
+    """API_TOKEN and HERALD_OPEN_API unset (the pipeline fixture opens /v1 for its
+    TestClients, whose client address is not a loopback one)."""
+    monkeypatch.delenv("API_TOKEN", raising=False)
+    monkeypatch.delenv("HERALD_OPEN_API", raising=False)
+    settings.reset_settings()
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "127.3.4.5", "::1", "::ffff:127.0.0.1"])
+def test_without_a_token_v1_answers_loopback_clients(protected_mode: None,
+                                                     address: str) -> None:
+    with TestClient(create_app(), client=(address, 50000)) as local:
+        assert local.post("/v1/accounts", json=ACCOUNT).status_code == 201
+        # a header of any kind changes nothing then
+        assert local.post("/v1/accounts", json=ACCOUNT,
+                          headers={"Authorization": "Basic x"}).status_code == 201
+    assert accounts() == 2
+
+
+@pytest.mark.parametrize("address", ["10.0.0.7", "192.0.2.1", "::ffff:10.0.0.7", "2001:db8::1",
+                                     "testclient", "localhost", ""])
+def test_without_a_token_any_other_client_is_refused_before_the_body(
+        protected_mode: None, address: str) -> None:
+    with TestClient(create_app(), client=(address, 50000)) as remote:
+        # When a client that is not on loopback calls /v1, with a body that breaks the schema
+        response = remote.post("/v1/accounts", json=ACCOUNT)
+        invalid = remote.post("/v1/events", json={"type": 7})
+    # Then 403 api_token_required, saying what to set; nothing is stored or validated
+    assert (response.status_code, invalid.status_code) == (403, 403)
+    error = response.json()["error"]
+    assert error["code"] == "api_token_required"
+    assert "API_TOKEN" in error["message"] and "HERALD_OPEN_API=1" in error["message"]
+    assert accounts() == 0
+
+
+def test_herald_open_api_opens_v1_to_every_client(protected_mode: None,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HERALD_OPEN_API", "1")
+    settings.reset_settings()
+    with TestClient(create_app(), client=("192.0.2.1", 50000)) as remote:
+        assert remote.post("/v1/accounts", json=ACCOUNT).status_code == 201
+
+
+def test_a_set_token_is_asked_of_loopback_clients_too(api_token: None) -> None:
+    with TestClient(create_app(), client=("127.0.0.1", 50000)) as local:
+        assert local.post("/v1/accounts", json=ACCOUNT).status_code == 401
+    assert accounts() == 0

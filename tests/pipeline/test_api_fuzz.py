@@ -8,13 +8,14 @@ callback parser gets correctly signed bodies that are anything but what it expec
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 import pytest
 import schemathesis
 from fastapi.testclient import TestClient
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from twilio.request_validator import RequestValidator
@@ -182,6 +183,66 @@ def test_no_signed_store_webhook_gets_a_server_error(
         assert_client_error_at_most(client.post(
             f"/v1/store/webhooks/{provider}", content=body,
             headers={**sign(body), "Content-Type": "application/json"}))
+
+    check()
+    esim_providers.reset()
+
+
+# -- crafted signature headers on every signed route ---------------------------------------
+#: Every signed route and the headers its signature is read from.
+SIGNED_ROUTES = {
+    "/v1/callbacks/mock": ("X-Herald-Signature",),
+    "/v1/callbacks/taqnyat": ("X-Taqnyat-Signature",),
+    "/v1/callbacks/onesignal": ("X-OneSignal-Signature",),
+    "/v1/callbacks/twilio": ("X-Twilio-Signature", "X-Twilio-Webhooks-Signature-Settings"),
+    "/v1/store/webhooks/mock": ("X-Herald-Signature",),
+    "/v1/store/webhooks/esimhub": ("X-Esimhub-Signature",),
+}
+# Header values are bytes on the wire; Starlette reads them as Latin-1, so "²" (0xB2) or
+# "é" arrive as those characters.
+LATIN1 = st.text(st.characters(codec="latin-1", exclude_characters="\r\n"), max_size=30)
+DIGITS = st.text(st.sampled_from("0123456789²³¹"), min_size=1, max_size=12)
+#: ``name=value`` lists as the signature schemes write them, with any names and values.
+SCHEMED = st.lists(st.tuples(st.sampled_from(["t", "v1", "sha256", "algorithm", "key", ""]),
+                             LATIN1 | DIGITS), max_size=4).map(
+    lambda parts: ",".join(f"{name}={value}" for name, value in parts))
+#: eSIMHub's header with a fresh timestamp, so the comparison itself is reached.
+FRESH = LATIN1.map(lambda digest: f"t={int(time.time())},v1={digest}")
+HEADER_VALUE = (LATIN1 | SCHEMED | FRESH | DIGITS.map(lambda t: f"t={t},v1=ab")
+                | st.just("sha256=") | LATIN1.map(lambda value: f"sha256={value}"))
+HOST = st.none() | st.sampled_from(["testserver:99999", "testserver:x", "[::1", "a:b:c",
+                                    "testserver:0"]) | LATIN1
+
+
+@pytest.mark.parametrize("path", sorted(SIGNED_ROUTES))
+def test_no_crafted_signature_header_gets_a_server_error(
+        path: str, pipeline: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given every signed route live: each provider's secret set, the store on
+    provider_secrets(monkeypatch)
+    for name, value in {"FEATURE_ESIM_STORE": "true", "ESIM_PROVIDERS": "mock,esimhub",
+                        "ESIMHUB_WEBHOOK_SECRET": ESIMHUB_SECRET}.items():
+        monkeypatch.setenv(name, value)
+    reset_settings()
+    esim_providers.reset()
+    client = TestClient(create_app())
+    names = SIGNED_ROUTES[path]
+
+    @given(values=st.fixed_dictionaries({}, optional={name: HEADER_VALUE for name in names}),
+           host=HOST, body=st.binary(max_size=200) | JSON.map(lambda v: json.dumps(v).encode()))
+    @example(values={names[0]: "t=²,v1=ab"}, host=None, body=b"{}")
+    @example(values={names[0]: f"t={int(time.time())},v1=é"}, host=None, body=b"{}")
+    @example(values={names[0]: "t=" + "9" * 5000 + ",v1=ab"}, host=None, body=b"{}")
+    @example(values={names[0]: "sha256=é"}, host="testserver:99999", body=b"{}")
+    @settings(max_examples=120, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    def check(values: dict[str, str], host: str | None, body: bytes) -> None:
+        # When a request comes with crafted signature headers (and Host)
+        headers = {name: value.encode("latin-1") for name, value in values.items()}
+        if host is not None:
+            headers["Host"] = host.encode("latin-1")
+        response = client.post(path, content=body, headers=headers)
+        # Then it is refused (or accepted) with a 4xx (2xx), never a server error
+        assert_client_error_at_most(response)
 
     check()
     esim_providers.reset()

@@ -3,6 +3,7 @@ the ``normalise_callback`` job (docs/pipeline.md#callbacks)."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from datetime import timedelta
@@ -30,6 +31,8 @@ from herald.queue.worker import running_worker
 from herald.web import create_app
 from models.base import utcnow
 from models.callbacks import CallbackReceipt
+from providers.base import hmac_sha256_signature
+from providers.esim_mock import signed_webhook
 from providers.mock import MockProvider, signed_callback
 from tests.support.callbacks import (
     CALLBACKS,
@@ -176,6 +179,78 @@ def test_an_unknown_provider_is_404(pipeline: None) -> None:
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "unknown_provider"
     assert receipts() == []
+
+
+def mock_webhook() -> tuple[bytes, dict[str, str]]:
+    """A store webhook signed with the mock's default secret."""
+    return signed_webhook("mock-ref-1", "issued")
+
+
+def test_the_mock_s_routes_are_gone_while_nothing_is_configured_to_use_it(
+        pipeline: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given real providers on every channel and no mock eSIM provider
+    configure(monkeypatch, SMS_PROVIDER="twilio", EMAIL_PROVIDER="smtp",
+              PUSH_PROVIDER="onesignal", ESIM_PROVIDERS="esimhub", FEATURE_ESIM_STORE="true")
+    client = TestClient(create_app())
+    # When a receipt and a store webhook come signed with the mock's default secret
+    callback = post(client, mock_callback())
+    body, headers = mock_webhook()
+    webhook = client.post("/v1/store/webhooks/mock", content=body, headers=headers)
+    # Then both are 404, and nothing is stored or queued
+    assert (callback.status_code, webhook.status_code) == (404, 404)
+    assert callback.json()["error"]["code"] == "unknown_provider"
+    assert (receipts(), jobs_held()) == ([], 0)
+
+    # When the mock carries one channel again (or is an eSIM provider), the receipt is taken
+    configure(monkeypatch, PUSH_PROVIDER="mock")
+    assert post(client, mock_callback()).status_code == 202
+    configure(monkeypatch, PUSH_PROVIDER="onesignal", ESIM_PROVIDERS="esimhub,mock")
+    assert post(client, mock_callback(status="sent")).status_code == 202
+    assert len(receipts()) == 2
+
+
+#: The largest callback or webhook body herald stores.
+SIGNED_BODY_CAP = 64 * 1024
+
+
+def padded_mock_callback(size: int) -> Callback:
+    """A correctly signed mock receipt whose body is exactly ``size`` bytes."""
+    fields = {"event_id": "mock-1-delivered", "provider_message_id": "mock-1",
+              "channel": "sms", "status": "delivered", "pad": ""}
+    fields["pad"] = "x" * (size - len(json.dumps(fields)))
+    body = json.dumps(fields).encode()
+    assert len(body) == size
+    return "/v1/callbacks/mock", body, {
+        "X-Herald-Signature": hmac_sha256_signature("herald-mock-secret", body),
+        "Content-Type": "application/json"}
+
+
+def test_a_callback_body_over_64_kib_is_413_and_stores_nothing(pipeline: None) -> None:
+    client = TestClient(create_app())
+    # When a signed receipt of 64 KiB + 1 byte comes, declared or chunked
+    path, body, headers = padded_mock_callback(SIGNED_BODY_CAP + 1)
+    declared = client.post(path, content=body, headers=headers)
+    chunked = client.post(path, content=iter([body[:40_000], body[40_000:]]), headers=headers)
+    # Then 413, and no receipt row or job exists
+    assert (declared.status_code, chunked.status_code) == (413, 413)
+    assert declared.json()["error"]["code"] == "payload_too_large"
+    assert "65536" in declared.json()["error"]["message"]
+    assert (receipts(), jobs_held()) == ([], 0)
+    # and one of exactly 64 KiB is stored
+    assert post(client, padded_mock_callback(SIGNED_BODY_CAP)).status_code == 202
+    assert len(receipts()) == 1
+
+
+def test_a_store_webhook_body_over_64_kib_is_413(pipeline: None,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    configure(monkeypatch, FEATURE_ESIM_STORE="true", ESIM_PROVIDERS="mock")
+    body = b'{"provider_order_ref": "mock-ref-1", "status": "issued", "pad": "'
+    body += b"x" * (SIGNED_BODY_CAP - len(body)) + b'"}'
+    response = TestClient(create_app()).post(
+        "/v1/store/webhooks/mock", content=body,
+        headers={"X-Herald-Signature": hmac_sha256_signature("herald-mock-secret", body)})
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "payload_too_large"
 
 
 # -- ingestion: duplicates, Redis and the database down ----------------------------------------

@@ -73,6 +73,7 @@ def purchasing(monkeypatch: pytest.MonkeyPatch, migrated_database: str, redis_ur
                         "DISPATCH_BACKOFF_MS": "100", "ADMIN_ALERT_EMAIL": "",
                         "LOG_LEVEL": "WARNING"}.items():
         monkeypatch.setenv(name, value)
+    monkeypatch.setenv("HERALD_OPEN_API", "1")  # TestClient's client is not on loopback
     reset_herald()
     import actors.queues  # noqa: F401  (herald's queue table)
 

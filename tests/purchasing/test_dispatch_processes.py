@@ -12,6 +12,7 @@ import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from herald.queue import JobState, queue
 from providers.x12 import parse_envelope
@@ -59,7 +60,7 @@ def stop_all(runs: list[WorkerRun]) -> None:
             run.wait()
 
 
-def readyz(run: WorkerRun) -> tuple[int, dict[str, str]]:
+def readyz(run: WorkerRun) -> tuple[int, dict[str, Any]]:
     """GET the worker's own /readyz (its port from its log)."""
     port = run.record("worker health server listening")["port"]
     try:
@@ -170,8 +171,9 @@ def test_readyz_of_a_dispatch_worker_checks_the_pdf_renderer(purchasing: str) ->
                                        "lanes": "ok"})
         status, checks = readyz(missing)
         assert status == 503
-        assert checks["lanes"].startswith("error: supplier lanes not ready")
-        assert "/nonexistent/chromium" in checks["lanes"]
+        assert checks["lanes"] == "down"
+        assert checks["errors"]["lanes"].startswith("supplier lanes not ready")
+        assert "/nonexistent/chromium" in checks["errors"]["lanes"]
         assert {key: checks[key] for key in ("database", "redis", "broker")} == {
             "database": "ok", "redis": "ok", "broker": "ok"}
     finally:

@@ -48,6 +48,7 @@ def store(monkeypatch: pytest.MonkeyPatch, database: str, redis_url: str) -> Ite
                         "EMAIL_PROVIDER": "mock", "SMS_PROVIDER": "mock",
                         "LOG_LEVEL": "WARNING"}.items():
         monkeypatch.setenv(name, value)
+    monkeypatch.setenv("HERALD_OPEN_API", "1")  # TestClient's client is not on loopback
     reset_herald()
     import actors.notifications
     import actors.store  # noqa: F401  (declares the queues and their actors)

@@ -7,8 +7,9 @@ The work is in ``actors.callbacks``; this module turns its answers into HTTP:
 - 202 ``{"receipt_id", "duplicate": false}``: persisted, queued and stamped
 - 200 ``{"receipt_id", "duplicate": true}``: the event was stored before
 - 401 bad or missing signature, 422 a signed body herald cannot read, 404 an unknown
-  provider, 413 a body over MAX_BODY_BYTES (the app's limit on every route) — none of
-  them stores anything
+  provider (the mock too while no channel has it as its provider: its default secret is
+  public), 413 a body over 64 KiB (:data:`SIGNED_BODY_MAX_BYTES`) — none of them stores
+  anything
 - 503 the database or the queue is unavailable: the sender retries the same event
 """
 
@@ -21,6 +22,7 @@ from fastapi.responses import JSONResponse
 
 from actors import callbacks
 from herald.settings import get_settings
+from herald.web.body_limit import read_body_up_to
 from herald.web.errors import RETRY_AFTER_S, api_error
 from providers.base import CallbackRequest, InvalidCallback, InvalidSignature
 
@@ -28,15 +30,26 @@ router = APIRouter(prefix="/v1", tags=["callbacks"])
 
 
 async def callback_request(provider: str, request: Request) -> CallbackRequest:
-    """The callback as the provider sent it: 404 for an unknown provider (before the body
-    is read; the app's body limit applies before this runs)."""
+    """The callback as the provider sent it: 404 for an unknown provider, or the mock
+    while it is not configured (before the body is read); 413 for a body over
+    :data:`SIGNED_BODY_MAX_BYTES`."""
     if provider not in callbacks.CALLBACK_ADAPTERS:
         raise api_error(404, "unknown_provider",
                         f"no provider {provider!r} accepts callbacks "
                         f"(known: {', '.join(sorted(callbacks.CALLBACK_ADAPTERS))})")
+    if provider == "mock":
+        require_mock_configured()
     return CallbackRequest(url=public_url(request),
                            headers={name.lower(): value for name, value in request.headers.items()},
-                           body=await request.body())
+                           body=await read_body_up_to(request))
+
+
+def require_mock_configured() -> None:
+    """A 404 unless the mock provider is configured (a channel's provider or one of
+    ESIM_PROVIDERS): anyone knows its default secret, so its routes exist only then."""
+    if not get_settings().mock_provider_configured:
+        raise api_error(404, "unknown_provider", "the mock provider is not configured "
+                        "(no channel or ESIM_PROVIDERS names it)")
 
 
 def public_url(request: Request) -> str:

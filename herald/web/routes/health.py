@@ -1,13 +1,24 @@
-"""``/healthz`` (liveness, no I/O), ``/readyz`` (database, Redis, broker) and
-``/metrics`` (Prometheus) of the web process."""
+"""``/healthz`` (liveness, no I/O), ``/readyz`` (database, Redis, broker: ``ok`` or
+``down``, the reasons only for a caller with the token) and ``/metrics`` (Prometheus) of
+the web process."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Literal
+
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
-from herald.health import CONTENT_TYPE, OK, check_readiness, is_ready, metrics_text
+from herald.health import (
+    CONTENT_TYPE,
+    OK,
+    check_readiness,
+    is_ready,
+    metrics_text,
+    readiness_report,
+)
+from herald.web.auth import has_api_access
 
 router = APIRouter(tags=["health"])
 
@@ -23,11 +34,13 @@ async def healthz() -> dict[str, str]:
 
 
 class Readiness(BaseModel):
-    """Each dependency's check: ``ok`` or ``error: <short reason>``."""
+    """Each dependency's state, ``ok`` or ``down``; ``errors`` (each failed check's reason,
+    which may name a host or port) only for a caller that passes the ``/v1`` check."""
 
-    database: str
-    redis: str
-    broker: str
+    database: Literal["ok", "down"]
+    redis: Literal["ok", "down"]
+    broker: Literal["ok", "down"]
+    errors: dict[str, str] | None = None
 
 
 READINESS_RESPONSES: dict[int | str, dict[str, object]] = {
@@ -39,10 +52,13 @@ READINESS_RESPONSES: dict[int | str, dict[str, object]] = {
             responses=READINESS_RESPONSES)
 @router.head("/readyz", summary="Readiness, headers only", response_model=None,
              responses=READINESS_RESPONSES, operation_id="readyz_head")
-def readyz() -> JSONResponse:
-    """Each dependency ``ok`` or ``error: …``; 200 when all pass, 503 otherwise."""
+def readyz(request: Request) -> JSONResponse:
+    """Each dependency ``ok`` or ``down``, with the reasons for a caller ``/v1`` would let
+    in (its token, or loopback while API_TOKEN is unset); 200 when all pass, 503
+    otherwise."""
     checks = check_readiness()
-    return JSONResponse(checks, status_code=200 if is_ready(checks) else 503)
+    return JSONResponse(readiness_report(checks, detailed=has_api_access(request)),
+                        status_code=200 if is_ready(checks) else 503)
 
 
 @router.get("/metrics", summary="Prometheus metrics, the queues' included",

@@ -18,7 +18,9 @@ from actors import store
 from actors.fx import UnratedCurrency
 from herald.text import SingleLine
 from herald.web.auth import protected_router
+from herald.web.body_limit import read_body_up_to
 from herald.web.errors import api_error, found
+from herald.web.routes.callbacks import require_mock_configured
 from providers.esim import InvalidWebhook, InvalidWebhookBody
 
 router: APIRouter = protected_router(["store"])
@@ -74,9 +76,12 @@ def get_order(order_id: str) -> dict[str, Any]:
 async def post_webhook(provider: str, request: Request) -> JSONResponse:
     """Verify the provider's signature and queue a reconcile of the order it names; the
     webhook itself never changes the order's issuance. 401 a bad signature, 422 a signed
-    body that cannot be read, 404 an unknown provider or order reference: none of them
-    changes anything."""
-    body = await request.body()
+    body that cannot be read, 404 an unknown provider (the mock while it is not
+    configured) or order reference, 413 a body over 64 KiB: none of them changes
+    anything."""
+    if provider == "mock":
+        require_mock_configured()
+    body = await read_body_up_to(request)
     try:
         # database and queue work: off the event loop
         order_id = await run_in_threadpool(store.receive_webhook, provider, body,

@@ -1,0 +1,47 @@
+"""The API's own documentation: ``/openapi.json``, ``/docs`` (Swagger UI) and ``/redoc``.
+
+While API_TOKEN is set they need it as ``/v1`` does (``Authorization: Bearer``): the schema
+maps every route an attacker could try. ``DOCS_PUBLIC=1`` opens them (README.md, "The HTTP
+API"). FastAPI's stock routes cannot be guarded, so the app is built without them and
+these take their place.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
+
+from herald.settings import get_settings
+from herald.web.auth import require_api_token
+
+#: Where the schema is served.
+OPENAPI_URL = "/openapi.json"
+
+
+def check_docs_access(request: Request) -> None:
+    """A 401 unless the docs are public here: API_TOKEN unset, DOCS_PUBLIC on, or the
+    request carries ``Authorization: Bearer <API_TOKEN>``."""
+    settings = get_settings()
+    if settings.api_token and not settings.docs_public:
+        require_api_token(request)
+
+
+def install_docs(app: FastAPI) -> None:
+    """Serve ``app``'s schema and its two documentation pages, each behind
+    :func:`check_docs_access`."""
+
+    @app.get(OPENAPI_URL, include_in_schema=False)
+    def openapi(request: Request) -> JSONResponse:
+        check_docs_access(request)
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False)
+    def swagger(request: Request) -> HTMLResponse:
+        check_docs_access(request)
+        return get_swagger_ui_html(openapi_url=OPENAPI_URL, title=f"{app.title} - Swagger UI")
+
+    @app.get("/redoc", include_in_schema=False)
+    def redoc(request: Request) -> HTMLResponse:
+        check_docs_access(request)
+        return get_redoc_html(openapi_url=OPENAPI_URL, title=f"{app.title} - ReDoc")
