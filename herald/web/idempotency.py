@@ -15,8 +15,9 @@ database round trip, no body read. With it, for one API token (:func:`token_scop
   runs: 409 ``idempotency_key_in_use``; a key that is not 1–255 printable ASCII: 422
   ``invalid_idempotency_key``.
 
-The bearer token is checked first: a request it would refuse passes through untouched
-(the route answers 401) and claims nothing.
+The door is checked first (the token, or a loopback client while API_TOKEN is unset,
+:func:`herald.access.has_api_access`): a request it would refuse passes through untouched
+(the route answers 401 or 403) and claims nothing.
 """
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from herald import db
-from herald.web.auth import check_bearer_token
+from herald.access import has_api_access
+from herald.settings import get_settings
 from herald.web.body_limit import replay_body
 from herald.web.errors import error_body, unavailable
 from models.idempotency import (
@@ -109,9 +110,9 @@ class IdempotencyKeys:
             return
         headers = {name: value for name, value in scope["headers"]}
         authorization = headers.get(b"authorization", b"").decode("latin-1") or None
-        try:
-            check_bearer_token(authorization)
-        except HTTPException:  # the route answers 401; a refused caller claims nothing
+        client = scope.get("client")
+        if not has_api_access(get_settings(), authorization, client[0] if client else None):
+            # the route answers 401 or 403: a caller the door refuses claims nothing
             await self.app(scope, receive, send)
             return
         if len(keys) != 1 or not _VALID_KEY.fullmatch(keys[0]):

@@ -310,6 +310,7 @@ def test_openapi_lists_the_header_on_each_creating_route_and_no_other(
 def test_keys_work_on_the_embedded_sqlite_database(fresh_sqlite: str,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DATABASE_URL", fresh_sqlite)
+    monkeypatch.setenv("HERALD_OPEN_API", "1")  # TestClient's client is no loopback address
     settings.reset_settings()
     db.reset_engine()
     try:
