@@ -209,7 +209,9 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     On the embedded default ``herald up`` owns the embedded Redis when it finds none
     running: it starts it before the processes (they share it) and stops it after they
     all ended, unless another process still uses it. A SIGTERM/SIGINT at any moment ends
-    it that way, with honcho's exit code (143/130).
+    it that way. Exit code: 0 when every process it ran exited 0,
+    a stop signal included; otherwise the first failing process's code, or honcho's
+    128 + signal when a stop signal came and a process did not exit 0.
     """
     from honcho.environ import parse_procfile
 
@@ -225,24 +227,12 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     environments = process_environments(list(processes), settings)
     cwd = os.getcwd()  # where the embedded default's .herald/ and herald.db live
     stops = StopSignals()
-    started_embedded = False
-    try:
-        if settings.embedded_redis:
-            from herald.queue.redis import start_embedded_redis
+    if settings.embedded_redis:
+        from herald.queue.redis import start_embedded_redis
 
-            started_embedded = start_embedded_redis()
-        return _run_processes(processes, environments, cwd, stops)
-    finally:
-        if started_embedded:
-            _stop_embedded_redis()
-
-
-def _stop_embedded_redis() -> None:
-    from herald.queue.redis import embedded_socket_path, stop_embedded_redis
-
-    if not stop_embedded_redis(unless_in_use=True):
-        print(f"herald: left the embedded Redis running ({embedded_socket_path()}): "
-              "another process still uses it", file=sys.stderr)
+        # before the processes, which share it; main() stops it after them
+        start_embedded_redis()
+    return _run_processes(processes, environments, cwd, stops)
 
 
 class StopSignals:
@@ -274,7 +264,7 @@ def _run_processes(processes: dict[str, str], environments: dict[str, dict[str, 
     if release is not None:
         returncode = _run_manager({RELEASE_PROCESS: release}, environments, cwd, stops)
         if stops.exit_code is not None:
-            return stops.exit_code
+            return returncode  # stopped: nothing more starts
         if returncode != 0:
             return _fail(f"{RELEASE_PROCESS} failed (exit code {returncode}); "
                          "not starting the other processes", returncode)
@@ -285,12 +275,12 @@ def _run_processes(processes: dict[str, str], environments: dict[str, dict[str, 
 
 def _run_manager(processes: dict[str, str], environments: dict[str, dict[str, str]],
                  cwd: str, stops: StopSignals) -> int:
-    """Run ``processes`` under one honcho manager until all ended; none when a stop
-    signal came first."""
+    """Run ``processes`` under one honcho manager until all ended (none when a stop signal
+    came first: 0); 0 when every one exited 0, else honcho's exit code."""
     from honcho.printer import Printer
 
     if stops.exit_code is not None:
-        return stops.exit_code
+        return 0
     manager = _graceful_manager(Printer(sys.stdout), UP_SHUTDOWN_GRACE, stops)
     for name, command in processes.items():
         manager.add_process(name, exec_form(command), env=environments[name], cwd=cwd)
@@ -299,6 +289,11 @@ def _run_manager(processes: dict[str, str], environments: dict[str, dict[str, st
     finally:
         # honcho leaves its handlers installed, bound to this manager once it has ended
         stops.hold()
+    # honcho answers 128 + signal after a stop signal even when every process drained and
+    # exited 0: a stop asked for and carried out is a success (README.md, "Commands")
+    codes = [process.get("returncode") for process in manager._processes.values()]
+    if all(code == 0 for code in codes):
+        return 0
     return int(manager.returncode or 0)
 
 
@@ -610,7 +605,14 @@ def build_parser() -> argparse.ArgumentParser:
                            "skips the purchasing phase)")
     demo.set_defaults(handler=cmd_demo)
 
-    up = commands.add_parser("up", help="run the Procfile's processes in one terminal")
+    up = commands.add_parser(
+        "up", help="run the Procfile's processes in one terminal",
+        description="Run the Procfile's release process, then the others, in one terminal "
+                    "until SIGTERM/SIGINT (Ctrl-C) or one of them ends; on the embedded "
+                    "default it starts the embedded Redis first and stops it last.",
+        epilog="exit code: 0 when every process exited 0 (after SIGTERM/SIGINT too); "
+               "otherwise the first failing process's code, or 128 + the signal (143 "
+               "SIGTERM, 130 SIGINT) when a stop signal came and a process did not exit 0")
     up.add_argument("--procfile", default="Procfile", help="path of the Procfile")
     up.add_argument("names", nargs="*", metavar="NAME",
                     help="Procfile processes to run (default: all)")
@@ -662,7 +664,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = load_settings()  # SettingsError (a SystemExit) names the bad variable
     _configure_logging(settings)
     handler: Callable[[argparse.Namespace, Settings], int] = args.handler
-    return handler(args, settings)
+    from herald.queue.runtime import owning_embedded_redis
+
+    # whichever command starts the embedded Redis stops it when it ends
+    with owning_embedded_redis(settings.embedded_redis):
+        return handler(args, settings)
 
 
 if __name__ == "__main__":
