@@ -162,7 +162,8 @@ def check_event(type_name: str, data: dict[str, Any], urgency: str,
     """Validate an event's type, urgency, data and channels before anything is persisted;
     returns its channels. InvalidEvent says what is wrong."""
     if type_name not in EVENT_TYPES:
-        raise InvalidEvent(f"type: unknown event type {type_name!r}")
+        raise InvalidEvent(f"type: unknown event type {type_name!r} (the types: "
+                           f"{', '.join(EVENT_TYPES)})")
     if urgency not in URGENCIES:
         raise InvalidEvent("urgency: must be normal or urgent")
     try:

@@ -71,7 +71,7 @@ class PaymentNotFound(LookupError):
     which was looked for."""
 
     def __init__(self, kind: str, key: str) -> None:
-        super().__init__(f"no {kind} {key}")
+        super().__init__(f"no {kind.replace('_', ' ')} with id {key}")
         self.kind = kind
 
 

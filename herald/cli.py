@@ -102,12 +102,13 @@ def _fail(message: str, code: int = 1) -> int:
 
 def _check_queues(names: Sequence[str]) -> list[str] | None:
     """The queue names checked against the registry (all when none), None on a bad one."""
+    from herald.queue.registry import all_specs
     from herald.queue.worker import queues_or_all
 
     try:
         return queues_or_all(names)
     except UnknownQueue as error:
-        _fail(str(error))
+        _fail(f"{error}; the queues: {', '.join(spec.name for spec in all_specs())}")
         return None
 
 
@@ -580,6 +581,33 @@ def _port(text: str) -> int:
     return value
 
 
+def _command(commands: Any, name: str, summary: str, description: str,
+             **options: Any) -> argparse.ArgumentParser:
+    """A subcommand: ``summary`` in ``herald --help``, ``description`` in its own help."""
+    command: argparse.ArgumentParser = commands.add_parser(
+        name, help=summary, description=description, **options)
+    return command
+
+
+class _SweepHelp(argparse.Action):
+    """``herald sweep --help``: the help, with every sweep of the registry (the actor
+    modules are imported only then: they register the sweeps)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None,
+                 ) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        from herald.queue.sweeps import registered_sweeps
+
+        load_actor_modules()
+        names = list(registered_sweeps())
+        parser.epilog = "\n  ".join([f"sweeps ({len(names)}):", *names])
+        parser.print_help()
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     from herald.demo import DEFAULT_JOBS
@@ -588,8 +616,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="herald", description="herald: a durable notification and fulfillment pipeline")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = commands.add_parser("demo", help="push jobs, notifications and eSIM orders "
-                                            "through the real workers; show a summary")
+    demo = _command(commands, "demo", "push jobs, notifications and eSIM orders through "
+                    "the real workers; show a summary",
+                    "Run herald's own demo end to end on this machine's herald (the embedded "
+                    "default when nothing is set): jobs, notification events, eSIM orders and "
+                    "purchase orders through the real workers, then a summary of how each "
+                    "ended. Exit code 0 only when everything ended as planned.")
     demo.add_argument("--jobs", type=_positive, default=DEFAULT_JOBS,
                       help=f"jobs to run through the demo queue (default {DEFAULT_JOBS})")
     demo.add_argument("--events", type=_at_least(0),
@@ -605,52 +637,74 @@ def build_parser() -> argparse.ArgumentParser:
                            "skips the purchasing phase)")
     demo.set_defaults(handler=cmd_demo)
 
-    up = commands.add_parser(
-        "up", help="run the Procfile's processes in one terminal",
-        description="Run the Procfile's release process, then the others, in one terminal "
-                    "until SIGTERM/SIGINT (Ctrl-C) or one of them ends; on the embedded "
-                    "default it starts the embedded Redis first and stops it last.",
-        epilog="exit code: 0 when every process exited 0 (after SIGTERM/SIGINT too); "
-               "otherwise the first failing process's code, or 128 + the signal (143 "
-               "SIGTERM, 130 SIGINT) when a stop signal came and a process did not exit 0")
+    up = _command(commands, "up", "run the Procfile's processes in one terminal",
+                  "Run the Procfile's release process, then the others, in one terminal "
+                  "until SIGTERM/SIGINT (Ctrl-C) or one of them ends; on the embedded "
+                  "default it starts the embedded Redis first and stops it last.")
+    up.epilog = ("exit code: 0 when every process exited 0 (after SIGTERM/SIGINT too); "
+                 "otherwise the first failing process's code, or 128 + the signal (143 "
+                 "SIGTERM, 130 SIGINT) when a stop signal came and a process did not exit 0")
     up.add_argument("--procfile", default="Procfile", help="path of the Procfile")
     up.add_argument("names", nargs="*", metavar="NAME",
                     help="Procfile processes to run (default: all)")
     up.set_defaults(handler=cmd_up)
 
-    web = commands.add_parser("web", help="serve the HTTP app")
+    web = _command(commands, "web", "serve the HTTP app",
+                   "Serve the HTTP API, the operator console and the health routes under "
+                   "uvicorn until SIGTERM/SIGINT, then drain (exit code 0).")
     web.add_argument("--host", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
     web.add_argument("--port", type=_port, default=None, help="port (default $PORT or 8000)")
     web.set_defaults(handler=cmd_web)
 
-    worker = commands.add_parser("worker", help="run queues (all when none given)")
+    worker = _command(commands, "worker", "run queues (all when none given)",
+                      "Consume the named queues (all that have an actor when none is "
+                      "named) in their worker groups until SIGTERM/SIGINT, then drain. "
+                      "`herald queues` lists the queues.")
     _imports_option(worker, "queues and actors")
     worker.add_argument("queues", nargs="*", metavar="QUEUE", help="queue names to consume")
     worker.set_defaults(handler=cmd_worker)
 
-    clock = commands.add_parser("clock", help="fire repeatable schedules")
+    clock = _command(commands, "clock", "fire repeatable schedules",
+                     "Fire the declared repeatable schedules (the sweeps, the catalog and "
+                     "rate syncs) until SIGTERM/SIGINT; several clocks never fire one tick "
+                     "twice.")
     _imports_option(clock, "schedules")
     clock.set_defaults(handler=cmd_clock)
 
-    migrate = commands.add_parser("migrate", help="bring the database schema to head")
+    migrate = _command(commands, "migrate", "bring the database schema to head",
+                       "Bring the database (DATABASE_URL, or the embedded default's "
+                       "herald.db) to the newest schema. Safe to run again: a database "
+                       "already at the newest schema is left as it is.")
     migrate.set_defaults(handler=cmd_migrate)
 
-    queues = commands.add_parser("queues", help="the queue registry, with live counts")
+    queues = _command(commands, "queues", "the queue registry, with live counts",
+                      "Print every queue's configuration (concurrency, rate limit, "
+                      "attempts, backoff, retention, lock), with live job counts when "
+                      "Redis answers (it never starts the embedded Redis).")
     _imports_option(queues, "queues")
     queues.set_defaults(handler=cmd_queues)
 
-    sweep = commands.add_parser(
-        "sweep", help="run the sweeps once (handoffs: re-drive rows whose job was lost)")
+    sweep = _command(commands, "sweep", "run the repair sweeps once (`herald sweep --help` "
+                     "lists them)",
+                     "Run the registered repair sweeps once (all when none is named); each\n"
+                     "prints how many items it handled.", add_help=False,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sweep.add_argument("-h", "--help", action=_SweepHelp,
+                       help="show this help message, with every registered sweep, and exit")
     sweep.add_argument("names", nargs="*", metavar="NAME",
-                       help="sweeps to run: handoffs (default: all)")
+                       help="sweeps to run (default: all; see the list below)")
     sweep.set_defaults(handler=cmd_sweep)
 
-    clean = commands.add_parser("clean", help="apply retention now")
+    clean = _command(commands, "clean", "apply retention now",
+                     "Apply each queue's retention now (all queues when none is named): "
+                     "remove the finished job records it no longer keeps; prints how many.")
     _imports_option(clean, "queues")
     clean.add_argument("queues", nargs="*", metavar="QUEUE", help="queues (default: all)")
     clean.set_defaults(handler=cmd_clean)
 
-    retry = commands.add_parser("retry", help="run the failed jobs of queues again")
+    retry = _command(commands, "retry", "run the failed jobs of queues again",
+                     "Run every failed job of the named queues again, once each; prints "
+                     "how many.")
     _imports_option(retry, "queues")
     retry.add_argument("queues", nargs="+", metavar="QUEUE",
                        help="queues whose failed jobs to retry")

@@ -6,6 +6,7 @@ operator needs. In-process tests cover the formatting helpers the commands share
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import json
@@ -121,13 +122,37 @@ def test_invalid_variable_stops_the_command_naming_it(tmp_path: Path) -> None:
     assert "herald queues" not in result.stdout
 
 
-def test_sweep_help_names_the_handoffs_sweep(tmp_path: Path) -> None:
-    result = run_herald("--help", cwd=tmp_path, env=herald_env())
+def test_sweep_help_names_every_registered_sweep(tmp_path: Path) -> None:
+    from herald.cli import load_actor_modules
+    from herald.queue.sweeps import registered_sweeps
 
+    # Given the sweeps herald's modules register
+    load_actor_modules()
+    sweeps = list(registered_sweeps())
+    assert "handoffs" in sweeps
+
+    # When a user asks `herald sweep --help`
+    result = run_herald("sweep", "--help", cwd=tmp_path, env=herald_env())
+
+    # Then it names each one, one to a line
     assert result.returncode == 0, result.stderr
-    sweep_line = next(line for line in result.stdout.splitlines()
-                      if line.strip().startswith("sweep"))
-    assert "handoffs" in sweep_line, result.stdout
+    listed = {line.strip() for line in result.stdout.splitlines()}
+    assert set(sweeps) <= listed, result.stdout
+
+
+def test_every_subcommand_has_a_description_of_its_own() -> None:
+    from herald.cli import build_parser
+
+    # Given every subcommand of herald
+    (commands,) = [action for action in build_parser()._actions
+                   if isinstance(action, argparse._SubParsersAction)]
+
+    # Then each one's own --help says what it does, beyond its one-line summary
+    summaries = {choice.dest: choice.help for choice in commands._choices_actions}
+    undescribed = [name for name, command in commands.choices.items()
+                   if not command.description or command.description == summaries[name]]
+    assert undescribed == []
+    assert len(commands.choices) >= 10
 
 
 def test_a_worker_with_no_queues_named_runs_the_table_but_never_the_demo_queue(
@@ -216,6 +241,9 @@ def test_worker_refuses_an_unknown_queue(tmp_path: Path) -> None:
 
     assert result.returncode == 2
     assert "unknown queue 'no-such-queue'" in result.stderr
+    # and it lists the queues there are, so the user need not guess
+    assert all(spec.name in result.stderr for spec in herald_queues(Settings())), \
+        result.stderr
 
 
 def test_clean_refuses_an_unknown_queue(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from sqlalchemy import func
 from sqlmodel import select
 
 from actors import orchestration
+from actors.render import EVENT_TYPES
 from herald import db, settings
 from herald.db import session as db_session
 from herald.queue import queue
@@ -116,9 +117,11 @@ def check_mixed_batch(client: TestClient) -> None:
         f"/v1/notifications/{before.json()['id']}").json()
     assert existing["notification"]["id"] == before.json()["id"]
     assert unknown["error"] == {"code": "account_not_found",
-                                "message": "no account no-such-account"}
+                                "message": "no account with id no-such-account"}
     assert bad_type["error"]["code"] == "invalid_event"
+    # the refusal lists the types there are, so the user need not guess
     assert "unknown event type" in bad_type["error"]["message"]
+    assert all(name in bad_type["error"]["message"] for name in EVENT_TYPES)
     # the malformed element is described as a malformed body would be, never quoted
     assert malformed["error"]["code"] == "validation_error"
     assert malformed["error"]["message"].startswith("events.5.")

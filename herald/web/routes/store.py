@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from actors import store
 from herald.web.auth import protected_router
-from herald.web.errors import api_error, found
+from herald.web.errors import api_error, found, not_found
 from providers.esim import InvalidWebhook, InvalidWebhookBody
 
 router: APIRouter = protected_router(["store"])
@@ -42,10 +42,10 @@ def place_order(body: OrderIn) -> dict[str, Any]:
     except store.StoreDisabled as error:
         raise api_error(409, "store_disabled", str(error)) from None
     except store.AccountNotFound:
-        raise api_error(404, "account_not_found", f"no account {body.account_id}") from None
+        raise not_found("account", body.account_id) from None
     except store.ProductNotFound:
         raise api_error(404, "product_not_found",
-                        f"no product {body.product_id} on sale") from None
+                        f"no product with id {body.product_id} on sale") from None
     except store.ProviderUnavailable as error:
         raise api_error(409, "provider_unavailable", str(error)) from None
 
