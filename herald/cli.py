@@ -73,11 +73,17 @@ def _configure_logging(settings: Settings) -> None:
     configure_logging(settings)
 
 
-def _console() -> Console:
+def _console(max_width: int | None = None) -> Console:
+    """The console of a command's output: the terminal's width (at most ``max_width``),
+    or :data:`PIPE_WIDTH` (else ``max_width``) for a pipe or file."""
     from rich.console import Console
 
     console = Console()
-    return console if console.is_terminal else Console(width=PIPE_WIDTH)
+    if not console.is_terminal:
+        return Console(width=max_width or PIPE_WIDTH)
+    if max_width is not None and console.width > max_width:
+        return Console(width=max_width)
+    return console
 
 
 def load_actor_modules(extra: Sequence[str] = ()) -> None:
@@ -116,10 +122,11 @@ def _check_queues(names: Sequence[str]) -> list[str] | None:
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     """``herald demo``: see :mod:`herald.demo`."""
     from herald import demo
+    from herald.demo.summary import WIDTH as DEMO_WIDTH
 
     return demo.run(args.jobs, events=args.events, batch_size=args.batch_size,
                     orders=args.orders, purchase_orders=args.purchase_orders,
-                    console=_console())
+                    console=_console(DEMO_WIDTH))
 
 
 # -- up -------------------------------------------------------------------------------

@@ -67,6 +67,12 @@ def run_herald(*args: str, cwd: Path, env: dict[str, str],
                           text=True, timeout=timeout_s, check=False)
 
 
+def flat(output: str) -> str:
+    """``output`` on one line, every run of whitespace one space: a sentence the terminal
+    wrapped reads whole again."""
+    return " ".join(output.split())
+
+
 def table_rows(output: str) -> dict[str, list[str]]:
     """The rows of a rich table in ``output``: first cell → all cells."""
     rows = {}
@@ -602,6 +608,23 @@ def test_demo_runs_every_job_to_its_planned_end_twice(tmp_path: Path,
     assert (row[columns.index("waiting")], row[columns.index("failed")]) == ("4", "0"), row
 
 
+#: The widest line the demo writes (a terminal of 100 columns, or a pipe).
+DEMO_WIDTH = 100
+
+
+def assert_readable(output: str) -> None:
+    """Every line fits :data:`DEMO_WIDTH` columns and nothing is a Python repr, and the
+    purchasing phase names every supplier its table lists."""
+    wide = [line for line in output.splitlines() if len(line) > DEMO_WIDTH]
+    assert wide == [], "\n".join(wide)
+    assert "{'" not in output and "Counter(" not in output, output
+    phase = output[output.index("purchasing:"):]
+    header = " ".join(phase[:phase.index("dispatches submitted")].split())
+    for supplier in table_rows(output):
+        if supplier.endswith("(demo)"):
+            assert supplier.removesuffix(" (demo)") in header, (supplier, header)
+
+
 def test_demo_on_the_embedded_default(tmp_path: Path) -> None:
     """What ``make demo`` runs: no environment, the embedded Redis (6.2) in ./.herald."""
     for run in ("first", "second"):
@@ -611,8 +634,11 @@ def test_demo_on_the_embedded_default(tmp_path: Path) -> None:
         assert table_rows(result.stdout)["demo"][1:] == ["0", "0", "0", "0", "2958", "42"]
         # three purchase orders reached Sysco's SFTP server and the suppliers' mailboxes,
         # and the line Sysco's 855 back-ordered went to its alternate
-        assert ("orders {'completed': 3} · 850 files 3 · emails 7 (PDFs 3) · 855 archived "
-                "yes · line rerouted yes") in " ".join(result.stdout.split()), result.stdout
+        assert ("purchase orders: 3 completed · 850 files on the SFTP server: 3 · supplier "
+                "emails: 7 (3 with a PDF) · 855 archived: yes · back-ordered line rerouted: "
+                "yes") in flat(result.stdout), result.stdout
+        # and the summary reads as sentences and tables that fit 100 columns
+        assert_readable(result.stdout)
         # a consumer that blocked past its socket timeout (Redis 6.2 reads a tiny BLPOP
         # timeout as "forever") shows up as a connection error
         assert "connection error" not in result.stderr, result.stderr
@@ -690,10 +716,10 @@ def test_demo_after_a_user_session_counts_and_touches_only_its_own_rows(
         assert "notification-email" not in rows, "the user's queues are not the demo's"
         table = [int(n) for channel in ("email", "sms", "in_app") for n in rows[channel][1:]]
         assert sum(table) == DEMO_40_5_DELIVERIES, result.stdout
-        assert re.search(r"batch \w+: finished, 5 notifications", result.stdout)
+        assert re.search(r"batch \w+: finished, 5 notifications", flat(result.stdout))
         accepted = re.search(r"provider accepted (\d+), deliveries sent or delivered (\d+)",
-                             result.stdout)
-        posted = re.search(r"callbacks: (\d+) signed receipts posted", result.stdout)
+                             flat(result.stdout))
+        posted = re.search(r"callbacks: (\d+) signed receipts posted", flat(result.stdout))
         assert accepted and posted and accepted[1] == accepted[2] == posted[1], result.stdout
 
     # And the user's deliveries are as the session left them: queued, never handed off
@@ -729,10 +755,11 @@ def test_demo_sends_notifications_through_every_phase(
     deliveries = table_rows(result.stdout)
     for channel in ("email", "sms", "in_app"):
         assert deliveries[channel][1:4] == ["0", "0", "0"], channel  # queued, sending, sent
-    assert re.search(r"batch \w+: finished, 5 notifications", result.stdout), result.stdout
-    repaired = re.search(r"re-created (\d+) lost jobs \((\d+) lost\)", result.stdout)
+    assert re.search(r"batch \w+: finished, 5 notifications", flat(result.stdout)), \
+        result.stdout
+    repaired = re.search(r"re-created (\d+) lost jobs \((\d+) lost\)", flat(result.stdout))
     assert repaired and int(repaired[2]) > 0 and int(repaired[1]) >= int(repaired[2])
-    assert "every delivery is final, every lost job was repaired" in result.stdout
+    assert "every delivery is final, every lost job was repaired" in flat(result.stdout)
 
 
 # -- helpers the commands share -------------------------------------------------------
