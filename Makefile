@@ -1,7 +1,8 @@
 # herald — developer entry points (GNU make).
 #
-#   make demo    create .venv if needed, install, run `herald demo $(DEMO_ARGS)`
-#   make test    install the dev extras, run pytest against real Redis, PostgreSQL and
+#   make demo    create .venv if needed, install herald (the runtime only), run
+#                `herald demo $(DEMO_ARGS)`
+#   make test    install the dev extras too, run pytest against real Redis, PostgreSQL and
 #                RabbitMQ (REDIS_URL / DATABASE_URL / RABBITMQ_URL when set, otherwise
 #                throw-away local servers: see tests/support/services.py)
 #   make lint    ruff, and the layering contracts (import-linter, see pyproject.toml)
@@ -14,7 +15,11 @@ PYTEST_ARGS ?= -q
 DEMO_ARGS ?=
 
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+# One stamp per install: the runtime (what `make demo` needs) and the runtime with the dev
+# extras (what `make test`, `make lint` and `make bench` need). Installing the dev extras
+# stamps both, so `make test` then `make demo` installs nothing more.
+RUNTIME := $(VENV)/.installed-runtime
+DEV := $(VENV)/.installed-dev
 
 .DEFAULT_GOAL := help
 .PHONY: help venv test demo lint bench clean
@@ -22,7 +27,7 @@ STAMP := $(VENV)/.installed
 help:
 	@sed -n 's/^#   //p' $(firstword $(MAKEFILE_LIST))
 
-venv: $(STAMP)
+venv: $(RUNTIME)
 
 # The interpreter itself: only created when missing (order-only below, so a new venv's
 # timestamps never force a re-install). Debian ships venv's ensurepip separately
@@ -43,22 +48,27 @@ $(PY):
 	  fi; }
 
 # (Re-)install whenever pyproject.toml is newer than the last install.
-$(STAMP): pyproject.toml | $(PY)
+$(RUNTIME): pyproject.toml | $(PY)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -e '.[dev]'
+	$(PY) -m pip install -e .
 	@touch $@
 
-test: venv
+$(DEV): pyproject.toml | $(PY)
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install -e '.[dev]'
+	@touch $(RUNTIME) $@
+
+test: $(DEV)
 	$(PY) -m tests.support.services run -- $(PY) -m pytest $(PYTEST_ARGS)
 
 demo: venv
 	$(VENV)/bin/herald demo $(DEMO_ARGS)
 
-lint: venv
+lint: $(DEV)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 
-bench: venv
+bench: $(DEV)
 	$(PY) -m bench.run
 
 clean:

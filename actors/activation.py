@@ -100,10 +100,10 @@ def create_activation(*, account_id: str, operator_slug: str, msisdn: str) -> Ac
     if operator_slug not in operators.enabled() or operator_slug not in operators.classes:
         raise InvalidActivation(f"operator_slug: unknown or disabled operator {operator_slug!r}")
     if not storable_id(account_id):
-        raise ActivationNotFound(f"no account {account_id}")
+        raise ActivationNotFound(f"no account with id {account_id}")
     with db_session() as session:
         if session.get(Account, account_id) is None:
-            raise ActivationNotFound(f"no account {account_id}")
+            raise ActivationNotFound(f"no account with id {account_id}")
         activation = Activation(account_id=account_id, operator_slug=operator_slug,
                                 msisdn=msisdn)
         session.add(activation)

@@ -11,8 +11,9 @@ request repairs are re-driven by the handoff sweep through :func:`enqueue_normal
 
 Normalization correlates the delivery by channel, provider and provider message id and
 moves its outcome forward only (:func:`models.notifications.advance_delivery_from_receipt`).
-An unmatched receipt is retried until it is 30 minutes old, then marked processed
-``unmatched`` without touching any delivery.
+An unmatched receipt is deferred (each wait as long as the receipt's age, at least
+10 s: an exponential backoff, logged at INFO) until it is 30 minutes old, then marked
+processed ``unmatched`` without touching any delivery, with one WARNING.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from sqlmodel import Session, select
 
 from herald.db import session as db_session
 from herald.queue import actor, enqueue
-from herald.queue.errors import Permanent
+from herald.queue.errors import Defer, Permanent
 from herald.queue.registry import NORMAL_PRIORITY, SECOND
 from models.base import utcnow
 from models.callbacks import (
@@ -53,6 +54,12 @@ CALLBACK_ADAPTERS = {"mock": "providers.mock", "twilio": "providers.twilio",
 #: How long an unmatched receipt waits for its delivery: the provider can report faster
 #: than the channel worker records the provider message id.
 CORRELATION_CUTOFF = timedelta(minutes=30)
+#: The most runs of one normalise_callback job, deferrals included: the ten or so tries of
+#: an unmatched receipt and the failures of a database that was away.
+MAX_STARTS = 20
+#: The shortest wait before an unmatched receipt is tried again; later waits are as long
+#: as the receipt is old (10, 10, 20, 40 … s: about ten tries within the cutoff).
+UNMATCHED_FIRST_WAIT = timedelta(seconds=10)
 
 
 class UnknownProvider(LookupError):
@@ -63,8 +70,10 @@ class CallbackNotQueued(RuntimeError):
     """The receipt is persisted but its job could not be enqueued; it stays unstamped."""
 
 
-class ReceiptUnmatched(RuntimeError):
-    """No delivery carries the receipt's message id yet (retryable until the cutoff)."""
+class ReceiptUnmatched(Defer):
+    """No delivery carries the receipt's message id yet: tried again later, not counted as
+    a failed attempt (a delivery that records its message id late is expected, not an
+    error), until the cutoff."""
 
 
 class CallbackJob(BaseModel):
@@ -148,7 +157,7 @@ def normalise(job: CallbackJob) -> dict[str, Any]:
 
     Missing receipt → :class:`~herald.queue.errors.Permanent`; already processed → nothing.
     Unmatched and younger than :data:`CORRELATION_CUTOFF` → :class:`ReceiptUnmatched`
-    (the queue retries); older → processed ``unmatched``.
+    (deferred, one INFO line); older → processed ``unmatched`` (one WARNING).
     """
     with db_session() as session:
         receipt = session.get(CallbackReceipt, job.receipt_id)
@@ -158,10 +167,19 @@ def normalise(job: CallbackJob) -> dict[str, Any]:
             return {"receipt_id": receipt.id, "skipped": "already processed"}
         delivery_id = correlated_delivery(session, receipt)
         if delivery_id is None:
-            if utcnow() - receipt.received_at < CORRELATION_CUTOFF:
-                raise ReceiptUnmatched(f"no {receipt.channel} delivery of {receipt.provider} "
-                                       f"message {receipt.provider_message_id} yet")
+            age = utcnow() - receipt.received_at
+            extra = {"receipt_id": receipt.id, "provider": receipt.provider,
+                     "channel": receipt.channel}
+            if age < CORRELATION_CUTOFF:
+                wait = min(max(age, UNMATCHED_FIRST_WAIT), CORRELATION_CUTOFF - age)
+                log.info("callback receipt matches no delivery yet; tried again in %d s",
+                         wait.total_seconds(), extra=extra)
+                raise ReceiptUnmatched(wait, reason=f"no {receipt.channel} delivery of "
+                                       f"{receipt.provider} message "
+                                       f"{receipt.provider_message_id} yet")
             mark_receipt_processed(session, receipt.id, result=RESULT_UNMATCHED)
+            log.warning("callback receipt matched no delivery within %d minutes: given up",
+                        CORRELATION_CUTOFF.total_seconds() // 60, extra=extra)
             return {"receipt_id": receipt.id, "result": RESULT_UNMATCHED}
         applied = (receipt.status != CallbackStatus.OTHER.value
                    and advance_delivery_from_receipt(session, delivery_id,
@@ -183,9 +201,11 @@ def correlated_delivery(session: Session, receipt: CallbackReceipt) -> str | Non
 
 
 @actor(queue="notification-orchestration", payload=CallbackJob, attempts=9,
-       backoff_base=10 * SECOND, remove_on_complete=True, remove_on_fail=True)
+       backoff_base=10 * SECOND, max_started_attempts=MAX_STARTS,
+       remove_on_complete=True, remove_on_fail=True)
 def normalise_callback(job: CallbackJob) -> dict[str, Any]:
-    """Normalize one persisted provider receipt: 9 attempts, exponential backoff from 10 s
-    (they outlast the correlation cutoff), the job record removed when it finishes either
-    way (the receipt row is the durable record)."""
+    """Normalize one persisted provider receipt: 9 attempts for failures (exponential
+    backoff from 10 s), an unmatched receipt deferred until the cutoff (at most
+    :data:`MAX_STARTS` runs in all), the job record removed when it finishes either way
+    (the receipt row is the durable record)."""
     return normalise(job)

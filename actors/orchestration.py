@@ -3,8 +3,11 @@ first, enqueued second (docs/pipeline.md#events).
 
 The HTTP layer only wraps these functions. The (account, type, occurrence) key of a
 notification is durable: the same event again creates nothing and sends nothing, even
-after Redis lost every job. In-app deliveries are persisted as delivered with no queue;
-push produces no delivery row unless ``FEATURE_PUSH`` is on.
+after Redis lost every job. In-app deliveries have no queue: they are persisted
+delivered, or suppressed when the gates block them (an inactive account; a
+non-transactional event to an account that opted out), in the same statement; push
+produces no delivery row unless ``FEATURE_PUSH`` is on. Deliveries are listed in one
+order everywhere: the channels' (:data:`models.notifications.CHANNEL_ORDER`).
 
 An event is checked whole before anything is written: its type, its data against the
 type's model (:mod:`actors.render`), its category (a marketing type is never sent as
@@ -38,6 +41,7 @@ from herald.settings import email_address_problem, get_settings
 from herald.write_behind import WriteBehind
 from models.base import FieldReader, new_id, snapshot, utcnow
 from models.notifications import (
+    CHANNEL_ORDER,
     Account,
     Channel,
     Delivery,
@@ -45,6 +49,7 @@ from models.notifications import (
     Notification,
     Outcome,
     find_occurrences,
+    in_channel_order,
     persist_new_notifications,
     persist_notification,
     stamp_many_handoffs,
@@ -131,7 +136,8 @@ def _channels(type_name: str, requested: list[str] | None) -> list[str]:
         missing = [c for c in requested if c not in known]
         if missing:
             raise InvalidEvent(f"channels: {type_name} has no {missing[0]} template")
-        channels = list(dict.fromkeys(requested))
+        # the one order of every answer's deliveries, whatever order they were asked in
+        channels = sorted(dict.fromkeys(requested), key=CHANNEL_ORDER.__getitem__)
     if not get_settings().feature_push:
         channels = [c for c in channels if c != Channel.PUSH]
         if not channels:
@@ -162,7 +168,8 @@ def check_event(type_name: str, data: dict[str, Any], urgency: str,
     """Validate an event's type, urgency, data and channels before anything is persisted;
     returns its channels. InvalidEvent says what is wrong."""
     if type_name not in EVENT_TYPES:
-        raise InvalidEvent(f"type: unknown event type {type_name!r}")
+        raise InvalidEvent(f"type: unknown event type {type_name!r} (the types: "
+                           f"{', '.join(EVENT_TYPES)})")
     if urgency not in URGENCIES:
         raise InvalidEvent("urgency: must be normal or urgent")
     try:
@@ -178,8 +185,9 @@ def new_notification(*, account_id: str, type: str, occurrence: str, data: dict[
     """The notification of a checked event and its deliveries, not persisted yet.
 
     InvalidEvent when the event fails :func:`check_event` or :func:`event_category`. In-app
-    deliveries are ``delivered`` (no queue), the others ``queued``; push is there only with
-    FEATURE_PUSH. Ids and timestamps are given, not defaulted: the rows share ``now``.
+    deliveries are ``delivered`` (no queue; the insert applies their gates), the others
+    ``queued``; push is there only with FEATURE_PUSH. Ids and timestamps are given, not
+    defaulted: the rows share ``now``.
     """
     chosen = check_event(type, data, urgency, channels)
     transactional = event_category(type, transactional)
@@ -246,8 +254,8 @@ def _existing(account_id: str, type_name: str, occurrence: str) -> EventResult |
 
 
 def _with_deliveries(session: Session, notification: Notification) -> EventResult:
-    deliveries = list(session.exec(select(Delivery).where(
-        Delivery.notification_id == notification.id).order_by(Delivery.channel)).all())
+    deliveries = in_channel_order(list(session.exec(select(Delivery).where(
+        Delivery.notification_id == notification.id)).all()))
     return EventResult(notification=notification, deliveries=deliveries, created=False)
 
 

@@ -39,7 +39,7 @@ from herald.queue.schedules import Schedule, schedule
 from herald.queue.sweeps import register_sweep
 from herald.settings import get_settings
 from models.activations import Activation, ActivationStatus
-from models.base import ID_LENGTH, utcnow
+from models.base import ID_LENGTH, money, utcnow
 from models.payments import Payment, PaymentStatus, pay_order, transition_payment
 from models.store import Order, OrderStatus
 
@@ -71,7 +71,7 @@ class PaymentNotFound(LookupError):
     which was looked for."""
 
     def __init__(self, kind: str, key: str) -> None:
-        super().__init__(f"no {kind} {key}")
+        super().__init__(f"no {kind.replace('_', ' ')} with id {key}")
         self.kind = kind
 
 
@@ -191,13 +191,6 @@ def get_payment(payment_id: str) -> Payment | None:
         return None
     with db_session() as session:
         return session.get(Payment, payment_id)
-
-
-def money(amount: Decimal) -> str:
-    """An amount as a decimal string with at least 2 places (``50.00``, ``12.3456``)."""
-    text = format(amount.normalize(), "f")
-    whole, _, places = text.partition(".")
-    return f"{whole}.{places.ljust(2, '0')}"
 
 
 def _stamp(moment: datetime | None) -> str | None:

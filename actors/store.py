@@ -37,7 +37,6 @@ import hashlib
 import logging
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from decimal import Decimal
 from enum import StrEnum
 from typing import Any, NoReturn
 
@@ -52,7 +51,7 @@ from actors.orchestration import trigger_event
 from herald.db import session as db_session
 from herald.queue import EnqueueResult, Permanent, actor, enqueue, is_last_attempt
 from herald.settings import get_settings
-from models.base import utcnow
+from models.base import money, utcnow
 from models.catalog import StoreProduct, unavailable_reason
 from models.store import (
     FINAL_ISSUANCE_STATES,
@@ -207,14 +206,6 @@ def place_order(account_id: str, product_id: str, currency: str | None = None
 
 
 # -- reading ----------------------------------------------------------------------------
-def _decimal_text(amount: Decimal) -> str:
-    """A price as a decimal string with at least two decimals (``5.00``, ``2.125``)."""
-    trimmed = amount.normalize()
-    if trimmed.as_tuple().exponent > -2:  # type: ignore[operator]
-        trimmed = amount.quantize(Decimal("0.01"))
-    return f"{trimmed:f}"
-
-
 def order_view(order: Order, store_order: StoreOrder, events: list[Any]) -> dict[str, Any]:
     """A store order as JSON (README.md, "The HTTP API"); ``events`` oldest first."""
     profile = None
@@ -223,7 +214,7 @@ def order_view(order: Order, store_order: StoreOrder, events: list[Any]) -> dict
                    "smdp_address": store_order.smdp_address}
     updated = max(order.updated_at, store_order.updated_at)
     return {"id": order.id, "account_id": order.account_id,
-            "product_id": store_order.product_id, "amount": _decimal_text(order.amount),
+            "product_id": store_order.product_id, "amount": money(order.amount),
             "currency": order.currency, "status": order.status,
             "issuance_state": store_order.issuance_state, "provider": store_order.provider,
             "provider_order_ref": store_order.provider_order_ref,

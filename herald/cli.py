@@ -73,11 +73,17 @@ def _configure_logging(settings: Settings) -> None:
     configure_logging(settings)
 
 
-def _console() -> Console:
+def _console(max_width: int | None = None) -> Console:
+    """The console of a command's output: the terminal's width (at most ``max_width``),
+    or :data:`PIPE_WIDTH` (else ``max_width``) for a pipe or file."""
     from rich.console import Console
 
     console = Console()
-    return console if console.is_terminal else Console(width=PIPE_WIDTH)
+    if not console.is_terminal:
+        return Console(width=max_width or PIPE_WIDTH)
+    if max_width is not None and console.width > max_width:
+        return Console(width=max_width)
+    return console
 
 
 def load_actor_modules(extra: Sequence[str] = ()) -> None:
@@ -102,12 +108,13 @@ def _fail(message: str, code: int = 1) -> int:
 
 def _check_queues(names: Sequence[str]) -> list[str] | None:
     """The queue names checked against the registry (all when none), None on a bad one."""
+    from herald.queue.registry import all_specs
     from herald.queue.worker import queues_or_all
 
     try:
         return queues_or_all(names)
     except UnknownQueue as error:
-        _fail(str(error))
+        _fail(f"{error}; the queues: {', '.join(spec.name for spec in all_specs())}")
         return None
 
 
@@ -115,10 +122,11 @@ def _check_queues(names: Sequence[str]) -> list[str] | None:
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     """``herald demo``: see :mod:`herald.demo`."""
     from herald import demo
+    from herald.demo.summary import WIDTH as DEMO_WIDTH
 
     return demo.run(args.jobs, events=args.events, batch_size=args.batch_size,
                     orders=args.orders, purchase_orders=args.purchase_orders,
-                    console=_console())
+                    console=_console(DEMO_WIDTH))
 
 
 # -- up -------------------------------------------------------------------------------
@@ -209,7 +217,9 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     On the embedded default ``herald up`` owns the embedded Redis when it finds none
     running: it starts it before the processes (they share it) and stops it after they
     all ended, unless another process still uses it. A SIGTERM/SIGINT at any moment ends
-    it that way, with honcho's exit code (143/130).
+    it that way. Exit code: 0 when every process it ran exited 0,
+    a stop signal included; otherwise the first failing process's code, or honcho's
+    128 + signal when a stop signal came and a process did not exit 0.
     """
     from honcho.environ import parse_procfile
 
@@ -225,24 +235,12 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     environments = process_environments(list(processes), settings)
     cwd = os.getcwd()  # where the embedded default's .herald/ and herald.db live
     stops = StopSignals()
-    started_embedded = False
-    try:
-        if settings.embedded_redis:
-            from herald.queue.redis import start_embedded_redis
+    if settings.embedded_redis:
+        from herald.queue.redis import start_embedded_redis
 
-            started_embedded = start_embedded_redis()
-        return _run_processes(processes, environments, cwd, stops)
-    finally:
-        if started_embedded:
-            _stop_embedded_redis()
-
-
-def _stop_embedded_redis() -> None:
-    from herald.queue.redis import embedded_socket_path, stop_embedded_redis
-
-    if not stop_embedded_redis(unless_in_use=True):
-        print(f"herald: left the embedded Redis running ({embedded_socket_path()}): "
-              "another process still uses it", file=sys.stderr)
+        # before the processes, which share it; main() stops it after them
+        start_embedded_redis()
+    return _run_processes(processes, environments, cwd, stops)
 
 
 class StopSignals:
@@ -274,7 +272,7 @@ def _run_processes(processes: dict[str, str], environments: dict[str, dict[str, 
     if release is not None:
         returncode = _run_manager({RELEASE_PROCESS: release}, environments, cwd, stops)
         if stops.exit_code is not None:
-            return stops.exit_code
+            return returncode  # stopped: nothing more starts
         if returncode != 0:
             return _fail(f"{RELEASE_PROCESS} failed (exit code {returncode}); "
                          "not starting the other processes", returncode)
@@ -285,12 +283,12 @@ def _run_processes(processes: dict[str, str], environments: dict[str, dict[str, 
 
 def _run_manager(processes: dict[str, str], environments: dict[str, dict[str, str]],
                  cwd: str, stops: StopSignals) -> int:
-    """Run ``processes`` under one honcho manager until all ended; none when a stop
-    signal came first."""
+    """Run ``processes`` under one honcho manager until all ended (none when a stop signal
+    came first: 0); 0 when every one exited 0, else honcho's exit code."""
     from honcho.printer import Printer
 
     if stops.exit_code is not None:
-        return stops.exit_code
+        return 0
     manager = _graceful_manager(Printer(sys.stdout), UP_SHUTDOWN_GRACE, stops)
     for name, command in processes.items():
         manager.add_process(name, exec_form(command), env=environments[name], cwd=cwd)
@@ -299,6 +297,11 @@ def _run_manager(processes: dict[str, str], environments: dict[str, dict[str, st
     finally:
         # honcho leaves its handlers installed, bound to this manager once it has ended
         stops.hold()
+    # honcho answers 128 + signal after a stop signal even when every process drained and
+    # exited 0: a stop asked for and carried out is a success (README.md, "Commands")
+    codes = [process.get("returncode") for process in manager._processes.values()]
+    if all(code == 0 for code in codes):
+        return 0
     return int(manager.returncode or 0)
 
 
@@ -585,6 +588,33 @@ def _port(text: str) -> int:
     return value
 
 
+def _command(commands: Any, name: str, summary: str, description: str,
+             **options: Any) -> argparse.ArgumentParser:
+    """A subcommand: ``summary`` in ``herald --help``, ``description`` in its own help."""
+    command: argparse.ArgumentParser = commands.add_parser(
+        name, help=summary, description=description, **options)
+    return command
+
+
+class _SweepHelp(argparse.Action):
+    """``herald sweep --help``: the help, with every sweep of the registry (the actor
+    modules are imported only then: they register the sweeps)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None,
+                 ) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        from herald.queue.sweeps import registered_sweeps
+
+        load_actor_modules()
+        names = list(registered_sweeps())
+        parser.epilog = "\n  ".join([f"sweeps ({len(names)}):", *names])
+        parser.print_help()
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     from herald.demo import DEFAULT_JOBS
@@ -593,8 +623,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="herald", description="herald: a durable notification and fulfillment pipeline")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = commands.add_parser("demo", help="push jobs, notifications and eSIM orders "
-                                            "through the real workers; show a summary")
+    demo = _command(commands, "demo", "push jobs, notifications and eSIM orders through "
+                    "the real workers; show a summary",
+                    "Run herald's own demo end to end on this machine's herald (the embedded "
+                    "default when nothing is set): jobs, notification events, eSIM orders and "
+                    "purchase orders through the real workers, then a summary of how each "
+                    "ended. Exit code 0 only when everything ended as planned.")
     demo.add_argument("--jobs", type=_positive, default=DEFAULT_JOBS,
                       help=f"jobs to run through the demo queue (default {DEFAULT_JOBS})")
     demo.add_argument("--events", type=_at_least(0),
@@ -610,45 +644,74 @@ def build_parser() -> argparse.ArgumentParser:
                            "skips the purchasing phase)")
     demo.set_defaults(handler=cmd_demo)
 
-    up = commands.add_parser("up", help="run the Procfile's processes in one terminal")
+    up = _command(commands, "up", "run the Procfile's processes in one terminal",
+                  "Run the Procfile's release process, then the others, in one terminal "
+                  "until SIGTERM/SIGINT (Ctrl-C) or one of them ends; on the embedded "
+                  "default it starts the embedded Redis first and stops it last.")
+    up.epilog = ("exit code: 0 when every process exited 0 (after SIGTERM/SIGINT too); "
+                 "otherwise the first failing process's code, or 128 + the signal (143 "
+                 "SIGTERM, 130 SIGINT) when a stop signal came and a process did not exit 0")
     up.add_argument("--procfile", default="Procfile", help="path of the Procfile")
     up.add_argument("names", nargs="*", metavar="NAME",
                     help="Procfile processes to run (default: all)")
     up.set_defaults(handler=cmd_up)
 
-    web = commands.add_parser("web", help="serve the HTTP app")
+    web = _command(commands, "web", "serve the HTTP app",
+                   "Serve the HTTP API, the operator console and the health routes under "
+                   "uvicorn until SIGTERM/SIGINT, then drain (exit code 0).")
     web.add_argument("--host", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
     web.add_argument("--port", type=_port, default=None, help="port (default $PORT or 8000)")
     web.set_defaults(handler=cmd_web)
 
-    worker = commands.add_parser("worker", help="run queues (all when none given)")
+    worker = _command(commands, "worker", "run queues (all when none given)",
+                      "Consume the named queues (all that have an actor when none is "
+                      "named) in their worker groups until SIGTERM/SIGINT, then drain. "
+                      "`herald queues` lists the queues.")
     _imports_option(worker, "queues and actors")
     worker.add_argument("queues", nargs="*", metavar="QUEUE", help="queue names to consume")
     worker.set_defaults(handler=cmd_worker)
 
-    clock = commands.add_parser("clock", help="fire repeatable schedules")
+    clock = _command(commands, "clock", "fire repeatable schedules",
+                     "Fire the declared repeatable schedules (the sweeps, the catalog and "
+                     "rate syncs) until SIGTERM/SIGINT; several clocks never fire one tick "
+                     "twice.")
     _imports_option(clock, "schedules")
     clock.set_defaults(handler=cmd_clock)
 
-    migrate = commands.add_parser("migrate", help="bring the database schema to head")
+    migrate = _command(commands, "migrate", "bring the database schema to head",
+                       "Bring the database (DATABASE_URL, or the embedded default's "
+                       "herald.db) to the newest schema. Safe to run again: a database "
+                       "already at the newest schema is left as it is.")
     migrate.set_defaults(handler=cmd_migrate)
 
-    queues = commands.add_parser("queues", help="the queue registry, with live counts")
+    queues = _command(commands, "queues", "the queue registry, with live counts",
+                      "Print every queue's configuration (concurrency, rate limit, "
+                      "attempts, backoff, retention, lock), with live job counts when "
+                      "Redis answers (it never starts the embedded Redis).")
     _imports_option(queues, "queues")
     queues.set_defaults(handler=cmd_queues)
 
-    sweep = commands.add_parser(
-        "sweep", help="run the sweeps once (handoffs: re-drive rows whose job was lost)")
+    sweep = _command(commands, "sweep", "run the repair sweeps once (`herald sweep --help` "
+                     "lists them)",
+                     "Run the registered repair sweeps once (all when none is named); each\n"
+                     "prints how many items it handled.", add_help=False,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sweep.add_argument("-h", "--help", action=_SweepHelp,
+                       help="show this help message, with every registered sweep, and exit")
     sweep.add_argument("names", nargs="*", metavar="NAME",
-                       help="sweeps to run: handoffs (default: all)")
+                       help="sweeps to run (default: all; see the list below)")
     sweep.set_defaults(handler=cmd_sweep)
 
-    clean = commands.add_parser("clean", help="apply retention now")
+    clean = _command(commands, "clean", "apply retention now",
+                     "Apply each queue's retention now (all queues when none is named): "
+                     "remove the finished job records it no longer keeps; prints how many.")
     _imports_option(clean, "queues")
     clean.add_argument("queues", nargs="*", metavar="QUEUE", help="queues (default: all)")
     clean.set_defaults(handler=cmd_clean)
 
-    retry = commands.add_parser("retry", help="run the failed jobs of queues again")
+    retry = _command(commands, "retry", "run the failed jobs of queues again",
+                     "Run every failed job of the named queues again, once each; prints "
+                     "how many.")
     _imports_option(retry, "queues")
     retry.add_argument("queues", nargs="+", metavar="QUEUE",
                        help="queues whose failed jobs to retry")
@@ -662,7 +725,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = load_settings()  # SettingsError (a SystemExit) names the bad variable
     _configure_logging(settings)
     handler: Callable[[argparse.Namespace, Settings], int] = args.handler
-    return handler(args, settings)
+    from herald.queue.runtime import owning_embedded_redis
+
+    # whichever command starts the embedded Redis stops it when it ends
+    with owning_embedded_redis(settings.embedded_redis):
+        return handler(args, settings)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any, TypeVar
 
 from sqlalchemy import DateTime
@@ -177,3 +178,11 @@ def id_field() -> Any:
 def timestamp_field(*, index: bool = False) -> Any:
     """A non-null UTC timestamp column that defaults to :func:`utcnow`."""
     return Field(default_factory=utcnow, sa_type=UtcDateTime, nullable=False, index=index)
+
+
+def money(amount: Decimal) -> str:
+    """An amount as the API writes it: a decimal string with at least 2 places (``50.00``,
+    ``12.3456``), never an exponent. The console writes amounts with it too."""
+    text = format(amount.normalize(), "f")
+    whole, _, places = text.partition(".")
+    return f"{whole}.{places.ljust(2, '0')}"

@@ -28,6 +28,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     insert,
+    literal_column,
     not_,
     or_,
     text,
@@ -81,6 +82,32 @@ class SuppressionReason(StrEnum):
     OPTED_OUT = "opted_out"
     NO_ADDRESS = "no_address"
     PROVIDER_UNSUPPORTED = "provider_unsupported"
+
+
+#: The one order of a notification's deliveries in every answer (the 202 of an event and
+#: every later read): the channels' order above.
+CHANNEL_ORDER = {channel.value: rank for rank, channel in enumerate(Channel)}
+
+
+def in_channel_order(deliveries: list[Delivery]) -> list[Delivery]:
+    """``deliveries`` in :data:`CHANNEL_ORDER`, as an event's 202 lists them."""
+    return sorted(deliveries, key=lambda d: CHANNEL_ORDER.get(d.channel, len(CHANNEL_ORDER)))
+
+
+def _in_app_gate(account_id: str, transactional: str) -> str:
+    """SQL: why the gates block an in-app delivery of ``account_id``'s notification (its
+    ``transactional`` flag), else NULL. In-app has no channel job, so its gates are
+    settled in the statement that persists it (no round trip more); they are the first
+    two of the channel workers' (:func:`actors.notifications.gate`): an inactive account,
+    then a non-transactional notification to an account that opted out."""
+    return (f"(SELECT CASE WHEN NOT gated.active THEN '{SuppressionReason.INACTIVE.value}' "
+            f"WHEN gated.marketing_opt_out AND NOT {transactional} "
+            f"THEN '{SuppressionReason.OPTED_OUT.value}' END "
+            f"FROM accounts AS gated WHERE gated.id = {account_id})")
+
+
+#: The in-app gate of the notification an INSERT INTO notifications … RETURNING returns.
+_IN_APP_GATE = _in_app_gate("notifications.account_id", "notifications.transactional")
 
 
 class Account(SQLModel, table=True):
@@ -327,15 +354,31 @@ def _bound_row(table: Any, suffix: str = "") -> dict[str, Any]:
 
 
 @functools.cache
-def _insert_notification(deliveries: int, *, together: bool) -> Prepared:
+def _insert_notification(deliveries: int, *, together: bool, in_app: int | None) -> Prepared:
     """The INSERT of a notification and, when ``together`` (PostgreSQL), of its
     ``deliveries`` in the same statement (a data-modifying WITH: one round trip, atomic
     by itself, the foreign key checked at its end). Row i of the deliveries is bound as
-    ``<column>_<i>``. Built once per shape."""
+    ``<column>_<i>``. When one of them (row ``in_app``) is in-app, the notification's
+    in-app gate (:func:`_in_app_gate`) is returned as ``gate`` and, together, settles that
+    row's outcome and reason; the deliveries' ids, outcomes and reasons are returned.
+    Built once per shape."""
     notification = insert(_notifications).values(_bound_row(_notifications))
+    if in_app is not None:
+        notification = notification.returning(literal_column(_IN_APP_GATE).label("gate"))
     if not together:
         return Prepared(notification)
-    return Prepared(_delivery_rows(deliveries).add_cte(notification.cte("notification")))
+    rows = [_bound_row(_deliveries, f"_{i}") for i in range(deliveries)]
+    if in_app is not None:
+        gate = "(SELECT gate FROM notification)"
+        rows[in_app] |= {
+            "outcome": literal_column(f"CASE WHEN {gate} IS NULL THEN "
+                                      f"'{Outcome.DELIVERED.value}' ELSE "
+                                      f"'{Outcome.SUPPRESSED.value}' END", String),
+            "reason": literal_column(gate, String)}
+    statement = insert(_deliveries).values(rows).add_cte(notification.cte("notification"))
+    if in_app is not None:
+        statement = statement.returning(_deliveries.c.id, _deliveries.c.reason)
+    return Prepared(statement)
 
 
 def _delivery_rows(count: int) -> Insert:
@@ -348,24 +391,42 @@ def _insert_deliveries(count: int) -> Prepared:
     return Prepared(_delivery_rows(count))
 
 
+def _in_app_index(deliveries: list[Delivery]) -> int | None:
+    """The position of the in-app delivery, if there is one."""
+    return next((i for i, d in enumerate(deliveries) if d.channel == Channel.IN_APP.value),
+                None)
+
+
 def persist_notification(notification: Notification, deliveries: list[Delivery]) -> None:
     """Insert a notification and its deliveries so that they land together or not at all,
     and commit them.
 
-    On PostgreSQL one statement on an autocommit connection (no BEGIN/COMMIT round trips);
-    elsewhere two in a transaction. Raises IntegrityError, persisting nothing, when the
-    (account, type, occurrence) key exists already or the account does not exist (its
-    foreign key).
+    An in-app delivery (built ``delivered``) passes the gates in the same statement: an
+    inactive account's, or an opted-out account's non-transactional one, is persisted
+    ``suppressed`` with its reason, and so updated in ``deliveries``. On PostgreSQL one
+    statement on an autocommit connection (no BEGIN/COMMIT round trips); elsewhere two in
+    a transaction. Raises IntegrityError, persisting nothing, when the (account, type,
+    occurrence) key exists already or the account does not exist (its foreign key).
     """
     params = _row(notification)
     for i, delivery in enumerate(deliveries):
         params |= _row(delivery, f"_{i}")
+    in_app = _in_app_index(deliveries)
     if deliveries and is_postgres():
         with autocommit() as connection:
-            _insert_notification(len(deliveries), together=True).run(connection, params)
+            ran = _insert_notification(len(deliveries), together=True,
+                                       in_app=in_app).run(connection, params)
+        if in_app is not None:
+            reasons = {row["id"]: row["reason"] for row in ran.rows}
+            _suppress_gated(deliveries, {notification.id: reasons.get(deliveries[in_app].id)})
         return
     with get_engine().begin() as connection:
-        _insert_notification(len(deliveries), together=False).run(connection, params)
+        ran = _insert_notification(len(deliveries), together=False,
+                                   in_app=in_app).run(connection, params)
+        if in_app is not None:
+            gated = ran.first()
+            _suppress_gated(deliveries, {notification.id: gated["gate"] if gated else None})
+            params |= _row(deliveries[in_app], f"_{in_app}")
         if deliveries:
             _insert_deliveries(len(deliveries)).run(connection, params)
 
@@ -454,10 +515,12 @@ def _sqlite_json(records: list[Notification] | list[Delivery], dialect: Any) -> 
     return json.dumps(rows, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
-def _pg_rows(table: Any, prefix: str, dialect: Any) -> tuple[str, str, str]:
+def _pg_rows(table: Any, prefix: str, dialect: Any,
+             overrides: dict[str, str] | None = None) -> tuple[str, str, str]:
     """``(columns, the SELECT list, the FROM item)`` reading the rows of ``table`` back
     from the JSON arrays :func:`_pg_columns` binds, each value cast to its column's type
-    (texts stay text and JSON stays JSON: the INSERT converts them)."""
+    (texts stay text and JSON stays JSON: the INSERT converts them); a column of
+    ``overrides`` is selected as the SQL given there instead."""
     functions, values = [], []
     for column in table.columns:
         json_column = isinstance(column.type, JSON)
@@ -467,6 +530,9 @@ def _pg_rows(table: Any, prefix: str, dialect: Any) -> tuple[str, str, str]:
         # texts stay text: the INSERT's own conversion to VARCHAR(n) refuses a longer
         # one, where a CAST would cut it short without a word
         text_column = isinstance(getattr(column.type, "impl", column.type), String)
+        if overrides and column.key in overrides:
+            values.append(overrides[column.key])
+            continue
         values.append(value if json_column or text_column
                       else f"CAST({value} AS {column.type.compile(dialect=dialect)})")
     names = _columns(table, dialect)
@@ -497,7 +563,13 @@ def _bulk_statements(dialect_name: str) -> dict[str, Any]:
     if dialect_name == "postgresql":
         dialect = postgresql.dialect()
         n_cols, n_values, notifications = _pg_rows(_notifications, "n", dialect)
-        d_cols, d_values, deliveries = _pg_rows(_deliveries, "d", dialect)
+        # an in-app delivery (the only ones built delivered) passes its notification's
+        # gate here: that is its one chance (it has no channel job)
+        in_app = f"d.outcome = '{Outcome.DELIVERED.value}'"
+        d_cols, d_values, deliveries = _pg_rows(_deliveries, "d", dialect, overrides={
+            "outcome": f"CASE WHEN {in_app} AND notification.gate IS NOT NULL "
+                       f"THEN '{Outcome.SUPPRESSED.value}' ELSE d.outcome END",
+            "reason": f"CASE WHEN {in_app} THEN notification.gate ELSE d.reason END"})
         # the EXISTS leaves out a notification of an unknown account rather than fail the
         # batch on its foreign key; deliveries of a notification left out go with it
         persist = text(f"""
@@ -506,15 +578,16 @@ def _bulk_statements(dialect_name: str) -> dict[str, Any]:
                 SELECT {n_values} FROM {notifications}
                 WHERE EXISTS (SELECT 1 FROM accounts WHERE accounts.id = n.account_id)
                 ON CONFLICT (account_id, type, occurrence) DO NOTHING
-                RETURNING id),
+                RETURNING id, {_IN_APP_GATE} AS gate),
             delivery AS (
                 INSERT INTO deliveries ({d_cols})
                 SELECT {d_values} FROM {deliveries}
-                WHERE d.notification_id IN (SELECT id FROM notification))
-            SELECT id FROM notification""")
+                JOIN notification ON notification.id = d.notification_id)
+            SELECT id, gate FROM notification""")
         ids = "ANY(ARRAY(SELECT json_array_elements_text(CAST(:ids AS json))))"
         return {
-            "persist": persist.columns(result_column("id", String)),
+            "persist": persist.columns(result_column("id", String),
+                                       result_column("gate", String)),
             "stamp": text(f"UPDATE deliveries SET queued_at = :now WHERE id = {ids}")
             .bindparams(now),
             "find": _typed(f"""
@@ -526,8 +599,7 @@ def _bulk_statements(dialect_name: str) -> dict[str, Any]:
                 ON n.account_id = k.account_id AND n.type = k.type
                    AND n.occurrence = k.occurrence""", _notifications),
             "deliveries_of": _typed(f"SELECT {_columns(_deliveries, dialect)} FROM deliveries "
-                                    f"WHERE notification_id = {ids} ORDER BY channel",
-                                    _deliveries),
+                                    f"WHERE notification_id = {ids}", _deliveries),
         }
     dialect = sqlite.dialect()
     n_cols, n_values = _sqlite_rows(_notifications, dialect)
@@ -541,9 +613,10 @@ def _bulk_statements(dialect_name: str) -> dict[str, Any]:
         WHERE EXISTS (SELECT 1 FROM accounts
                       WHERE accounts.id = json_extract(value, '$[{account}]'))
         ON CONFLICT (account_id, type, occurrence) DO NOTHING
-        RETURNING id""")
+        RETURNING id, {_IN_APP_GATE} AS gate""")
     return {
-        "notifications": notifications.columns(result_column("id", String)),
+        "notifications": notifications.columns(result_column("id", String),
+                                               result_column("gate", String)),
         "deliveries": text(f"INSERT INTO deliveries ({d_cols}) "
                            f"SELECT {d_values} FROM json_each(:deliveries)"),
         "stamp": text(f"UPDATE deliveries SET queued_at = :now WHERE id {ids}")
@@ -554,7 +627,7 @@ def _bulk_statements(dialect_name: str) -> dict[str, Any]:
                 AND n.type = json_extract(k.value, '$[1]')
                 AND n.occurrence = json_extract(k.value, '$[2]')""", _notifications),
         "deliveries_of": _typed(f"SELECT {_columns(_deliveries, dialect)} FROM deliveries "
-                                f"WHERE notification_id {ids} ORDER BY channel", _deliveries),
+                                f"WHERE notification_id {ids}", _deliveries),
     }
 
 
@@ -570,8 +643,10 @@ def persist_new_notifications(notifications: list[Notification],
 
     A notification whose key exists already (or appears earlier in the list), or whose
     account does not exist, is left out with its deliveries: never an error, so one event
-    never fails the others. What is inserted lands whole: on PostgreSQL one statement on
-    an autocommit connection, elsewhere two in one transaction. Every text must be
+    never fails the others. An in-app delivery passes its notification's gates as it is
+    inserted (:func:`persist_notification`), and a blocked one is updated in
+    ``deliveries``. What is inserted lands whole: on PostgreSQL one statement on an
+    autocommit connection, elsewhere two in one transaction. Every text must be
     :func:`storable`.
     """
     if not notifications:
@@ -583,21 +658,36 @@ def persist_new_notifications(notifications: list[Notification],
         params |= (_pg_columns(deliveries, "d") if deliveries
                    else {f"d_{c.key}": "[]" for c in _deliveries.columns})
         with autocommit() as connection:
-            return set(connection.execute(statements["persist"], params).scalars())
+            gates = {id_: gate for id_, gate in connection.execute(statements["persist"],
+                                                                   params)}
+        _suppress_gated(deliveries, gates)
+        return set(gates)
     with engine.begin() as connection:
-        inserted = set(connection.execute(statements["notifications"], {
-            "notifications": _sqlite_json(notifications, engine.dialect)}).scalars())
-        kept = [d for d in deliveries if d.notification_id in inserted]
+        gates = {id_: gate for id_, gate in connection.execute(statements["notifications"], {
+            "notifications": _sqlite_json(notifications, engine.dialect)})}
+        kept = [d for d in deliveries if d.notification_id in gates]
+        _suppress_gated(kept, gates)
         if kept:
             connection.execute(statements["deliveries"],
                                {"deliveries": _sqlite_json(kept, engine.dialect)})
-    return inserted
+    return set(gates)
+
+
+def _suppress_gated(deliveries: list[Delivery], gates: dict[str, str | None]) -> None:
+    """Record on each in-app delivery the gate its notification's ``gates`` entry names
+    (none for most)."""
+    if any(gates.values()):
+        for delivery in deliveries:
+            if delivery.channel == Channel.IN_APP.value:
+                reason = gates.get(delivery.notification_id)
+                if reason:
+                    delivery.__dict__.update(outcome=Outcome.SUPPRESSED.value, reason=reason)
 
 
 def find_occurrences(keys: list[Key]) -> dict[Key, tuple[Notification, list[Delivery]]]:
     """The notifications of these (account, type, occurrence) keys that exist, each with
-    its deliveries ordered by channel: one SELECT for the notifications, one for their
-    deliveries."""
+    its deliveries :func:`in_channel_order`: one SELECT for the notifications, one for
+    their deliveries."""
     if not keys:
         return {}
     with get_engine().connect() as connection:
@@ -614,7 +704,8 @@ def find_occurrences(keys: list[Key]) -> dict[Key, tuple[Notification, list[Deli
         for row in connection.execute(statements["deliveries_of"],
                                       {"ids": json.dumps(list(deliveries))}).mappings():
             deliveries[row["notification_id"]].append(snapshot(Delivery, **row))
-    return {(n.account_id, n.type, n.occurrence): (n, deliveries[n.id]) for n in found}
+    return {(n.account_id, n.type, n.occurrence): (n, in_channel_order(deliveries[n.id]))
+            for n in found}
 
 
 def stamp_many_handoffs(delivery_ids: list[str], *, now: datetime | None = None) -> None:

@@ -13,7 +13,9 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -27,6 +29,7 @@ NOT_SOURCES = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.egg-info
                                      ".ruff_cache", "tests", "bench")
 #: Seconds a wheel build, install or installed command may take.
 STEP_S = 300
+PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
 
 #: Run inside the installed copy: render every type's channels in every locale, and read
 #: every Lua script the ledger loads; prints where each module came from and what it saw.
@@ -45,22 +48,36 @@ print(json.dumps({"render": actors.render.__file__, "ledger": herald.queue.ledge
 """
 
 
+class Built(NamedTuple):
+    """The wheel built from this checkout, and what the build printed."""
+
+    wheel: Path
+    log: str
+
+
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The directory the wheel built from this checkout was installed into."""
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """The wheel built from a copy of this checkout (verbose: the backend's warnings are
+    in the log, as a user's ``pip install .`` prints them)."""
     root = tmp_path_factory.mktemp("wheel")
     source = root / "source"
     shutil.copytree(REPO, source, ignore=NOT_SOURCES)
     wheels = root / "wheels"
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                    "-w", str(wheels), str(source)],
-                   check=True, capture_output=True, text=True, timeout=STEP_S)
-    (wheel,) = wheels.glob("herald-*.whl")
-    target = root / "site"
-    subprocess.run([*pip, "install", "--no-deps", "--no-index", "--target", str(target),
-                    str(wheel)], check=True, capture_output=True, text=True, timeout=STEP_S)
+    build = subprocess.run([*PIP, "wheel", "-v", "--no-deps", "--no-build-isolation",
+                            "--no-index", "-w", str(wheels), str(source)],
+                           check=True, capture_output=True, text=True, timeout=STEP_S)
     shutil.rmtree(source)  # nothing may be read from the build's source tree either
+    (wheel,) = wheels.glob("herald-*.whl")
+    return Built(wheel=wheel, log=build.stdout + build.stderr)
+
+
+@pytest.fixture(scope="module")
+def installed(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The directory the wheel built from this checkout was installed into."""
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run([*PIP, "install", "--no-deps", "--no-index", "--target", str(target),
+                    str(built.wheel)], check=True, capture_output=True, text=True,
+                   timeout=STEP_S)
     return target
 
 
@@ -117,3 +134,72 @@ def test_the_installed_wheel_migrates_a_database(installed: Path, tmp_path: Path
             "SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert revision == newest
     assert {"accounts", "deliveries"} <= tables, tables
+
+
+@pytest.mark.slow
+def test_the_build_warns_of_nothing_and_ships_every_template(built: Built) -> None:
+    # Given the wheel built from the checkout, as `pip install .` builds it
+    # Then setuptools warned of no deprecated setting and of no folder left out
+    warnings = [line.strip() for line in built.log.splitlines()
+                if "deprecated" in line.lower() or "absent from the" in line]
+    assert warnings == [], "\n".join(warnings)
+    # And every template of the checkout is in the wheel, where actors/render.py reads it
+    shipped = {name for name in zipfile.ZipFile(built.wheel).namelist()
+               if name.startswith("templates/")}
+    expected = {path.relative_to(REPO).as_posix()
+                for path in (REPO / "templates").rglob("*") if path.is_file()
+                and "__pycache__" not in path.parts}
+    assert expected and expected <= shipped, sorted(expected - shipped)
+
+
+# -- the Makefile's installs ----------------------------------------------------------------
+#: A stand-in for the virtualenv's python and herald: it writes down how it was called.
+RECORDER = """#!/bin/sh
+echo "$(basename "$0") $*" >> "$(dirname "$0")/../calls"
+"""
+
+
+def make(checkout: Path, target: str) -> list[str]:
+    """Run ``make target`` in ``checkout`` (whose .venv records its calls); the pip
+    installs it ran."""
+    calls = checkout / ".venv" / "calls"
+    calls.write_text("")
+    subprocess.run(["make", "--no-print-directory", target], cwd=checkout, check=True,
+                   capture_output=True, text=True, timeout=60)
+    return [line for line in calls.read_text().splitlines() if "pip install -e" in line]
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """The Makefile and pyproject.toml with a .venv whose python and herald only record
+    their calls: what each target installs is seen without installing anything."""
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(REPO / name, tmp_path / name)
+    bin_ = tmp_path / ".venv" / "bin"
+    bin_.mkdir(parents=True)
+    for name in ("python", "herald", "ruff", "lint-imports"):
+        (bin_ / name).write_text(RECORDER)
+        (bin_ / name).chmod(0o755)
+    return tmp_path
+
+
+def test_make_demo_installs_the_runtime_only_and_make_test_adds_the_dev_extras(
+        checkout: Path) -> None:
+    # When a fresh clone runs make demo, then make test, then both again
+    demo, test = make(checkout, "demo"), make(checkout, "test")
+    again = make(checkout, "demo") + make(checkout, "test")
+
+    # Then the demo installed the runtime alone, the tests added the dev extras, and
+    # nothing was installed twice
+    assert demo == ["python -m pip install -e ."]
+    assert test == ["python -m pip install -e .[dev]"]
+    assert again == []
+
+
+def test_make_test_then_make_demo_installs_once(checkout: Path) -> None:
+    # When a fresh clone runs make test, then make demo
+    test, demo = make(checkout, "test"), make(checkout, "demo")
+
+    # Then the dev install serves the demo too
+    assert test == ["python -m pip install -e .[dev]"]
+    assert demo == []

@@ -36,6 +36,7 @@ from sqlalchemy import func
 from sqlmodel import select
 
 import actors  # noqa: F401  (registers herald's queue table)
+from herald.demo.summary import counts_text
 
 if TYPE_CHECKING:
     from actors.handoffs import Scope
@@ -281,9 +282,10 @@ def _run(events: int, console: Console, batch_size: int, prefix: str) -> int:
     _print_deliveries(console, counts)
     report = get_batch(batch.id)
     assert report is not None
+    enqueued = "all enqueued" if report.batch.fully_enqueued else "not all enqueued"
     console.print(f"batch {batch.id[:8]}: {report.batch.status}, "
-                  f"{report.batch.notification_count} notifications, fully enqueued "
-                  f"{report.batch.fully_enqueued}, deliveries {dict(report.delivery_summary)}")
+                  f"{report.batch.notification_count} notifications ({enqueued}); its "
+                  f"deliveries: {counts_text(report.delivery_summary, OUTCOMES)}")
     console.print(f"callbacks: {len(done.callbacks_posted)} signed receipts posted · sweep: "
                   f"{done.sweeps} runs re-created {done.recreated} lost jobs ({lost} lost)")
     total = sum(counts.values())

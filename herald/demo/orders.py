@@ -420,9 +420,13 @@ def _settle(client: Any, worker: WorkerProcess, order_ids: list[str], account_id
 
 
 def _print_orders(console: Console, orders: list[OrderRow]) -> None:
-    table = Table(title="orders by product × issuance state")
+    # the issuance states some order ended in (the others would be columns of zeros)
+    reached = [state for state in ISSUANCE_STATES
+               if any(order.issuance_state == state for order in orders)]
+    table = Table(title="orders by product: issuance state, order status, charges, eSIM "
+                        "emails, and what was planned")
     table.add_column("product", no_wrap=True)
-    for state in ISSUANCE_STATES:
+    for state in reached:
         table.add_column(state, justify="right")
     for column in ("order status", "charges", "esim emails", "planned"):
         table.add_column(column, justify="right" if column != "planned" else "left")
@@ -432,7 +436,7 @@ def _print_orders(console: Console, orders: list[OrderRow]) -> None:
             continue
         states = Counter(order.issuance_state for order in mine)
         statuses = Counter(order.status for order in mine)
-        table.add_row(product, *(str(states[state]) for state in ISSUANCE_STATES),
+        table.add_row(product, *(str(states[state]) for state in reached),
                       " ".join(f"{status} {n}" for status, n in sorted(statuses.items())),
                       str(sum(order.charges for order in mine)),
                       str(sum(order.esim_emails for order in mine)),

@@ -45,6 +45,7 @@ from herald.demo.mail_sink import MailSink
 from herald.demo.notifications import environment, own_namespace
 from herald.demo.orders import ApiRefused, _client
 from herald.demo.sftp_server import SftpTestServer, start_sftp_server
+from herald.demo.summary import counts_text
 
 #: Purchase orders the phase places unless told otherwise.
 DEFAULT_PURCHASE_ORDERS = 3
@@ -125,11 +126,16 @@ def run_purchasing(count: int, console: Console) -> int:
             ADMIN_ALERT_EMAIL=""))
         stack.enter_context(redeclared(("supplier-dispatch",), backoff_base=SECOND))
         with_kitchen = renderer_ready() is True
-        kitchen = " and the central kitchen (PDF by email)" if with_kitchen else ""
-        console.print(f"[bold]purchasing[/]: {count} purchase orders to Sysco (X12 850 over "
-                      f"SFTP at 127.0.0.1:{sftp.port}), Costco (email){kitchen} through the "
-                      f"HTTP API, emails to an SMTP server at 127.0.0.1:{mail.port}; supplier "
-                      f"lanes in this process (jobs under the key prefix {prefix!r})")
+        how = {"sysco": f"X12 850 over SFTP at 127.0.0.1:{sftp.port}",
+               "costco": "email", "kitchen": "email with a PDF",
+               "depot": "email: the alternate Sysco's back-ordered line is rerouted to"}
+        suppliers = "; ".join(f"{_named(role)} ({how[role]})" for role in SUPPLIERS
+                              if with_kitchen or role != "kitchen")
+        console.print(f"[bold]purchasing[/]: {count} purchase orders through the HTTP API "
+                      f"to {len(SUPPLIERS) - (not with_kitchen)} suppliers: {suppliers}. "
+                      f"Supplier emails go to an SMTP server at 127.0.0.1:{mail.port}; the "
+                      f"supplier lanes run in this process (jobs under the key prefix "
+                      f"{prefix}).")
         if not with_kitchen:
             console.print("[yellow]no PDF renderer (install Debian's chromium, or set "
                           "CHROMIUM_PATH): the central kitchen is left out[/]")
@@ -302,7 +308,8 @@ def _outcome(client: Any, orders: list[str], sftp: SftpTestServer, mail: MailSin
     want_emails = len(orders) * len(email_roles) + (1 if rerouted else 0)
     problems = []
     if statuses["completed"] != len(orders):
-        problems.append(f"orders by status {dict(statuses)}, planned {len(orders)} completed")
+        problems.append(f"orders by status: {counts_text(statuses)}; planned "
+                        f"{len(orders)} completed")
     if len(files) != len(orders):
         problems.append(f"{len(files)} 850 files on the SFTP server, planned {len(orders)}")
     if len(received) != want_emails:
@@ -317,6 +324,11 @@ def _outcome(client: Any, orders: list[str], sftp: SftpTestServer, mail: MailSin
                    rerouted, problems)
 
 
+def _named(role: str) -> str:
+    """A supplier's name without the demo's mark: ``Sysco``."""
+    return SUPPLIERS[role][1].removesuffix(" (demo)")
+
+
 def _print(console: Console, outcome: Outcome, wall_s: float) -> None:
     table = Table(title="purchase order dispatches by supplier × status")
     table.add_column("supplier", no_wrap=True)
@@ -328,10 +340,11 @@ def _print(console: Console, outcome: Outcome, wall_s: float) -> None:
         if any(row):
             table.add_row(SUPPLIERS[role][1], *(str(n) for n in row))
     console.print(table)
-    console.print(f"wall time {wall_s:.1f} s · orders {dict(outcome.statuses)} · "
-                  f"850 files {outcome.files_850} · emails {outcome.emails} "
-                  f"(PDFs {outcome.pdfs}) · 855 archived {'yes' if outcome.archived_855 else 'no'}"
-                  f" · line rerouted {'yes' if outcome.rerouted else 'no'}")
+    console.print(f"wall time {wall_s:.1f} s · purchase orders: {counts_text(outcome.statuses)}"
+                  f" · 850 files on the SFTP server: {outcome.files_850} · supplier emails: "
+                  f"{outcome.emails} ({outcome.pdfs} with a PDF) · 855 archived: "
+                  f"{'yes' if outcome.archived_855 else 'no'} · back-ordered line rerouted: "
+                  f"{'yes' if outcome.rerouted else 'no'}")
 
 
 def _deactivate(supplier_ids: Iterable[str]) -> None:

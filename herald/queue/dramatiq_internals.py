@@ -129,7 +129,9 @@ def drop_worker_middleware(broker: dramatiq.Broker, worker: dramatiq.Worker) -> 
     """Remove the middleware ``dramatiq.Worker`` added to ``broker`` for ``worker``.
 
     Dramatiq adds one per started worker and never removes it; a later worker on the same
-    broker would otherwise run its hooks twice.
+    broker would otherwise find one of its type (Dramatiq warns "adding a middleware of
+    the same type twice") and run its hooks twice. Its only job is done once the worker
+    started: adding a consumer for each queue declared by then.
     """
     broker.middleware = [m for m in broker.middleware
                          if not (isinstance(m, _WorkerMiddleware) and m.worker is worker)]

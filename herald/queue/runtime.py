@@ -3,14 +3,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import threading
+from collections.abc import Iterator
 
 import dramatiq
 
 from herald.queue import metrics
 from herald.queue.actor import bind_all
 from herald.queue.ledger import Ledger
-from herald.queue.redis import redis_client, reset_redis_client
+from herald.queue.redis import (
+    embedded_redis_running,
+    embedded_socket_path,
+    redis_client,
+    reset_redis_client,
+    stop_embedded_redis,
+)
 from herald.settings import get_settings
 
 _lock = threading.RLock()
@@ -77,3 +86,21 @@ def close_producers() -> None:
     if broker is not None:
         broker.close()
     reset_redis_client()
+
+
+@contextlib.contextmanager
+def owning_embedded_redis(embedded: bool) -> Iterator[None]:
+    """Run the block as the owner of an embedded Redis it starts: on the embedded default
+    (``embedded``), when none answered before the block and one answers after it, this
+    process's connections are closed and the server shut down (saving its data), unless
+    another process still uses it (then one line on stderr says so). A server that was
+    running before the block is never this block's to stop (README.md, "Commands")."""
+    owner = embedded and not embedded_redis_running()
+    try:
+        yield
+    finally:
+        if owner and embedded_redis_running():
+            close_producers()
+            if not stop_embedded_redis(unless_in_use=True):
+                print(f"herald: left the embedded Redis running ({embedded_socket_path()}): "
+                      "another process still uses it", file=sys.stderr)

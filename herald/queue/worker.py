@@ -214,6 +214,11 @@ class QueueWorker:
                 log.warning("retention at start failed: %s", type(error).__name__,
                             extra={"queue": queue})
         self.worker.start()
+        # the middleware Dramatiq's start added has done its one job (a consumer for each
+        # queue declared so far: this worker's, declared above); left on the broker, the
+        # next group's worker in this process would find one of its type and warn at
+        # every start, and a queue declared later would get a consumer in every worker
+        drop_worker_middleware(self.broker, self.worker)
         self.started = True
         log.info("queues started", extra={"queues": ",".join(self.queues)})
 
@@ -227,7 +232,6 @@ class QueueWorker:
         bound = timeout if timeout is not None else drain_bound(self.queues)
         bound_ms = _NO_DEADLINE_MS if bound is None else int(bound.total_seconds() * 1000)
         self.worker.stop(timeout=bound_ms)
-        drop_worker_middleware(self.broker, self.worker)
         self.started = False
         forced = sum(thread.is_alive() for thread in self.worker.workers)
         names = ",".join(self.queues)

@@ -86,10 +86,21 @@ def api_error(status_code: int, code: str, message: str,
                          headers=headers)
 
 
+def not_found(kind: str, key: str) -> HTTPException:
+    """The 404 ``<kind>_not_found`` of a ``kind`` (``purchase_order``) looked up by id:
+    "no purchase order with id <key>"."""
+    return api_error(404, f"{kind}_not_found", not_found_message(kind, key))
+
+
+def not_found_message(kind: str, key: str) -> str:
+    """The sentence of a 404: "no <kind, in words> with id <key>"."""
+    return f"no {kind.replace('_', ' ')} with id {key}"
+
+
 def found(value: T | None, kind: str, key: str) -> T:
-    """``value``, or a 404 ``<kind>_not_found`` ("no <kind> <key>") when it is None."""
+    """``value``, or :func:`not_found` when it is None."""
     if value is None:
-        raise api_error(404, f"{kind}_not_found", f"no {kind} {key}")
+        raise not_found(kind, key)
     return value
 
 

@@ -245,6 +245,9 @@ def test_an_order_and_its_payment_show_their_status_events_payments_and_jobs(
     # Then its status events and its payment's history, oldest first, and its jobs
     assert found["state"] == "completed"
     assert "issued" in found["summary"]
+    # with its amount written as the API writes it
+    api_amount = client.get(f"/v1/store/orders/{order.id}").json()["amount"]
+    assert f"order {api_amount} USD" in found["summary"], (api_amount, found["summary"])
     status = [(e["detail"]["from_state"], e["detail"]["to_state"], e["detail"]["source"])
               for e in found["timeline"] if e["event"] == "status"]
     assert status == [(None, "pending", "api"), ("pending", "in_flight", "system"),
@@ -258,6 +261,8 @@ def test_an_order_and_its_payment_show_their_status_events_payments_and_jobs(
     # When searching by the payment's id: its history, its jobs, its order
     payment = hit(search(client, payment_id), "payment", payment_id)
     assert payment["state"] == "settled"
+    api_amount = client.get(f"/v1/payments/{payment_id}").json()["amount"]
+    assert f"payment {api_amount} USD" in payment["summary"], (api_amount, payment["summary"])
     assert events(payment) == ["payment_created", "payment_completed", "payment_settled"]
     assert ("payment", f"{payment_id}-settle", "completed") in jobs(payment)
     assert payment["links"] == {"order_id": order.id}

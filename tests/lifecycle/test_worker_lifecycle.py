@@ -114,6 +114,22 @@ def test_a_worker_whose_groups_all_start_is_ready(lifecycle: Lifecycle) -> None:
     assert run.stop() == 0
 
 
+def test_a_worker_of_several_groups_starts_and_stops_without_a_warning(
+        lifecycle: Lifecycle) -> None:
+    # Given a worker whose queues fall in two groups (two Dramatiq workers on one broker)
+    run = lifecycle.spawn("notification-email", "store-fulfillment")
+    run.record("worker started")
+
+    # When it has started and stopped
+    assert run.stop() == 0
+
+    # Then nothing it logged was a warning or worse: a start that went as planned says so
+    # at INFO only
+    warned = [f"{r.get('level')}: {r.get('msg')}" for r in run.records
+              if r.get("level") not in ("DEBUG", "INFO")]
+    assert warned == [], warned
+
+
 def test_a_store_recovery_startup_failure_stops_the_process(
         lifecycle: Lifecycle, private_redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a Redis whose "worker" user may use every key but store-fulfillment's

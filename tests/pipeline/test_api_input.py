@@ -367,4 +367,4 @@ def test_an_unknown_id_is_a_404_naming_what_was_not_found(client: TestClient, pa
 
     assert response.status_code == 404
     assert response.json()["error"] == {"code": code, "message": f"no {code.split('_')[0]} "
-                                                                 "no-such-id"}
+                                                                 "with id no-such-id"}

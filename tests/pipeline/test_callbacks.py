@@ -357,10 +357,10 @@ def test_an_unmatched_receipt_is_retried_until_30_minutes_old_then_marked_unmatc
                              headers=headers).json()["receipt_id"]
     job_id = f"notification-callback-{send['provider_message_id']}-delivered"
     with running_worker([ORCHESTRATION]):
-        # Then while it is young the job fails its attempt and waits for the next (10 s)
+        # Then while it is young the job is deferred (no failed attempt) for 10 s
         job = wait_for(lambda: (j := queue(ORCHESTRATION).get(job_id)) is not None
                        and j.state == "delayed" and j, what="the retry")
-    assert "no email delivery" in (job.failed_reason or "")
+    assert job.attempts_made == 0
     assert job.run_at is not None and job.run_at - utcnow() > timedelta(seconds=5)
     assert receipt(receipt_id).processed_at is None
     with pytest.raises(ReceiptUnmatched):
@@ -406,3 +406,37 @@ def jobs_counted(outcome: str) -> float:
     value = REGISTRY.get_sample_value("queue_jobs_total",
                                       {"queue": ORCHESTRATION, "outcome": outcome})
     return value or 0.0
+
+
+def test_an_unmatched_receipt_logs_each_attempt_at_info_and_warns_once_when_given_up(
+        pipeline: None, caplog: pytest.LogCaptureFixture) -> None:
+    client = TestClient(create_app())
+    sent_sms(client)
+    [send] = MockProvider.sends()
+    # Given a receipt no delivery matches (the SMS's message id on another channel)
+    body, headers = signed_callback({**send, "channel": "email"}, "delivered")
+    receipt_id = client.post("/v1/callbacks/mock", content=body,
+                             headers=headers).json()["receipt_id"]
+    job_id = f"notification-callback-{send['provider_message_id']}-delivered"
+    caplog.set_level(logging.INFO)
+    # When a worker tries it while it is young
+    with running_worker([ORCHESTRATION]):
+        wait_for(lambda: (j := queue(ORCHESTRATION).get(job_id)) is not None
+                 and j.state == "delayed", what="the retry")
+    # Then the attempt is told at INFO, by receipt id, and nothing is a warning
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    told = [r for r in caplog.records if getattr(r, "receipt_id", None) == receipt_id]
+    assert [r.levelno for r in told] == [logging.INFO], [r.getMessage() for r in told]
+    # When it is 30 minutes old and tried again
+    caplog.clear()
+    with db_session() as session:
+        session.execute(update(CallbackReceipt).where(CallbackReceipt.id == receipt_id)
+                        .values(received_at=utcnow() - timedelta(minutes=30)))
+    queue(ORCHESTRATION).remove(job_id)
+    assert enqueue_normalisation(receipt(receipt_id)) == "added"
+    with running_worker([ORCHESTRATION]):
+        wait_for(lambda: processed(receipt_id), what="the receipt processed")
+    # Then one warning says it was given up, by receipt id
+    warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [getattr(r, "receipt_id", None) for r in warned] == [receipt_id], \
+        [r.getMessage() for r in warned]

@@ -224,9 +224,11 @@ def test_eight_lines_of_one_supplier_are_one_dispatch_and_one_job(client: TestCl
 
 
 def test_an_unknown_purchase_order_is_404(client: TestClient) -> None:
-    response = client.get(f"/v1/purchase-orders/{uuid.uuid4()}")
+    response = client.get("/v1/purchase-orders/no-such-order")
     assert response.status_code == 404
-    assert response.json()["error"]["code"] == "purchase_order_not_found"
+    # a sentence, not an identifier: what was looked for, and by which id
+    assert response.json()["error"] == {"code": "purchase_order_not_found",
+                                        "message": "no purchase order with id no-such-order"}
 
 
 def _catalog() -> dict[str, str]:

@@ -11,7 +11,7 @@ from actors import orchestration
 from actors.render import Locale
 from herald.text import SingleLine
 from herald.web.auth import protected_router
-from herald.web.errors import api_error
+from herald.web.errors import api_error, not_found
 
 router = protected_router(["accounts"])
 
@@ -76,7 +76,7 @@ def update_account(account_id: str, body: AccountPatch) -> dict[str, Any]:
     try:
         account = orchestration.update_account(account_id, **body.model_dump(exclude_unset=True))
     except orchestration.AccountNotFound:
-        raise api_error(404, "account_not_found", f"no account {account_id}") from None
+        raise not_found("account", account_id) from None
     except ValueError as error:
         raise api_error(422, "invalid_account", str(error)) from None
     return _account_view(account)

@@ -36,6 +36,7 @@ from herald.web.auth import admin_router
 from herald.web.errors import api_error
 from models import timelines
 from models.activations import ActivationStep
+from models.base import money
 from models.callbacks import CallbackReceipt
 from models.notifications import Account, Delivery, Notification, Outcome
 from models.payments import Payment
@@ -244,7 +245,7 @@ def order_result(session: Session, order: Order) -> Result:
     # an order's issuance runs are ``{orderId}-issue`` and ``{orderId}-{trigger}-{key}``
     jobs = queue(issue_store_order.queue).find(f"{order.id}-", limit=JOBS_PER_ORDER)
     jobs += _existing_jobs(ref for payment in payments for ref in _payment_jobs(payment))
-    summary = f"order {order.amount:f} {order.currency}: {order.status}"
+    summary = f"order {money(order.amount)} {order.currency}: {order.status}"
     if store_order is not None:
         summary += (f", issuance {store_order.issuance_state} "
                     f"({store_order.product_id} via {store_order.provider})")
@@ -266,7 +267,7 @@ def payment_result(payment: Payment) -> Result:
     links = {name: value for name, value in (("order_id", payment.order_id),
                                             ("activation_id", payment.activation_id)) if value}
     return _result("payment", payment.id,
-                   summary=(f"payment {payment.amount:f} {payment.currency} via "
+                   summary=(f"payment {money(payment.amount)} {payment.currency} via "
                             f"{payment.gateway}: {payment.status}"),
                    state=payment.status, jobs=_existing_jobs(_payment_jobs(payment)),
                    timeline=timelines.payment_timeline(payment), links=links)

@@ -14,7 +14,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validato
 from actors import batches
 from herald.text import JSON_TEXT, SINGLE_LINE, SingleLine
 from herald.web.auth import protected_router
-from herald.web.errors import api_error, found
+from herald.web.errors import api_error, found, not_found
 
 router: APIRouter = protected_router(["batches"])
 
@@ -62,7 +62,7 @@ def cancel_batch(batch_id: str) -> dict[str, Any]:
     try:
         report = batches.cancel_batch(batch_id)
     except batches.BatchNotFound:
-        raise api_error(404, "batch_not_found", f"no batch {batch_id}") from None
+        raise not_found("batch", batch_id) from None
     except batches.BatchNotCancellable as error:
         raise api_error(409, "batch_not_cancellable", str(error)) from None
     return batches.batch_view(report)

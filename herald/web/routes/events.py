@@ -19,6 +19,7 @@ from herald.web.errors import (
     INVALID_VALUE,
     ErrorDetail,
     error_body,
+    not_found_message,
     validation_error_body,
 )
 from herald.web.fast_json import FastJSONResponse
@@ -119,5 +120,5 @@ def _answer(event: EventIn, outcome: orchestration.EventOutcome) -> dict[str, An
         return {"status": 422, **error_body("invalid_event", str(outcome))}
     if isinstance(outcome, orchestration.AccountNotFound):
         return {"status": 404, **error_body("account_not_found",
-                                            f"no account {event.account_id}")}
+                                            not_found_message("account", event.account_id))}
     return {"status": 422, **error_body(*INVALID_VALUE)}

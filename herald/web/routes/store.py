@@ -19,7 +19,7 @@ from actors.fx import UnratedCurrency
 from herald.text import SingleLine
 from herald.web.auth import protected_router
 from herald.web.body_limit import read_body_up_to
-from herald.web.errors import api_error, found
+from herald.web.errors import api_error, found, not_found
 from herald.web.routes.callbacks import require_mock_configured
 from providers.esim import InvalidWebhook, InvalidWebhookBody
 
@@ -52,10 +52,10 @@ def place_order(body: OrderIn) -> dict[str, Any]:
     except store.StoreDisabled as error:
         raise api_error(409, "store_disabled", str(error)) from None
     except store.AccountNotFound:
-        raise api_error(404, "account_not_found", f"no account {body.account_id}") from None
+        raise not_found("account", body.account_id) from None
     except store.ProductNotFound:
         raise api_error(404, "product_not_found",
-                        f"no product {body.product_id} on sale") from None
+                        f"no product with id {body.product_id} on sale") from None
     except store.ProviderUnavailable as error:
         raise api_error(409, "provider_unavailable", str(error)) from None
     except UnratedCurrency as error:
