@@ -29,7 +29,6 @@ from dramatiq.broker import MessageProxy
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import IntegrityError
 
-from herald.logs import configure_logging
 from herald.queue.middleware import report
 from herald.settings import Settings
 from providers import (
@@ -50,6 +49,7 @@ from tests.providers.fakes import (
     use_herald_env,
 )
 from tests.providers.test_smtp import authenticate, start_relay
+from tests.support.log_capture import herald_log_buffer, leaks
 from tests.support.processes import REPO
 from tests.support.services import find_free_port
 from tests.support.sftp_server import start_sftp_server
@@ -69,30 +69,11 @@ QUERY_TOKEN = "query-secret-58de"
 WRONG = "wrong-secret-d04c"
 
 
-def leaks(output: str, *values: str) -> list[str]:
-    """The values found in ``output`` (a phone number also as bare digits, an email in any
-    case; percent-encoded too, as a query string carries them)."""
-    lowered = output.lower()
-    found = []
-    for value in values:
-        forms = {value, value.lstrip("+"), urllib.parse.quote(value, safe=""),
-                 urllib.parse.quote_plus(value)}
-        if any(form.lower() in lowered for form in forms):
-            found.append(value)
-    return found
-
-
 @pytest.fixture
 def herald_log() -> Iterator[io.StringIO]:
     """herald's configured logging (text lines, DEBUG) written to a buffer."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    out = io.StringIO()
-    configure_logging(Settings(log_format="text", log_level="DEBUG"), stream=out)
-    yield out
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    logging.captureWarnings(False)
+    with herald_log_buffer("text") as out:
+        yield out
 
 
 def sms(to: str = PHONE) -> OutboundMessage:
@@ -301,7 +282,8 @@ def test_herald_web_logs_no_query_string_address_or_bound_parameter(
     account = {"email": EMAIL, "phone": PHONE}
     supplier = {"name": "Refused", "type": "sysco", "sftp": {
         "host": "sftp.supplier.test", "username": "herald", "password": SFTP_PASSWORD,
-        "outbound_dir": "/in", "inbound_dir": "/out", "archive_dir": "/archive"}}
+        "outbound_dir": "/in", "inbound_dir": "/out", "archive_dir": "/archive",
+        "trust_on_first_use": True}}
 
     # a created account, then the same again: a duplicate insert
     assert _request(base, "POST", "/v1/accounts", account) == 201

@@ -5,22 +5,19 @@ appear nowhere in what the workers, the queue and Dramatiq wrote."""
 from __future__ import annotations
 
 import io
-import logging
 from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
 
-from herald.logs import configure_logging
 from herald.queue import queue
 from herald.queue.worker import running_worker
-from herald.settings import Settings
 from herald.web import create_app
 from providers.mock import MockProvider
 from tests.pipeline.support import account, event
 from tests.providers.fakes import FakeTwilio, use_herald_env
+from tests.support.log_capture import herald_log_buffer, leaks
 from tests.support.waiting import wait_for
-from tests.test_log_privacy import leaks
 
 EMAIL = "pipeline.leak.41c@example.com"
 PHONE = "+966507774321"
@@ -31,14 +28,8 @@ TWILIO_TOKEN = "twilio-pipeline-secret-2e7a"
 @pytest.fixture
 def herald_log() -> Iterator[io.StringIO]:
     """herald's configured logging (JSON lines, DEBUG) written to a buffer."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    out = io.StringIO()
-    configure_logging(Settings(log_format="json", log_level="DEBUG"), stream=out)
-    yield out
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    logging.captureWarnings(False)
+    with herald_log_buffer("json") as out:
+        yield out
 
 
 def test_failing_sends_through_real_workers_log_no_address_number_or_token(
