@@ -166,12 +166,7 @@ ESIMHUB_SECRET = "fuzz-esimhub-secret"
 def test_no_signed_store_webhook_gets_a_server_error(
         provider: str, pipeline: None, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given the store on with both plugins, each webhook signed with its secret
-    for name, value in {"FEATURE_ESIM_STORE": "true", "ESIM_PROVIDERS": "mock,esimhub",
-                        "ESIMHUB_WEBHOOK_SECRET": ESIMHUB_SECRET}.items():
-        monkeypatch.setenv(name, value)
-    reset_settings()
-    esim_providers.reset()
-    client = TestClient(create_app())
+    client = store_on_with_both_plugins(monkeypatch)
     sign, webhook = STORE_WEBHOOKS[provider]
 
     @given(body=mutated(webhook).map(lambda v: json.dumps(v).encode())
@@ -219,12 +214,7 @@ def test_no_crafted_signature_header_gets_a_server_error(
         path: str, pipeline: None, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given every signed route live: each provider's secret set, the store on
     provider_secrets(monkeypatch)
-    for name, value in {"FEATURE_ESIM_STORE": "true", "ESIM_PROVIDERS": "mock,esimhub",
-                        "ESIMHUB_WEBHOOK_SECRET": ESIMHUB_SECRET}.items():
-        monkeypatch.setenv(name, value)
-    reset_settings()
-    esim_providers.reset()
-    client = TestClient(create_app())
+    client = store_on_with_both_plugins(monkeypatch)
     names = SIGNED_ROUTES[path]
 
     @given(values=st.fixed_dictionaries({}, optional={name: HEADER_VALUE for name in names}),
@@ -246,3 +236,14 @@ def test_no_crafted_signature_header_gets_a_server_error(
 
     check()
     esim_providers.reset()
+
+
+def store_on_with_both_plugins(monkeypatch: pytest.MonkeyPatch) -> TestClient:
+    """The app with the store on and both eSIM plugins (mock, esimhub), each webhook's
+    secret set."""
+    for name, value in {"FEATURE_ESIM_STORE": "true", "ESIM_PROVIDERS": "mock,esimhub",
+                        "ESIMHUB_WEBHOOK_SECRET": ESIMHUB_SECRET}.items():
+        monkeypatch.setenv(name, value)
+    reset_settings()
+    esim_providers.reset()
+    return TestClient(create_app())

@@ -366,13 +366,7 @@ def test_an_unmatched_receipt_is_retried_until_30_minutes_old_then_marked_unmatc
     with pytest.raises(ReceiptUnmatched):
         normalise(CallbackJob(receipt_id=receipt_id))
     # When it is 30 minutes old and re-driven (as the handoff sweep does)
-    with db_session() as session:
-        session.execute(update(CallbackReceipt).where(CallbackReceipt.id == receipt_id)
-                        .values(received_at=utcnow() - timedelta(minutes=30)))
-    queue(ORCHESTRATION).remove(job_id)
-    assert enqueue_normalisation(receipt(receipt_id)) == "added"
-    with running_worker([ORCHESTRATION]):
-        wait_for(lambda: processed(receipt_id), what="the receipt processed")
+    redrive_when_30_minutes_old(receipt_id, job_id)
     # Then it is processed unmatched and the delivery is untouched
     assert (receipt(receipt_id).result, receipt(receipt_id).delivery_id) == ("unmatched", None)
     assert delivery(client, sms["id"]) == sms
@@ -429,6 +423,16 @@ def test_an_unmatched_receipt_logs_each_attempt_at_info_and_warns_once_when_give
     assert [r.levelno for r in told] == [logging.INFO], [r.getMessage() for r in told]
     # When it is 30 minutes old and tried again
     caplog.clear()
+    redrive_when_30_minutes_old(receipt_id, job_id)
+    # Then one warning says it was given up, by receipt id
+    warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [getattr(r, "receipt_id", None) for r in warned] == [receipt_id], \
+        [r.getMessage() for r in warned]
+
+
+def redrive_when_30_minutes_old(receipt_id: str, job_id: str) -> None:
+    """Age the receipt to 30 minutes and drive it again, as the handoff sweep does (its
+    waiting job removed first), until a worker has processed it."""
     with db_session() as session:
         session.execute(update(CallbackReceipt).where(CallbackReceipt.id == receipt_id)
                         .values(received_at=utcnow() - timedelta(minutes=30)))
@@ -436,7 +440,3 @@ def test_an_unmatched_receipt_logs_each_attempt_at_info_and_warns_once_when_give
     assert enqueue_normalisation(receipt(receipt_id)) == "added"
     with running_worker([ORCHESTRATION]):
         wait_for(lambda: processed(receipt_id), what="the receipt processed")
-    # Then one warning says it was given up, by receipt id
-    warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
-    assert [getattr(r, "receipt_id", None) for r in warned] == [receipt_id], \
-        [r.getMessage() for r in warned]
