@@ -29,6 +29,7 @@ from herald.web.idempotency import IDEMPOTENT_ROUTES
 from models.base import utcnow
 from models.idempotency import IdempotencyKey
 from models.notifications import Account, Delivery, Notification
+from tests.support.idempotency import client_without_keys
 
 ACCOUNT = {"email": "amal@example.com", "phone": "+966501234567"}
 
@@ -36,9 +37,7 @@ ACCOUNT = {"email": "amal@example.com", "phone": "+966501234567"}
 @pytest.fixture
 def client(pipeline: None) -> Iterator[TestClient]:
     """The app on the pipeline's database, with no idempotency key kept yet."""
-    with db.get_engine().begin() as connection:
-        connection.execute(text("TRUNCATE idempotency_keys"))
-    with TestClient(create_app()) as test_client:
+    with client_without_keys() as test_client:
         yield test_client
 
 

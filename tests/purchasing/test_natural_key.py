@@ -24,6 +24,7 @@ from herald.web import create_app
 from models.purchasing import DispatchOutbox, PurchaseOrder, PurchaseOrderLine, SupplierDispatch
 from tests.purchasing.conftest import Mailbox, make_item, make_supplier
 from tests.purchasing.dispatching import files_under
+from tests.support.idempotency import client_without_keys
 from tests.support.sftp_server import SftpTestServer
 from tests.support.waiting import wait_for
 
@@ -32,9 +33,7 @@ RESTAURANT = {"id": str(uuid.uuid4()), "name": "Bistro Nord", "location": "12 Qu
 
 @pytest.fixture
 def client(purchasing: str) -> Iterator[TestClient]:
-    with db.get_engine().begin() as connection:
-        connection.execute(text("TRUNCATE idempotency_keys"))
-    with TestClient(create_app()) as test_client:
+    with client_without_keys() as test_client:
         yield test_client
 
 
