@@ -1,5 +1,5 @@
 """The email-retry lane: operational emails that must get out even when the provider is
-down for hours (README.md#the-email-retry-lane, docs/pipeline.md#the-email-retry-lane).
+down for hours (docs/pipeline.md#the-email-retry-lane).
 
 Operational emails are the ones herald sends *outside* the notification pipeline —
 operator alerts to ``ADMIN_ALERT_EMAIL`` (:func:`send_admin_alert`) to start with. A

@@ -1,5 +1,5 @@
 """The expiry sweep of idempotency keys: a key's answer is replayed for 24 hours, then
-its row is deleted (README.md, "Idempotency-Key"; docs/sweeps.md#idempotency-keys).
+its row is deleted (docs/api.md#idempotency-key; docs/sweeps.md#idempotency-keys).
 
 ``herald clock`` runs it every :data:`EXPIRY_INTERVAL` on ``notification-orchestration``;
 ``herald sweep idempotency-keys`` runs it once."""

@@ -96,8 +96,8 @@ def check_account_fields(fields: dict[str, Any]) -> None:
 def create_account(**fields: Any) -> Account:
     """Create an account; fields are validated before anything is written.
 
-    Accounts are keyed by id: two accounts may share an email or phone (README.md, "The
-    HTTP API")."""
+    Accounts are keyed by id: two accounts may share an email or phone (docs/api.md, "Event
+    types")."""
     check_account_fields(fields)
     with db_session() as session:
         account = Account(**fields)
@@ -309,7 +309,7 @@ def _enqueued(deliveries: list[Delivery], enqueue: Callable[[], None]) -> bool:
 
 
 # -- many events at once ------------------------------------------------------------------
-#: The most events one :func:`trigger_events` call takes (README.md, "The HTTP API").
+#: The most events one :func:`trigger_events` call takes (docs/api.md, "Bulk events").
 MAX_BULK_EVENTS = 1000
 #: The handoff stamps of events triggered one at a time, written by a thread of their own,
 #: those of many events in one UPDATE: a round trip less on each event's path, and a

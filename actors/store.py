@@ -207,7 +207,7 @@ def place_order(account_id: str, product_id: str, currency: str | None = None
 
 # -- reading ----------------------------------------------------------------------------
 def order_view(order: Order, store_order: StoreOrder, events: list[Any]) -> dict[str, Any]:
-    """A store order as JSON (README.md, "The HTTP API"); ``events`` oldest first."""
+    """A store order as JSON (docs/api.md, "The eSIM store"); ``events`` oldest first."""
     profile = None
     if store_order.issuance_state == IssuanceState.ISSUED.value:
         profile = {"iccid": store_order.iccid, "activation_code": store_order.activation_code,

@@ -1,5 +1,5 @@
 """Who may read what the outside should not see: the API token, and loopback clients
-while it is unset (protected mode, README.md "The HTTP API"). The web app's door
+while it is unset (protected mode, docs/api.md "Routes"). The web app's door
 (:mod:`herald.web.auth`) and the worker health server's ``/readyz`` decide the same way.
 """
 

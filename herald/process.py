@@ -1,6 +1,6 @@
 """Process-wide tuning for herald's long-running processes (``herald web``'s and
 ``herald worker``'s): the garbage collector's pace, and the worker's CPU scheduling policy
-(README.md, "Deployment")."""
+(bench/README.md, "Tuning the processes")."""
 
 from __future__ import annotations
 

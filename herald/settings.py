@@ -197,7 +197,7 @@ class Settings(BaseSettings):
 
     admin_token: str = ""
     #: The ``/v1`` bearer token. While it is unset only loopback clients get in (protected
-    #: mode, README.md "Authentication"), unless HERALD_OPEN_API opens ``/v1`` on purpose.
+    #: mode, docs/api.md "Routes"), unless HERALD_OPEN_API opens ``/v1`` on purpose.
     api_token: str = ""
     herald_open_api: bool = False
     #: ``/openapi.json`` and ``/docs`` open to anyone (by default they are guarded as

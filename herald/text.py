@@ -1,4 +1,4 @@
-"""Which characters a free-text field of the API may hold (README.md, "Errors":
+"""Which characters a free-text field of the API may hold (docs/api.md, "Errors":
 ``control_character``).
 
 Text a client sends ends up in X12 segments, email headers, log lines, file names and

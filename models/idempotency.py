@@ -1,6 +1,6 @@
 """Idempotency keys: the first answer to a creating ``POST`` sent with an
 ``Idempotency-Key`` header, kept so a retry gets it again instead of doing the work twice
-(README.md, "Idempotency-Key").
+(docs/api.md, "Idempotency-Key").
 
 A key is unique per scope (a hash of the API token used, never the token itself). Its row
 moves through one path, each step a single conditional statement, so two requests can

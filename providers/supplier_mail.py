@@ -14,7 +14,7 @@ repeats it and mail clients show one message.
 
 On the embedded default with SMTP_HOST not set (the README's tour: no mail relay there)
 it goes to the mock provider's mail store instead, as notification email does, and the
-mock's message id is the reference (:func:`mail_goes_to_mock`; README.md, "Purchasing").
+mock's message id is the reference (:func:`mail_goes_to_mock`; docs/api.md, "Purchasing").
 
 Failures: no supplier address (or a malformed one) is :class:`SupplierConfigError` and
 nothing is sent; a 5xx reply or a relay lacking what the SMTP settings require is

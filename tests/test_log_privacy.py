@@ -1,8 +1,8 @@
-"""Nothing personal or secret in the logs (README "Logging"): the error paths driven for
-real — failing provider sends, a refused SFTP login, failed database inserts, searches by
-email and phone, access lines of requests with query strings — with herald's own logging
-at DEBUG, and every address, phone number, token and password the test used looked for in
-what was written."""
+"""Nothing personal or secret in the logs (docs/deployment.md#logging): the error paths
+driven for real — failing provider sends, a refused SFTP login, failed database inserts,
+searches by email and phone, access lines of requests with query strings — with herald's
+own logging at DEBUG, and every address, phone number, token and password the test used
+looked for in what was written."""
 
 from __future__ import annotations
 

@@ -1,24 +1,31 @@
-"""README.md is run, so what it tells a user cannot drift from what herald does.
+"""README.md and docs/*.md are run, so what they tell a user cannot drift from what herald
+does.
 
-Every fenced block of the README is one of:
+Every fenced block of the README and of each document in docs/ is one of:
 
-- ``sh`` with ``curl``: the tour, run as a new user runs it: in order, in one bash
-  session, against ``herald up`` on the embedded default (the repository's Procfile, in a
-  directory of its own, with the variables the tour exports); each curl command documents
-  the status it answers with a trailing comment ``# → 201``, and gets exactly that (a
-  command that polls, ``until curl …; do sleep 1; done``, by its last call).
+- ``sh`` with ``curl``: the tour, run as a new user runs it: in order (the README's
+  blocks, then each document's in the order of their names: docs/api.md goes on from the
+  README's variables, docs/console.md from both), in one bash session, against
+  ``herald up`` on the embedded default (the repository's Procfile, in a directory of its
+  own, with the variables the tour exports); each curl command documents the status it
+  answers with a trailing comment ``# → 201``, and gets exactly that (a command that polls,
+  ``until curl …; do sleep 1; done``, by its last call).
 - ``json``: a response sample; it has the keys of the response to the last curl command
-  of the block before it.
+  of the block before it, in the same document.
 - ``sh`` with cheap ``herald`` commands (``queues``, ``migrate``, ``sweep``, ``clean``,
   ``--help``): run, and succeed.
 - ``sh`` with long-running commands (``make demo``, ``herald up`` …) and ``export`` lines:
   each command names the test that runs it (:data:`RUN_ELSEWHERE`); each exported
   variable is a setting with a valid value.
-- ``python``: run in order in one namespace against a real Redis, with a real worker.
-- ``Procfile``: the repository's ``Procfile``; ``text``: output, not run.
+- ``python``: run in order, one namespace per document, against a real Redis, with a real
+  worker.
+- ``Procfile``: the repository's ``Procfile``; ``text``: output, a drawing or code that is
+  not run.
 
-The tables of settings, event types and commands are checked against
-``herald.settings``, the event catalogue and each command's ``--help``.
+The tables of settings (docs/configuration.md), event types (docs/api.md) and commands
+(docs/deployment.md) are checked against ``herald.settings``, the event catalogue and each
+command's ``--help``; every relative link of the README, docs/ and bench/README.md leads to
+a file, and its ``#anchor`` to a heading of it.
 """
 
 from __future__ import annotations
@@ -50,9 +57,10 @@ from tests.test_cli import free_port, herald_command, herald_env, run_herald
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
-#: Where the README's examples find herald (the test substitutes the web process's port).
+DOCS = REPO / "docs"
+#: Where the examples find herald (the test substitutes the web process's port).
 README_ORIGIN = "localhost:8000"
-#: Fence labels a README block may carry.
+#: Fence labels a block may carry.
 LABELS = {"sh", "python", "json", "text", "Procfile"}
 #: ``herald`` subcommands cheap enough to run here (``--help`` of any other is cheap too).
 CHEAP = {"queues", "migrate", "sweep", "clean", "retry"}
@@ -68,10 +76,10 @@ RUN_ELSEWHERE = {
                       "def test_a_worker_with_no_queues_named_runs_the_table_but_never_the_"),
     "herald clock": ("tests/test_cli.py", "def test_clock_runs_until_sigterm("),
 }
-#: Seconds the README's HTTP examples may take together (``herald up`` runs every process
+#: Seconds the HTTP examples may take together (``herald up`` runs every process
 #: of the Procfile on the test machine's cores meanwhile).
 TOUR_S = 300
-#: Records one curl call under the README line of its command (a command that polls keeps
+#: Records one curl call under the line of its command (a command that polls keeps
 #: its last call): its status on the first line, then its body.
 CURL_RECORDER = r"""
 curl() {
@@ -83,25 +91,45 @@ curl() {
 """
 
 
-# -- reading the README -------------------------------------------------------------------
+# -- reading the README and docs/ ----------------------------------------------------------
+def documents() -> list[Path]:
+    """The README, then docs/ in the order of their names: the order the tour runs in."""
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
+def at(path: Path, line: int) -> str:
+    """Where a reader finds a line: ``docs/api.md line 12``."""
+    return f"{path.relative_to(REPO)} line {line}"
+
+
 @dataclasses.dataclass(frozen=True)
 class Block:
-    """One fenced block: its label, its text and the README line its text starts on."""
+    """One fenced block: its document, its label, its text and the line its text starts on."""
 
+    path: Path
     label: str
     text: str
     line: int
+
+    @property
+    def where(self) -> str:
+        return at(self.path, self.line)
 
 
 @dataclasses.dataclass(frozen=True)
 class Command:
     """One shell command of a block (continuation lines and multi-line quotes joined)."""
 
+    path: Path
     code: str
     comment: str
     line: int
-    #: The README line the command ends on (a quote or a ``\\`` may carry it over lines).
+    #: The line the command ends on (a quote or a ``\\`` may carry it over lines).
     end: int
+
+    @property
+    def where(self) -> str:
+        return at(self.path, self.line)
 
     @property
     def words(self) -> list[str]:
@@ -123,13 +151,9 @@ class Command:
         return int(found.group(1)) if found else None
 
 
-def readme_text() -> str:
-    return README.read_text(encoding="utf-8")
-
-
-def blocks() -> list[Block]:
-    """Every fenced block of the README, in order."""
-    found, lines = [], readme_text().splitlines()
+def document_blocks(path: Path) -> list[Block]:
+    """Every fenced block of one document, in order."""
+    found, lines = [], path.read_text(encoding="utf-8").splitlines()
     index = 0
     while index < len(lines):
         opening = re.fullmatch(r"```(\S*)\s*", lines[index])
@@ -137,9 +161,15 @@ def blocks() -> list[Block]:
             index += 1
             continue
         end = lines.index("```", index + 1)
-        found.append(Block(opening.group(1), "\n".join(lines[index + 1:end]) + "\n", index + 2))
+        found.append(Block(path, opening.group(1), "\n".join(lines[index + 1:end]) + "\n",
+                           index + 2))
         index = end + 1
     return found
+
+
+def blocks() -> list[Block]:
+    """Every fenced block of the README and docs/, in the tour's order."""
+    return [block for path in documents() for block in document_blocks(path)]
 
 
 def commands(block: Block) -> list[Command]:
@@ -167,8 +197,8 @@ def commands(block: Block) -> list[Command]:
             continue
         elif char == "\n":
             if "".join(code).strip():
-                found.append(Command(" ".join("".join(code).split()), " ".join(comment), start,
-                                     line))
+                found.append(Command(block.path, " ".join("".join(code).split()),
+                                     " ".join(comment), start, line))
             code, comment, start = [], [], line + 1
         else:
             code.append(char)
@@ -182,12 +212,14 @@ def http_blocks() -> list[Block]:
     return [b for b in blocks() if b.label == "sh" and any(c.is_curl for c in commands(b))]
 
 
-def section(title: str) -> str:
-    """The README's text under the ``## title`` heading, up to the next one."""
-    text = readme_text()
-    start = text.index(f"\n## {title}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start:end if end != -1 else None]
+def section(path: Path, title: str) -> str:
+    """A document's text under the heading ``title`` (of any level), up to the next heading
+    of the same level or a higher one."""
+    text = "\n" + path.read_text(encoding="utf-8")
+    found = re.search(rf"\n(#+) {re.escape(title)}\n", text)
+    assert found, f"{path.relative_to(REPO)}: no heading {title!r}"
+    end = re.compile(rf"\n#{{1,{len(found.group(1))}}} ").search(text, found.end())
+    return text[found.start():end.start() if end else None]
 
 
 def table_rows(text: str) -> list[list[str]]:
@@ -267,18 +299,18 @@ def tour(tmp_path: Path) -> Iterator[Tour]:
 
 @dataclasses.dataclass(frozen=True)
 class Call:
-    """What one curl command of the README got."""
+    """What one curl command of the tour got."""
 
     status: int
     body: str
 
 
 def run_http_blocks(tour: Tour, workdir: Path) -> list[dict[int, Call]]:
-    """Run the README's curl blocks in one bash session, as a user in a second terminal
-    (the tour's directory and variables); each block's calls by the README line of their
+    """Run the curl blocks of the README and docs/ in one bash session, as a user in a second
+    terminal (the tour's directory and variables); each block's calls by the line of their
     command."""
     missing = [tool for tool in ("bash", "curl", "jq", "openssl") if shutil.which(tool) is None]
-    assert not missing, f"the README's examples need {', '.join(missing)}: install them"
+    assert not missing, f"the tour's examples need {', '.join(missing)}: install them"
     script = ["set -euo pipefail", CURL_RECORDER]
     for index, block in enumerate(http_blocks()):
         calls_dir = f'"$README_ROOT/{index:02d}"'
@@ -292,7 +324,7 @@ def run_http_blocks(tour: Tour, workdir: Path) -> list[dict[int, Call]]:
     env = {**tour.env, "HOME": str(workdir), "README_ROOT": str(root)}
     done = subprocess.run(["bash", "-c", "\n".join(script)], cwd=tour.directory, env=env,
                           capture_output=True, text=True, timeout=TOUR_S)
-    assert done.returncode == 0, f"the README's curl examples stopped:\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, f"the tour's curl examples stopped:\n{done.stderr[-3000:]}"
     return [{int(path.name): read_call(path) for path in folder.iterdir()}
             for folder in sorted(root.iterdir())]
 
@@ -328,19 +360,20 @@ def shown_statuses(value: Any, path: str = "") -> dict[str, Any]:
 
 def test_the_tour_answers_every_status_and_shape_it_documents(tour: Tour,
                                                              tmp_path: Path) -> None:
-    # Given herald up as the tour starts it; When the README's curl blocks run in order
+    # Given herald up as the tour starts it; When the curl blocks of the README and docs/
+    # run in order
     calls = run_http_blocks(tour, tmp_path)
 
     # Then each curl command got the status its comment documents
     for block, got in zip(http_blocks(), calls, strict=True):
         curls = [command for command in commands(block) if command.is_curl]
-        assert sorted(got) == [c.line for c in curls], f"README line {block.line}: calls made"
+        assert sorted(got) == [c.line for c in curls], f"{block.where}: calls made"
         for command in curls:
             call = got[command.line]
             assert command.documented_status is not None, (
-                f"README line {command.line}: say the status a reader gets (# → 200)")
+                f"{command.where}: say the status a reader gets (# → 200)")
             assert call.status == command.documented_status, (
-                f"README line {command.line}: documented {command.documented_status}, "
+                f"{command.where}: documented {command.documented_status}, "
                 f"got {call.status}: {call.body[:500]}")
 
     # And each response sample has the keys (and the statuses) of the response it follows
@@ -349,24 +382,25 @@ def test_the_tour_answers_every_status_and_shape_it_documents(tour: Tour,
         if block.label != "json":
             continue
         before = labelled[position - 1]
-        assert before in http_blocks(), f"README line {block.line}: a sample follows a curl block"
+        assert before in http_blocks() and before.path == block.path, (
+            f"{block.where}: a sample follows a curl block")
         got = calls[http_blocks().index(before)]
         response = got[max(got)]
         sample, answer = json.loads(block.text), json.loads(response.body)
         assert key_shape(sample) == key_shape(answer), (
-            f"README line {block.line}: the sample's keys differ from the response "
+            f"{block.where}: the sample's keys differ from the response "
             f"{response.body[:1500]}")
         # and the statuses it shows (an order `completed`, its dispatch `submitted`)
         shown = shown_statuses(sample)
         assert shown == {path: shown_statuses(answer).get(path) for path in shown}, (
-            f"README line {block.line}: the sample's statuses differ from the response "
+            f"{block.where}: the sample's statuses differ from the response "
             f"{response.body[:1500]}")
 
 
 def route_of(command: Command) -> tuple[str, str]:
     """The method and path a curl command calls."""
     found = re.search(re.escape(README_ORIGIN) + r"(/[^\s'\")]*)", command.code)
-    assert found, f"README line {command.line}: curl {README_ORIGIN}/…"
+    assert found, f"{command.where}: curl {README_ORIGIN}/…"
     explicit = re.search(r"\s-X\s+([A-Z]+)", command.code)
     if explicit:
         method = explicit.group(1)
@@ -386,7 +420,7 @@ def test_every_route_has_a_curl_example() -> None:
     paths = create_app().openapi()["paths"]
     served = {(method.upper(), path) for path, item in paths.items() for method in item}
 
-    # When the README's curl commands are read
+    # When the curl commands of the README and docs/ are read
     called = [route_of(c) for b in http_blocks() for c in commands(b) if c.is_curl]
 
     # Then each of them is called by at least one example
@@ -395,7 +429,7 @@ def test_every_route_has_a_curl_example() -> None:
         return any(m == method and re.fullmatch(pattern, path) for m, path in called)
 
     missing = sorted(f"{method} {path}" for method, path in served if not matches(method, path))
-    assert not missing, f"routes with no curl example in README.md: {missing}"
+    assert not missing, f"routes with no curl example in README.md or docs/: {missing}"
 
 
 # -- the herald commands ------------------------------------------------------------------
@@ -426,7 +460,7 @@ def shell_blocks(kind: str) -> list[Block]:
         elif all(is_export(c) or run_elsewhere(c) for c in found):
             chosen += [block] if kind == "elsewhere" else []
         else:
-            pytest.fail(f"README line {block.line}: a block mixes commands run here and "
+            pytest.fail(f"{block.where}: a block mixes commands run here and "
                         "commands run elsewhere; split it")
     return chosen
 
@@ -439,11 +473,11 @@ def test_the_readmes_herald_commands_succeed(fresh_postgres: str, redis_url: str
     ran = []
     for block in shell_blocks("commands"):
         for command in commands(block):
-            # When each command runs as the README writes it
+            # When each command runs as the document writes it
             result = run_herald(*command.words[1:], cwd=tmp_path, env=env)
 
             # Then it succeeds
-            assert result.returncode == 0, (f"README line {command.line}: {command.code}\n"
+            assert result.returncode == 0, (f"{command.where}: {command.code}\n"
                                             f"{result.stdout}\n{result.stderr}")
             ran.append(command.words[1])
     assert {"queues", "migrate"} <= set(ran), ran
@@ -457,7 +491,7 @@ def test_commands_run_elsewhere_name_the_test_that_runs_them() -> None:
                 continue
             path, needle = RUN_ELSEWHERE[name]
             assert needle in (REPO / path).read_text(), (
-                f"README line {command.line}: {name} should be run by {path} ({needle})")
+                f"{command.where}: {name} should be run by {path} ({needle})")
 
 
 def test_exported_variables_are_settings_with_valid_values(monkeypatch: pytest.MonkeyPatch
@@ -468,7 +502,7 @@ def test_exported_variables_are_settings_with_valid_values(monkeypatch: pytest.M
         for command in exports:
             name, _, value = command.code.removeprefix("export ").partition("=")
             # a misspelt name would be ignored silently by the settings
-            assert name in known, f"README line {command.line}: {name} is not a setting"
+            assert name in known, f"{command.where}: {name} is not a setting"
             monkeypatch.setenv(name, value)
         if exports:
             settings.load_settings()  # raises naming any variable whose value is invalid
@@ -478,9 +512,9 @@ def test_the_command_table_matches_each_commands_help(
         capsys: pytest.CaptureFixture[str]) -> None:
     from herald.cli import build_parser, main
 
-    # Given the README's table of commands
+    # Given the table of commands
     rows = {ticked(row[0])[0].split()[1]: ticked(row[0])[0]
-            for row in table_rows(section("The `herald` command"))}
+            for row in table_rows(section(DOCS / "deployment.md", "The `herald` command"))}
     subcommands = next(action.choices for action in build_parser()._actions
                        if isinstance(action, argparse._SubParsersAction))
 
@@ -513,12 +547,14 @@ def on_redis(monkeypatch: pytest.MonkeyPatch, redis_url: str) -> Iterator[None]:
 
 @pytest.mark.usefixtures("on_redis")
 def test_the_python_examples_run() -> None:
-    # Given the README's Python blocks; When they run in order in one namespace
-    namespace: dict[str, Any] = {"__name__": "readme"}
+    # Given the Python blocks of the README and docs/
     python = [block for block in blocks() if block.label == "python"]
     assert python
+    namespaces: dict[Path, dict[str, Any]] = {}
     for block in python:
-        code = compile("\n" * (block.line - 1) + block.text, str(README), "exec")
+        # When they run in order, in one namespace per document
+        namespace = namespaces.setdefault(block.path, {"__name__": "readme"})
+        code = compile("\n" * (block.line - 1) + block.text, str(block.path), "exec")
         # Then none fails: each states what it gets with an assert
         exec(code, namespace)
 
@@ -530,13 +566,14 @@ def test_the_procfile_block_is_the_procfile() -> None:
 
 
 def test_every_block_says_what_it_holds() -> None:
-    unlabelled = [block.line for block in blocks() if block.label not in LABELS]
-    assert not unlabelled, f"README lines {unlabelled}: label each block ({sorted(LABELS)})"
+    unlabelled = [block.where for block in blocks() if block.label not in LABELS]
+    assert not unlabelled, f"{unlabelled}: label each block ({sorted(LABELS)})"
 
 
 def test_the_configuration_table_lists_every_setting_with_its_default() -> None:
     fields = {name.upper(): field for name, field in settings.Settings.model_fields.items()}
-    rows = {ticked(row[0])[0]: row[1] for row in table_rows(section("Configuration"))}
+    rows = {ticked(row[0])[0]: row[1]
+            for row in table_rows(section(DOCS / "configuration.md", "Configuration"))}
 
     assert sorted(rows) == sorted(fields)
     for name, default in rows.items():
@@ -548,7 +585,7 @@ def test_the_configuration_table_lists_every_setting_with_its_default() -> None:
 def test_the_event_type_table_matches_the_catalogue() -> None:
     from actors.render import EVENT_TYPES
 
-    rows = table_rows(section("The HTTP API").split("### Event types", 1)[1].split("###")[0])
+    rows = table_rows(section(DOCS / "api.md", "Event types"))
     documented = {ticked(row[0])[0]: (tuple(row[1].split(", ")), row[2],
                                       tuple(ticked(row[3])), tuple(ticked(row[4])))
                   for row in rows}
@@ -556,3 +593,37 @@ def test_the_event_type_table_matches_the_catalogue() -> None:
         name: (spec.channels, "transactional" if spec.transactional else "marketing",
                spec.required_data, spec.optional_data)
         for name, spec in EVENT_TYPES.items()}
+
+
+# -- the links ------------------------------------------------------------------------------
+def anchors(path: Path) -> set[str]:
+    """The ``#anchors`` GitHub gives a document's headings (code blocks left out): lower
+    case, punctuation dropped, spaces as ``-``, a repeated one numbered ``-1``, ``-2`` …"""
+    found: set[str] = set()
+    text = re.sub(r"(?ms)^```.*?^```$", "", path.read_text(encoding="utf-8"))
+    for heading in re.findall(r"(?m)^#+ (.+)$", text):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        number, unique = 0, slug
+        while unique in found:
+            number += 1
+            unique = f"{slug}-{number}"
+        found.add(unique)
+    return found
+
+
+def test_every_link_leads_to_a_file_and_its_heading() -> None:
+    # Given every relative link of the README, docs/ and bench/README.md (code blocks left out)
+    broken = []
+    for path in [*documents(), REPO / "bench" / "README.md"]:
+        text = re.sub(r"(?ms)^```.*?^```$", "", path.read_text(encoding="utf-8"))
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # http(s)://, mailto: …: not ours to check
+            name, _, anchor = target.partition("#")
+            # Then it names a file that exists, and a heading of it
+            linked = (path.parent / name).resolve() if name else path
+            if not linked.exists():
+                broken.append(f"{path.relative_to(REPO)}: {target} (no such file)")
+            elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+                broken.append(f"{path.relative_to(REPO)}: {target} (no such heading)")
+    assert not broken, broken

@@ -9,8 +9,8 @@
   and a pre-ping so a connection the server dropped is replaced, not handed out.
 
 Both keep bound parameters out of error text (``hide_parameters``): a failed statement's
-exception is logged, and its parameters are addresses, phone numbers and secrets (README
-"Logging").
+exception is logged, and its parameters are addresses, phone numbers and secrets
+(docs/deployment.md, "Logging").
 
 Schema changes go through Alembic only (:mod:`herald.db.migrations`).
 """

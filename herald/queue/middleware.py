@@ -101,7 +101,7 @@ def report(queue: str, job_id: str, result: str, actor: str = "", reason: str = 
         extra["actor"] = actor
     if failure and reason:
         # the first line only: a database error's DETAIL, on the next, quotes the row
-        # (README "Logging"); the job record keeps the whole message
+        # (docs/deployment.md#logging); the job record keeps the whole message
         extra["reason"] = reason.partition("\n")[0][:200]
     log.log(level, "job %s", result, extra=extra)
 

@@ -94,7 +94,8 @@ def owning_embedded_redis(embedded: bool) -> Iterator[None]:
     (``embedded``), when none answered before the block and one answers after it, this
     process's connections are closed and the server shut down (saving its data), unless
     another process still uses it (then one line on stderr says so). A server that was
-    running before the block is never this block's to stop (README.md, "Commands")."""
+    running before the block is never this block's to stop
+    (docs/deployment.md#the-herald-command)."""
     owner = embedded and not embedded_redis_running()
     try:
         yield

@@ -145,7 +145,7 @@ def serve(host: str = "0.0.0.0", port: int | None = None) -> None:
 
     One process serves in this one; more are children of it, sharing its socket, each
     replaced when it dies. A request's work is mostly Python, which one process runs on
-    one core at a time (README.md, "Deployment").
+    one core at a time (docs/deployment.md).
     """
     import uvicorn
 

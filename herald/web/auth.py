@@ -4,7 +4,7 @@ nothing about the body's schema).
 * ``Authorization: Bearer $API_TOKEN`` on the ``/v1`` routes. While API_TOKEN is unset they
   answer loopback clients only (protected mode, as Redis has it): any other client gets a
   403 ``api_token_required``, unless HERALD_OPEN_API opens ``/v1`` on purpose
-  (README.md, "The HTTP API").
+  (docs/api.md, "Routes").
 * ``Authorization: Bearer $ADMIN_TOKEN`` on the ``/admin`` routes (the operator console);
   while ADMIN_TOKEN is unset the console is off (404), never open.
 """

@@ -5,8 +5,8 @@ handoff stamp) whether it carries one event or a thousand. :class:`Coalescer` ru
 batch function in one thread of the process's own; each request hands its item over and
 awaits its own result, and the items that arrive while a batch runs go together into the
 next one. Alone, a request is a batch of one and waits for nothing; under load the
-batches grow by themselves, as far as the database and Redis are slow (README.md,
-"Deployment"). The event loop never blocks on the database, so ``/healthz`` answers
+batches grow by themselves, as far as the database and Redis are slow (docs/deployment.md,
+"The processes"). The event loop never blocks on the database, so ``/healthz`` answers
 while a batch waits for it.
 """
 

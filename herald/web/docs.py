@@ -1,8 +1,8 @@
 """The API's own documentation: ``/openapi.json``, ``/docs`` (Swagger UI) and ``/redoc``.
 
 While API_TOKEN is set they need it as ``/v1`` does (``Authorization: Bearer``): the schema
-maps every route an attacker could try. ``DOCS_PUBLIC=1`` opens them (README.md, "The HTTP
-API"). FastAPI's stock routes cannot be guarded, so the app is built without them and
+maps every route an attacker could try. ``DOCS_PUBLIC=1`` opens them (docs/api.md,
+"Routes"). FastAPI's stock routes cannot be guarded, so the app is built without them and
 these take their place.
 """
 

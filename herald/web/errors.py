@@ -184,7 +184,7 @@ async def _database_error(request: Request, exc: Exception) -> Response:
         return JSONResponse(error_body(*INVALID_VALUE), status_code=422)
     # Handled here, Starlette no longer re-raises it, so the trace is ours to log: the
     # statement and the stack, never the database's message, whose DETAIL quotes the row
-    # ("Key (email)=(…)", "Failing row contains (…)"); README "Logging".
+    # ("Key (email)=(…)", "Failing row contains (…)"); docs/deployment.md#logging.
     log.error("database error: %s", type(exc.orig).__name__, extra={
         "sqlstate": getattr(exc.orig, "sqlstate", None), "statement": exc.statement,
         "stack": "".join(traceback.format_tb(exc.__traceback__))})

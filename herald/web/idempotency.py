@@ -1,5 +1,5 @@
 """``Idempotency-Key`` on the creating ``POST`` routes: a retried request is answered
-with the first answer instead of running again (README.md, "Idempotency-Key").
+with the first answer instead of running again (docs/api.md#idempotency-key).
 
 :class:`IdempotencyKeys` is an ASGI middleware keyed on :data:`IDEMPOTENT_ROUTES`. A
 request without the header passes straight through: one scan of its header list, no

@@ -1,4 +1,4 @@
-"""Idempotent creates (README.md, "Idempotency-Key"):
+"""Idempotent creates (docs/api.md, "Idempotency-Key"):
 
 * ``idempotency_keys``: each ``Idempotency-Key`` a token used, with the request it was
   claimed for and its first answer;

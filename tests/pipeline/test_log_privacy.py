@@ -1,5 +1,5 @@
 """A notification whose every send fails, through real workers, with herald's logging at
-DEBUG (README "Logging"): the account's address and number, and the provider's token,
+DEBUG (docs/deployment.md, "Logging"): the account's address and number, and the provider's token,
 appear nowhere in what the workers, the queue and Dramatiq wrote."""
 
 from __future__ import annotations

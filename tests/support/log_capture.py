@@ -1,5 +1,5 @@
 """herald's own logging captured in a buffer, and a search of what it wrote for values
-that must never appear there (README.md, "Logging")."""
+that must never appear there (docs/deployment.md, "Logging")."""
 
 from __future__ import annotations
 

@@ -58,7 +58,7 @@ _POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
 _DEBIAN_PACKAGES = {"redis": "redis-server", "rabbitmq": "rabbitmq-server",
                     "postgres": "postgresql", "curl": "curl", "jq": "jq",
                     "openssl": "openssl", "chromium": "chromium"}  # fmt: skip
-#: Command-line tools the tests run (the README's curl examples; the console's browser
+#: Command-line tools the tests run (the curl examples of README.md and docs/; the console's browser
 #: test drives Debian's chromium through Playwright): installed like servers.
 TEST_TOOLS = ("curl", "jq", "openssl", "chromium")
 #: Set to make every start-up under way give up at once (Ctrl-C, or a failed parallel start).

@@ -1,5 +1,5 @@
-"""``/v1/accounts``: create and change the accounts notifications go to (README.md,
-"The HTTP API"). The work is in ``actors.orchestration``."""
+"""``/v1/accounts``: create and change the accounts notifications go to (docs/api.md,
+"Accounts and events"). The work is in ``actors.orchestration``."""
 
 from __future__ import annotations
 

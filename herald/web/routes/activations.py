@@ -1,5 +1,5 @@
-"""``/v1/activations``: start an operator activation and read its steps (README.md, "The
-HTTP API"). The work is in ``actors.activation``."""
+"""``/v1/activations``: start an operator activation and read its steps (docs/api.md,
+"Payments and activations"). The work is in ``actors.activation``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``POST /v1/events``: a domain event becomes a notification and its deliveries
-(README.md, "The HTTP API"). The work is in ``actors.orchestration``; a malformed event is
+(docs/api.md, "Accounts and events"). The work is in ``actors.orchestration``; a malformed event is
 answered 422 before anything touches the database or a queue.
 
 ``POST /v1/events/bulk`` does the same for up to 1,000 events in one request, each

@@ -1,5 +1,5 @@
-"""Suppliers' acknowledgments on demand and an operator's reroute (README.md, "The HTTP
-API"): ``POST /v1/inbound/sysco`` reprocesses one inbound EDI file,
+"""Suppliers' acknowledgments on demand and an operator's reroute (docs/api.md,
+"Purchasing"): ``POST /v1/inbound/sysco`` reprocesses one inbound EDI file,
 ``POST /admin/backorders/{lineItemId}/reroute`` reroutes a back-ordered line. The work is
 in ``actors.sysco_inbound`` and ``actors.backorder_reroute``."""
 

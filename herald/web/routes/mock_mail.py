@@ -1,6 +1,6 @@
 """``GET /admin/mock/messages``: what the mock provider sent, read from its store
 (providers/mock.py), so that someone trying herald without a real provider can read the
-emails and SMS it sent — the tour's supplier order email among them (README.md,
+emails and SMS it sent — the tour's supplier order email among them (docs/api.md,
 "Purchasing"). Behind ADMIN_TOKEN like every ``/admin`` route: the messages hold
 addresses and what was sent to them."""
 

@@ -1,5 +1,5 @@
 """``/v1/payments``: payments for store orders and activations, the gateway's completion,
-and the operator's settlement replay (README.md, "The HTTP API"). The work is in
+and the operator's settlement replay (docs/api.md, "Payments and activations"). The work is in
 ``actors.payments``; routes only validate and translate."""
 
 from __future__ import annotations

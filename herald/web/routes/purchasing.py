@@ -1,5 +1,5 @@
 """``/v1/suppliers``, ``/v1/catalog-items``, ``/v1/purchase-orders``: who delivers what,
-and a restaurant's orders fanned out to one dispatch per supplier (README.md,
+and a restaurant's orders fanned out to one dispatch per supplier (docs/api.md,
 "Purchasing"; docs/suppliers.md). Placing and relaying an order is
 ``actors.purchasing.place_and_relay``; these routes validate, write the reference rows and
 shape the JSON. A refused request writes nothing and enqueues nothing.
