@@ -25,7 +25,8 @@ Every fenced block of the README and of each document in docs/ is one of:
 The tables of settings (docs/configuration.md), event types (docs/api.md) and commands
 (docs/deployment.md) are checked against ``herald.settings``, the event catalogue and each
 command's ``--help``; every relative link of the README, docs/ and bench/README.md leads to
-a file, and its ``#anchor`` to a heading of it.
+a file, and its ``#anchor`` to a heading of it; every section the code names
+(``docs/api.md#errors``, ``docs/api.md, "Errors"``) exists.
 """
 
 from __future__ import annotations
@@ -627,3 +628,36 @@ def test_every_link_leads_to_a_file_and_its_heading() -> None:
             elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
                 broken.append(f"{path.relative_to(REPO)}: {target} (no such heading)")
     assert not broken, broken
+
+
+#: Where the code names a section of the docs: ``docs/api.md#errors``, or
+#: ``docs/api.md, "Errors"`` (a docstring may wrap between the two, a comment too).
+REFERENCE = re.compile(r"((?:docs/[\w-]+|bench/README|README)\.md)"
+                       r"(?:#([\w-]+)|,?\s*(?:#\s*)?\"([^\"\n]+)\")?")
+
+
+def headings(path: Path) -> list[str]:
+    """A document's headings as a reader sees them (code blocks left out, no backticks)."""
+    text = re.sub(r"(?ms)^```.*?^```$", "", path.read_text(encoding="utf-8"))
+    return [heading.replace("`", "") for heading in re.findall(r"(?m)^#+ (.+)$", text)]
+
+
+def test_every_reference_in_the_code_leads_to_a_document_and_its_section() -> None:
+    # Given every place the code, the tests and the templates name a document of the repository
+    sources = [path for folder in ("herald", "actors", "models", "providers", "migrations",
+                                   "bench", "tests", "templates")
+               for path in (REPO / folder).rglob("*") if path.suffix in {".py", ".html", ".js"}]
+    broken = []
+    for source in sources:
+        for found in REFERENCE.finditer(source.read_text(encoding="utf-8")):
+            name, anchor, title = found.groups()
+            where = f"{source.relative_to(REPO)}: {found.group(0)!r}"
+            # Then the document exists, and so does the section it names (its anchor, or a
+            # heading that starts with the title: "The worker's path" for its dated heading)
+            if not (REPO / name).exists():
+                broken.append(f"{where} (no such file)")
+            elif anchor and anchor not in anchors(REPO / name):
+                broken.append(f"{where} (no such anchor)")
+            elif title and not any(h.startswith(title) for h in headings(REPO / name)):
+                broken.append(f"{where} (no such heading)")
+    assert not broken, "\n".join(broken)
