@@ -133,7 +133,7 @@ def _run_manager(processes: dict[str, str], environments: dict[str, dict[str, st
 
     if stops.exit_code is not None:
         return 0
-    manager = _graceful_manager(Printer(sys.stdout), UP_SHUTDOWN_GRACE, stops)
+    manager = graceful_manager(Printer(sys.stdout), UP_SHUTDOWN_GRACE, stops)
     for name, command in processes.items():
         manager.add_process(name, exec_form(command), env=environments[name], cwd=cwd)
     try:
@@ -148,7 +148,7 @@ def _run_manager(processes: dict[str, str], environments: dict[str, dict[str, st
     return int(manager.returncode or 0)
 
 
-def _graceful_manager(printer: Any, grace: timedelta, stops: StopSignals) -> HookedManager:
+def graceful_manager(printer: Any, grace: timedelta, stops: StopSignals) -> HookedManager:
     """A honcho Manager that waits ``grace`` (not honcho's 5 s) before SIGKILL, and that
     a stop signal arriving while its processes start (``stops`` holds one that came just
     before its loop took the signals over) stops them all once started."""
