@@ -1,5 +1,5 @@
 """``herald up``'s process supervisor: a Procfile's processes run under honcho, in one
-terminal (README.md, "Commands").
+terminal (README.md, "The `herald` command" and "Deployment").
 
 The release process runs first, alone; the others start only when it succeeded. Each
 process gets its own environment (:func:`process_environments`) and runs as itself, not
@@ -142,7 +142,7 @@ def _run_manager(processes: dict[str, str], environments: dict[str, dict[str, st
         # honcho leaves its handlers installed, bound to this manager once it has ended
         stops.hold()
     # honcho answers 128 + signal after a stop signal even when every process drained and
-    # exited 0: a stop asked for and carried out is a success (README.md, "Commands")
+    # exited 0: a stop asked for and carried out is a success (README.md, "The `herald` command")
     if all(code == 0 for code in manager.returncodes().values()):
         return 0
     return int(manager.returncode or 0)
