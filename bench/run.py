@@ -202,7 +202,7 @@ def herald_logging_run(url: str, jobs: int, processes: int, logging_on: bool,
     prefix = f"benchlog{os.getpid()}x{processes}"
     noop = _herald_setup(url, prefix)
     logging.disable(logging.INFO)
-    from herald.cli import load_actor_modules
+    from herald.commands.shared import load_actor_modules
     from herald.queue import enqueue_many, queue
 
     # imported before the fork, so no worker spends the clock importing the actors

@@ -28,10 +28,11 @@ import redis
 from sqlmodel import Session, create_engine, select
 
 from actors.queues import herald_queues
-from herald.cli import describe_spec, exec_form, format_keep, format_span, process_environments
+from herald.commands.tools import describe_spec, format_keep, format_span
 from herald.queue.redis import embedded_redis_running, stop_embedded_redis
 from herald.queue.registry import DAY, Keep, QueueSpec, Retention
 from herald.settings import Settings
+from herald.supervisor import exec_form, process_environments
 from tests.support.waiting import wait_for
 
 #: Variables that would point a subprocess at some other Redis, broker or database (a
@@ -129,7 +130,7 @@ def test_invalid_variable_stops_the_command_naming_it(tmp_path: Path) -> None:
 
 
 def test_sweep_help_names_every_registered_sweep(tmp_path: Path) -> None:
-    from herald.cli import load_actor_modules
+    from herald.commands.shared import load_actor_modules
     from herald.queue.sweeps import registered_sweeps
 
     # Given the sweeps herald's modules register
@@ -203,7 +204,7 @@ def test_a_worker_with_no_queues_named_runs_the_table_but_never_the_demo_queue(
 
 def test_the_procfile_runs_every_queue_that_has_an_actor_and_no_other(tmp_path: Path) -> None:
     # Given the queues herald's actors run on (asked of a fresh process: no test's actors)
-    ask = ("from herald.cli import load_actor_modules\n"
+    ask = ("from herald.commands.shared import load_actor_modules\n"
            "from herald.queue.actor import declared_actors\n"
            "load_actor_modules()\n"
            "print(' '.join(sorted({a.queue for a in declared_actors()})))")

@@ -18,7 +18,7 @@ from tests.test_cli import QUICK_S, herald_env
 #: Prints every declared schedule as JSON: name → [every (s), feature gate, at start].
 LIST_SCHEDULES = """
 import json
-from herald.cli import load_actor_modules
+from herald.commands.shared import load_actor_modules
 from herald.queue.schedules import declared_schedules
 load_actor_modules()
 print(json.dumps({s.name: [s.every.total_seconds(), s.feature_gate, s.run_at_start]

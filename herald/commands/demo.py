@@ -1,0 +1,21 @@
+"""``herald demo``: herald's own demo, end to end (:mod:`herald.demo`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from herald.commands.shared import console
+
+if TYPE_CHECKING:
+    from herald.settings import Settings
+
+
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    """``herald demo``: see :mod:`herald.demo`."""
+    from herald import demo
+    from herald.demo.summary import WIDTH as DEMO_WIDTH
+
+    return demo.run(args.jobs, events=args.events, batch_size=args.batch_size,
+                    orders=args.orders, purchase_orders=args.purchase_orders,
+                    console=console(DEMO_WIDTH))

@@ -1,0 +1,78 @@
+"""The Procfile's processes: ``herald web``, ``herald worker``, ``herald clock`` and the
+release process, ``herald migrate``."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+from typing import TYPE_CHECKING
+
+from herald.commands.shared import USAGE_ERROR, check_queues, fail, load_actor_modules
+
+if TYPE_CHECKING:
+    from herald.settings import Settings
+
+
+def _exit_normally(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
+def cmd_web(args: argparse.Namespace, settings: Settings) -> int:
+    """``herald web``: the HTTP app under uvicorn; a graceful stop (SIGTERM or SIGINT)
+    ends the process with 0, as the other processes do."""
+    from herald.web import serve
+
+    # uvicorn drains on SIGTERM, then restores the handler it found and raises the signal
+    # again: with the default one the process would die of it (-15) after a clean stop
+    signal.signal(signal.SIGTERM, _exit_normally)
+    serve(args.host, args.port)
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    """``herald worker``: run queues in their worker groups (``actors.lifecycle``) until
+    SIGTERM/SIGINT, then drain. A failed start, or a taken ``WORKER_PORT``, stops it at
+    start with one line saying why (exit code 1)."""
+    from herald.health import PortInUse, serve_worker_health
+    from herald.process import schedule_as_batch, tune_garbage_collector
+    from herald.queue.worker import run_worker_process
+
+    load_actor_modules(args.imports)
+    queues = check_queues(args.queues)
+    if queues is None:
+        return USAGE_ERROR
+    tune_garbage_collector()
+    if settings.worker_batch_scheduling:
+        # before any thread of the worker starts: threads inherit the policy
+        schedule_as_batch()
+    try:
+        port = settings.worker_port
+        return run_worker_process(
+            queues, imports=args.imports,
+            health=None if port is None else lambda lanes: serve_worker_health(
+                port, lanes=lanes))
+    except PortInUse as error:
+        return fail(f"the worker's health port {error.port} (WORKER_PORT) is already in "
+                     "use, by another worker on this machine perhaps; set WORKER_PORT to a "
+                     "free port, or WORKER_PORT=0 for any free port")
+
+
+def cmd_clock(args: argparse.Namespace, settings: Settings) -> int:
+    """``herald clock``: fire the declared repeatable schedules until SIGTERM/SIGINT.
+
+    Schedules are declared by the modules of ``actors`` (and ``--import``); see
+    :mod:`herald.queue.schedules` for how several clocks share the work without double-firing.
+    """
+    from herald.queue.schedules import fire_schedules, stop_on_signal
+
+    load_actor_modules(args.imports)
+    fire_schedules(stop_on_signal())
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    """``herald migrate``: bring the database to the newest schema (idempotent)."""
+    from herald.db import migrate
+
+    migrate()
+    return 0
