@@ -142,7 +142,8 @@ def _run_manager(processes: dict[str, str], environments: dict[str, dict[str, st
         # honcho leaves its handlers installed, bound to this manager once it has ended
         stops.hold()
     # honcho answers 128 + signal after a stop signal even when every process drained and
-    # exited 0: a stop asked for and carried out is a success (docs/deployment.md#the-herald-command)
+    # exited 0: a stop asked for and carried out is a success
+    # (docs/deployment.md#the-herald-command)
     if all(code == 0 for code in manager.returncodes().values()):
         return 0
     return int(manager.returncode or 0)
