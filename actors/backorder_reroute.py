@@ -1,4 +1,4 @@
-"""The ``backorder-reroute`` lane: move a back-ordered line to its alternate supplier
+"""The ``backorder-reroute`` queue: move a back-ordered line to its alternate supplier
 (docs/suppliers.md#backorder-reroute).
 
 Jobs are added by the inbound acknowledgment processing (an 855 that back-orders a line)

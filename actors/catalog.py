@@ -1,4 +1,4 @@
-"""The catalog syncs: one engine, two thin lanes (docs/pipeline.md#catalog-sync).
+"""The catalog syncs: one engine, two thin syncs (docs/pipeline.md#catalog-sync).
 
 - ``esim-product-sync`` copies each enabled eSIM provider's catalog (``ESIM_PROVIDERS``)
   into ``store_products``, then refreshes every provider's health reading in
@@ -12,7 +12,7 @@ fail) is logged with the owner's name and leaves the others synced; only when ev
 fails does it raise, so the queue retries the job. A product or package an owner no
 longer lists is kept, marked ``active = false``; listed again, it is active again.
 
-The clock runs both lanes every ``CATALOG_SYNC_INTERVAL_S`` and once at its start; the
+The clock runs both syncs every ``CATALOG_SYNC_INTERVAL_S`` and once at its start; the
 eSIM sync only while ``FEATURE_ESIM_STORE`` is on (package sync feeds activations, which
 are not part of the store, so it always runs).
 """
@@ -61,7 +61,7 @@ class InvalidListing(ValueError):
 
 
 class CatalogSyncFailed(RuntimeError):
-    """Every owner of a lane failed (the job is retried)."""
+    """Every owner of a sync failed (the job is retried)."""
 
 
 # -- the engine -------------------------------------------------------------------------------
@@ -85,9 +85,9 @@ class OwnerResult:
 
 @dataclasses.dataclass(frozen=True)
 class SyncReport:
-    """Every owner's outcome of one run of a lane."""
+    """Every owner's outcome of one run of a sync."""
 
-    lane: str
+    sync: str
     results: list[OwnerResult]
 
     @property
@@ -103,11 +103,11 @@ class SyncReport:
     def raise_if_all_failed(self) -> None:
         """Raise :class:`CatalogSyncFailed` when there were owners and every one failed."""
         if self.results and len(self.failed) == len(self.results):
-            raise CatalogSyncFailed(f"{self.lane}: every owner failed: " + "; ".join(
+            raise CatalogSyncFailed(f"{self.sync}: every owner failed: " + "; ".join(
                 f"{owner}: {error}" for owner, error in self.failed.items()))
 
 
-def run_sync(lane: str, owners: Sequence[str], fetch: Callable[[str], Sequence[T]],
+def run_sync(sync: str, owners: Sequence[str], fetch: Callable[[str], Sequence[T]],
              apply: Callable[[Session, str, Sequence[T]], Counts]) -> SyncReport:
     """Sync each owner in turn: ``fetch(owner)`` outside any transaction, then
     ``apply(session, owner, items)`` in a transaction of its own. Never raises for an
@@ -121,13 +121,13 @@ def run_sync(lane: str, owners: Sequence[str], fetch: Callable[[str], Sequence[T
         except Exception as error:  # any failure of one owner: the others still sync
             message = describe(error)
             log.warning("catalog sync of %s failed: %s", owner, message,
-                        extra={"lane": lane, "owner": owner})
+                        extra={"sync": sync, "owner": owner})
             results.append(OwnerResult(owner, error=message))
         else:
-            log.info("catalog synced", extra={"lane": lane, "owner": owner,
+            log.info("catalog synced", extra={"sync": sync, "owner": owner,
                                               **dataclasses.asdict(counts)})
             results.append(OwnerResult(owner, counts=counts))
-    return SyncReport(lane, results)
+    return SyncReport(sync, results)
 
 
 def describe(error: BaseException) -> str:
@@ -138,10 +138,10 @@ def describe(error: BaseException) -> str:
     return f"{type(cause).__name__}: {first_line}"[:300]
 
 
-def sync_catalog(lane: str, owners: Sequence[str], fetch: Callable[[str], Sequence[T]],
+def sync_catalog(sync: str, owners: Sequence[str], fetch: Callable[[str], Sequence[T]],
                  apply: Callable[[Session, str, Sequence[T]], Counts]) -> SyncReport:
     """:func:`run_sync`, raising :class:`CatalogSyncFailed` when every owner failed."""
-    report = run_sync(lane, owners, fetch, apply)
+    report = run_sync(sync, owners, fetch, apply)
     report.raise_if_all_failed()
     return report
 
@@ -163,7 +163,7 @@ def check_listing(owner: str, entries: Sequence[tuple[str, str, Decimal, str]]) 
         seen.add(key)
 
 
-# -- the eSIM product lane --------------------------------------------------------------------
+# -- the eSIM product sync --------------------------------------------------------------------
 def fetch_products(provider: str) -> list[CatalogProduct]:
     """The catalog of the enabled plugin ``provider``."""
     return esim_providers.get(provider).catalog()
@@ -214,7 +214,7 @@ def refresh_health(report: SyncReport) -> dict[str, dict[str, Any]]:
 
 
 def sync_esim_products() -> dict[str, Any]:
-    """One run of the eSIM lane: every enabled provider's catalog, then every provider's
+    """One run of the eSIM sync: every enabled provider's catalog, then every provider's
     health reading (written even when every catalog failed, before that raises)."""
     report = run_sync("esim-product-sync", esim_providers.enabled(), fetch_products,
                       apply_products)
@@ -223,7 +223,7 @@ def sync_esim_products() -> dict[str, Any]:
     return {"owners": report.as_dict(), "health": health}
 
 
-# -- the operator package lane -----------------------------------------------------------------
+# -- the operator package sync -----------------------------------------------------------------
 def fetch_packages(operator: str) -> list[Package]:
     """The packages of the enabled operator adapter ``operator``."""
     return operators.get(operator).packages()
@@ -247,7 +247,7 @@ def apply_packages(session: Session, operator: str, packages: Sequence[Package])
 
 
 def sync_operator_packages() -> dict[str, Any]:
-    """One run of the package lane over every enabled operator."""
+    """One run of the package sync over every enabled operator."""
     report = sync_catalog("package-sync", operators.enabled(), fetch_packages, apply_packages)
     return {"owners": report.as_dict()}
 

@@ -1,5 +1,5 @@
-"""The email-retry lane: operational emails that must get out even when the provider is
-down for hours (docs/pipeline.md#the-email-retry-lane).
+"""The email-retry queue: operational emails that must get out even when the provider is
+down for hours (docs/pipeline.md#the-email-retry-queue).
 
 Operational emails are the ones herald sends *outside* the notification pipeline —
 operator alerts to ``ADMIN_ALERT_EMAIL`` (:func:`send_admin_alert`) to start with. A
@@ -19,7 +19,7 @@ Two layers carry such an email:
    when the last one fails it writes an ``email_delivery_failed`` audit row, logs an
    error and fails the job for good, which keeps it in the failed set for 7 days.
 
-Refusals the provider calls final (a 5xx reply, an HTTP 4xx) go to the lane too: most
+Refusals the provider calls final (a 5xx reply, an HTTP 4xx) go to the queue too: most
 are fixed by an operator within the schedule (credentials, a full mailbox, a sender
 domain not verified yet), and a refusal that stays ends as the audited failure above
 rather than a log line. Malformed input never gets that far: it is refused before the
@@ -48,9 +48,9 @@ from providers.select import active_provider
 
 log = logging.getLogger("herald.email_retry")
 
-#: The lane's queue (actors/queues.py: concurrency 4, attempts 1, no backoff).
+#: The queue's name (actors/queues.py: concurrency 4, attempts 1, no backoff).
 QUEUE = "email-retry"
-#: How long after the previous failure each lane attempt runs: attempt n waits
+#: How long after the previous failure each queue attempt runs: attempt n waits
 #: ``SCHEDULE[n - 1]``. Five attempts over about 38.5 hours.
 SCHEDULE: tuple[timedelta, ...] = (timedelta(minutes=5), timedelta(minutes=30),
                                    timedelta(hours=2), timedelta(hours=12),
@@ -132,7 +132,7 @@ class EmailEnvelope(BaseModel):
 
 
 class EmailRetryJob(BaseModel):
-    """An ``email-retry`` job: the envelope, its idempotency key, which lane attempt this
+    """An ``email-retry`` job: the envelope, its idempotency key, which queue attempt this
     is (1 … ``len(SCHEDULE)``) and the failure code that led to it."""
 
     model_config = ConfigDict(extra="forbid")
@@ -146,7 +146,7 @@ class EmailRetryJob(BaseModel):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SendOutcome:
     """What :func:`send_email` did: ``sent`` (the provider accepted it in the call), or
-    handed to the lane under ``retry_job_id``; ``tries`` in the call and the last
+    handed to the queue under ``retry_job_id``; ``tries`` in the call and the last
     provider answer."""
 
     sent: bool
@@ -157,7 +157,7 @@ class SendOutcome:
 
 
 def retry_job_id(idempotency_key: str, attempt: int) -> str:
-    """The job id of lane attempt ``attempt`` of the email under ``idempotency_key``: the
+    """The job id of queue attempt ``attempt`` of the email under ``idempotency_key``: the
     same email and attempt always get the same id, so two enqueues of it are one job."""
     return f"{idempotency_key}:{attempt}"
 
@@ -190,9 +190,9 @@ def _send_in_call(envelope: EmailEnvelope, idempotency_key: str,
     raise AssertionError("unreachable")
 
 
-# -- the lane --------------------------------------------------------------------------------
+# -- the queue -------------------------------------------------------------------------------
 def schedule_attempt(job: EmailRetryJob) -> str:
-    """Enqueue lane attempt ``job.attempt``, due after its step of :data:`SCHEDULE`, under
+    """Enqueue queue attempt ``job.attempt``, due after its step of :data:`SCHEDULE`, under
     :func:`retry_job_id`; an attempt already enqueued is left as it is. Returns its id."""
     job_id = retry_job_id(job.idempotency_key, job.attempt)
     result = enqueue(retry_email, job, job_id=job_id, delay=SCHEDULE[job.attempt - 1])
@@ -204,13 +204,13 @@ def schedule_attempt(job: EmailRetryJob) -> str:
 
 def send_email(envelope: EmailEnvelope | dict[str, Any], idempotency_key: str, *,
                pauses_s: Sequence[float] | None = None) -> SendOutcome:
-    """Send one operational email now, or hand it to the ``email-retry`` lane.
+    """Send one operational email now, or hand it to the ``email-retry`` queue.
 
     The envelope and key are validated first: a problem raises
     :class:`~herald.queue.InvalidPayload` (a ValueError) naming the field, and nothing is
     sent or enqueued. Then the email is sent, and tried again after each pause of
     ``pauses_s`` (default ``EMAIL_IN_CALL_BACKOFF_MS``) while the failure is retryable.
-    Not accepted at the end, it is enqueued as lane attempt 1 (job ``<key>:1``, due in 5
+    Not accepted at the end, it is enqueued as queue attempt 1 (job ``<key>:1``, due in 5
     minutes, carrying the full envelope); calls with the same key make one job. Raises
     when Redis refuses the enqueue: the email is then neither sent nor queued.
     """
@@ -226,7 +226,7 @@ def send_email(envelope: EmailEnvelope | dict[str, Any], idempotency_key: str, *
 
 def _first_job(envelope: EmailEnvelope | dict[str, Any], idempotency_key: str
                ) -> EmailRetryJob:
-    """The lane's first job for this email, validated by the lane's own model (so the
+    """The queue's first job for this email, validated by the queue's own model (so the
     error names the field, as any refused payload's does)."""
     payload = {"envelope": envelope.model_dump() if isinstance(envelope, EmailEnvelope)
                else envelope, "idempotency_key": idempotency_key, "attempt": 1}
@@ -235,7 +235,7 @@ def _first_job(envelope: EmailEnvelope | dict[str, Any], idempotency_key: str
 
 @actor(queue=QUEUE, payload=EmailRetryJob)
 def retry_email(job: EmailRetryJob) -> dict[str, Any]:
-    """One lane attempt: send; on failure enqueue the next attempt, or after the last
+    """One queue attempt: send; on failure enqueue the next attempt, or after the last
     one record ``email_delivery_failed`` and fail for good."""
     result = attempt_send(job.envelope, job.idempotency_key)
     if result.accepted:

@@ -4,26 +4,26 @@ what a failure of that step stops (docs/queue.md#worker-groups).
 =====================  ==========================================  =====================
 group                  startup step                                a failed step
 =====================  ==========================================  =====================
-notification lanes     build each channel's active provider; load  stops these lanes
+notification queues    build each channel's active provider; load  stops these queues
                        and compile every notification template     only (``/readyz`` of
                                                                    the worker says so)
-business lanes         build the enabled eSIM provider plugins     stops the process
+business queues        build the enabled eSIM provider plugins     stops the process
                        (``ESIM_PROVIDERS``) and operators
                        (``OPERATORS``)
 store recovery         enqueue one store recovery scan now (in     stops the process
                        the process that runs ``store-fulfillment``)
-supplier lanes         warm the PDF renderer (one render); a       nothing (``/readyz``
+supplier queues        warm the PDF renderer (one render); a       nothing (``/readyz``
                        missing renderer is logged, not fatal       of the worker reports
                                                                    the renderer)
 =====================  ==========================================  =====================
 
-The supplier lanes' ``/readyz`` also checks the PDF renderer (headless Chromium,
+The supplier queues' ``/readyz`` also checks the PDF renderer (headless Chromium,
 ``CHROMIUM_PATH``) on every probe, from a cache of its last successful render: without
 it central-kitchen dispatches fail, while Sysco and Costco ones still go.
 
 Every step runs before any queue of the process is consumed, so a process that stops at
-start has taken no job. Notification lanes drain within 5 s (their queues'
-``shutdown_timeout``), then their runs are forced; business lanes drain without a
+start has taken no job. Notification queues drain within 5 s (their queues'
+``shutdown_timeout``), then their runs are forced; business queues drain without a
 deadline.
 """
 
@@ -44,10 +44,10 @@ from providers.select import SERVICE_SETTINGS, active_provider
 
 log = logging.getLogger("herald.lifecycle")
 
-NOTIFICATION_LANES = ("notification-email", "notification-sms", "notification-push",
+NOTIFICATION_QUEUES = ("notification-email", "notification-sms", "notification-push",
                       "notification-orchestration")
-BUSINESS_LANES = ("activation", "payment", "store-fulfillment")
-SUPPLIER_LANES = ("supplier-dispatch",)
+BUSINESS_QUEUES = ("activation", "payment", "store-fulfillment")
+SUPPLIER_QUEUES = ("supplier-dispatch",)
 
 
 class StartupError(RuntimeError):
@@ -55,7 +55,7 @@ class StartupError(RuntimeError):
     setting to fix."""
 
 
-def start_notification_lanes() -> None:
+def start_notification_queues() -> None:
     """Build the provider of each channel (``EMAIL_PROVIDER``, ``SMS_PROVIDER``,
     ``PUSH_PROVIDER``) and compile every notification template, so that a setting or a
     template that cannot work fails here instead of in every send."""
@@ -70,10 +70,10 @@ def start_notification_lanes() -> None:
         f"{NOTIFICATIONS_DIR}/"))
     for name in names:
         templates.get_template(name)
-    log.info("notification lanes ready", extra={"templates": len(names)})
+    log.info("notification queues ready", extra={"templates": len(names)})
 
 
-def start_business_lanes() -> None:
+def start_business_queues() -> None:
     """Build every eSIM provider plugin ``ESIM_PROVIDERS`` enables and every operator
     ``OPERATORS`` enables; an unknown name or a plugin that cannot be built fails here."""
     _build_all(esim_providers, "ESIM_PROVIDERS", "eSIM provider")
@@ -93,7 +93,7 @@ def _build_all(registry: PluginRegistry[Any], setting: str, what: str) -> None:
                                f"({type(error).__name__}: {error})") from error
 
 
-def start_supplier_lanes() -> None:
+def start_supplier_queues() -> None:
     """Render one page with the PDF renderer, so the first readiness probe and the first
     central-kitchen dispatch find it warm; a renderer that cannot render is reported by
     ``/readyz``, not fatal (the other supplier types need none)."""
@@ -103,17 +103,17 @@ def start_supplier_lanes() -> None:
                     extra={"reason": ready})
 
 
-NOTIFICATION_GROUP = WorkerGroup(name="notification lanes", queues=NOTIFICATION_LANES,
-                                 startup=start_notification_lanes,
+NOTIFICATION_GROUP = WorkerGroup(name="notification queues", queues=NOTIFICATION_QUEUES,
+                                 startup=start_notification_queues,
                                  on_failure=OnFailure.STOP_GROUP)
-BUSINESS_GROUP = WorkerGroup(name="business lanes", queues=BUSINESS_LANES,
-                             startup=start_business_lanes, on_failure=OnFailure.STOP_ALL)
+BUSINESS_GROUP = WorkerGroup(name="business queues", queues=BUSINESS_QUEUES,
+                             startup=start_business_queues, on_failure=OnFailure.STOP_ALL)
 STORE_RECOVERY_GROUP = WorkerGroup(name="store recovery", runs_with=("store-fulfillment",),
                                    startup=start_store_recovery,
                                    on_failure=OnFailure.STOP_ALL)
 
-SUPPLIER_GROUP = WorkerGroup(name="supplier lanes", queues=SUPPLIER_LANES,
-                             startup=start_supplier_lanes, on_failure=OnFailure.STOP_GROUP,
+SUPPLIER_GROUP = WorkerGroup(name="supplier queues", queues=SUPPLIER_QUEUES,
+                             startup=start_supplier_queues, on_failure=OnFailure.STOP_GROUP,
                              readiness=renderer_ready)
 
 declare_groups(NOTIFICATION_GROUP, BUSINESS_GROUP, STORE_RECOVERY_GROUP, SUPPLIER_GROUP)

@@ -270,7 +270,7 @@ def receive_webhook(provider: str, body: bytes, headers: Mapping[str, str]) -> s
         return order.id
 
 
-# -- the issuance lane ------------------------------------------------------------------
+# -- the issuance job -------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Snapshot:
     """A store order and its order as a run read them at its start."""

@@ -17,7 +17,7 @@ a webhook the provider never sent, a customer who never verified. Every
    ``STORE_WEBHOOK_FALLBACK_S`` ago;
 3. **verification deadline check** — ``pending_verification`` past its deadline.
 
-Each re-drives a row by adding a store-fulfillment run with the scan's trigger; the lane
+Each re-drives a row by adding a store-fulfillment run with the scan's trigger; the queue
 then reconciles through the provider (never issues again), and after a verification
 deadline fails an order still unverified.
 

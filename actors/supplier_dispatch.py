@@ -1,4 +1,4 @@
-"""The ``supplier-dispatch`` lane: transmit one order to one supplier
+"""The ``supplier-dispatch`` queue: transmit one order to one supplier
 (docs/suppliers.md#the-dispatch-worker).
 
 Jobs are added by the outbox relay (an order's dispatches, a reroute's) and by the

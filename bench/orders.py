@@ -13,7 +13,7 @@ the payment's receipt job.
 
 Two set-ups, each with 2 worker processes (``--processes``):
 
-- **lanes**: the workers run the fulfillment queues only; the notifications the orders
+- **fulfillment only**: the workers run the fulfillment queues only; the notifications the orders
   trigger (``esim.ready`` on email + SMS, ``payment.receipt``) are created and queued but
   not sent. The clock stops when every order is completed.
 - **with notifications**: the workers also run the email and SMS queues (rate limits
@@ -52,12 +52,13 @@ from bench.e2e import (
 )
 
 #: The Procfile's ``worker-fulfillment`` queues.
-LANE_QUEUES = ("activation", "payment", "store-fulfillment")
+FULFILLMENT_QUEUES = ("activation", "payment", "store-fulfillment")
 #: The channel queues the ``esim.ready`` and receipt notifications go out on.
 NOTIFICATION_QUEUES = ("notification-email", "notification-sms")
 #: Set-up name → the queues its workers run.
-SETUPS: dict[str, tuple[str, ...]] = {"lanes": LANE_QUEUES,
-                                      "with notifications": LANE_QUEUES + NOTIFICATION_QUEUES}
+SETUPS: dict[str, tuple[str, ...]] = {
+    "fulfillment only": FULFILLMENT_QUEUES,
+    "with notifications": FULFILLMENT_QUEUES + NOTIFICATION_QUEUES}
 PRODUCT = "mock-ok"
 #: Orders placed and completed before the clock starts.
 WARM_UP_ORDERS = 50
@@ -144,7 +145,7 @@ def _done(queues: tuple[str, ...]) -> Callable[[], bool]:
 
 
 def _drop_unsent_notifications() -> None:
-    """Remove the queued deliveries a lanes-only run leaves (nobody sends them), so the
+    """Remove the queued deliveries a fulfillment-only run leaves (nobody sends them), so the
     next run's completion check sees only its own."""
     from herald.db import get_engine
 
@@ -181,7 +182,7 @@ def run_once(orders: int, processes: int, queues: tuple[str, ...], accounts: lis
 
 
 def _purge_queues() -> None:
-    """Empty the notification queues a lanes-only run filled (their rows are gone)."""
+    """Empty the notification queues a fulfillment-only run filled (their rows are gone)."""
     from herald.queue import queue
 
     for name in NOTIFICATION_QUEUES:
@@ -225,8 +226,8 @@ def main() -> None:
     parser.add_argument("--orders", type=int, default=1000)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3,
-                        help="rounds of (machine speeds, lanes, with notifications); the "
-                             "medians are reported (default 3)")
+                        help="rounds of (machine speeds, fulfillment only, with notifications); "
+                             "the medians are reported (default 3)")
     args = parser.parse_args()
     env, started = _services()
     rates: dict[str, list[float]] = {name: [] for name in SETUPS}

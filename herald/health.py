@@ -159,9 +159,9 @@ class _HealthHandler(BaseHTTPRequestHandler):
             self._send_json(200, {"status": OK})
         elif path == "/readyz":
             checks = check_readiness()
-            lanes = getattr(self.server, "lanes", None)
-            if lanes is not None:
-                checks["lanes"] = lanes()
+            queues = getattr(self.server, "queues", None)
+            if queues is not None:
+                checks["queues"] = queues()
             detailed = has_api_access(get_settings(), self.headers.get("Authorization"),
                                       self.client_address[0])
             self._send_json(200 if is_ready(checks) else 503,
@@ -221,14 +221,14 @@ class PortInUse(OSError):
 
 
 def serve_worker_health(port: int, host: str = "0.0.0.0", *,
-                        lanes: Callable[[], str] | None = None) -> HealthServer:
+                        queues: Callable[[], str] | None = None) -> HealthServer:
     """Serve ``/healthz``, ``/readyz`` and ``/metrics`` on ``host:port`` in a daemon thread.
 
     ``port=0`` picks a free port (see :attr:`HealthServer.port`). Raises
     :class:`PortInUse` when the port is taken, any other ``OSError`` when it cannot be
-    bound otherwise. Liveness answers even while every dependency is down. ``lanes``
-    (the worker's own state, read from memory) adds a ``lanes`` check to ``/readyz``:
-    ``"ok"``, or ``"error: …"`` naming the lanes whose start failed.
+    bound otherwise. Liveness answers even while every dependency is down. ``queues``
+    (the worker's own state, read from memory) adds a ``queues`` check to ``/readyz``:
+    ``"ok"``, or ``"error: …"`` naming the queues whose start failed.
     """
     try:
         server = ThreadingHTTPServer((host, port), _HealthHandler)
@@ -237,7 +237,7 @@ def serve_worker_health(port: int, host: str = "0.0.0.0", *,
             raise PortInUse(port) from None
         raise
     server.daemon_threads = True
-    server.lanes = lanes  # type: ignore[attr-defined]
+    server.queues = queues  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
                               name="herald-worker-health", daemon=True)
     thread.start()

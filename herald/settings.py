@@ -141,7 +141,7 @@ class Settings(BaseSettings):
     s3_prefix: str = ""
     s3_public_base_url: str = ""
     s3_url_ttl_s: int = Field(default=S3_URL_TTL_MAX_S, ge=1, le=S3_URL_TTL_MAX_S)
-    #: Where herald's operator alerts go (docs/pipeline.md#the-email-retry-lane); empty:
+    #: Where herald's operator alerts go (docs/pipeline.md#the-email-retry-queue); empty:
     #: alerts are not sent.
     admin_alert_email: str = ""
     #: Pauses (ms) between the in-call tries of an operational email: "200,400" is three

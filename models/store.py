@@ -139,7 +139,7 @@ class StoreOrderStatusEvent(SQLModel, table=True):
 class EventSource(StrEnum):
     """Who made a status change (``store_order_status_events.source``)."""
 
-    #: herald's own runs: the issuance lane and store recovery.
+    #: herald's own runs: the issuance job and store recovery.
     SYSTEM = "system"
     #: A request to the HTTP API (placing the order).
     API = "api"

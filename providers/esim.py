@@ -1,11 +1,11 @@
-"""The eSIM provider contract: what the store's issuance lane and the catalog sync ask of
+"""The eSIM provider contract: what the store's issuance job and the catalog sync ask of
 every eSIM provider plugin, and the registry that builds them by name.
 
 A plugin issues a profile for an order, reconciles an order the provider may already
-have (the lane's guard against charging twice when a provider takes no idempotency
+have (the job's guard against charging twice when a provider takes no idempotency
 key), lists its catalog, reports its health, and verifies its signed status webhooks.
 Failures are raised as one of the classified errors below; anything else a plugin raises
-is *unclassified*, and the lane then assumes the provider may have the order.
+is *unclassified*, and the job then assumes the provider may have the order.
 """
 
 from __future__ import annotations

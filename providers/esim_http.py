@@ -21,7 +21,7 @@ An issue reports the reference (``on_reference``) as soon as the order is create
 polls the order for up to ESIMHUB_POLL_S; a profile not ready by then is ``processing``
 and the webhook (or the fallback check) finishes the order.
 
-Classification (what the issuance lane does with each is in
+Classification (what the store-fulfillment job does with each is in
 docs/state-machines.md#store-orders):
 
 - no connection (refused, DNS, connect timeout: the request never left) → transient
@@ -31,7 +31,7 @@ docs/state-machines.md#store-orders):
   provider's code
 - a request sent but not answered (read timeout, connection dropped) and a 2xx whose body
   cannot be read → :class:`EsimhubUnconfirmed`, *unclassified* on purpose: eSIMHub may
-  have the order, and the lane keeps it ``in_flight`` so its next attempt reconciles by
+  have the order, and the job keeps it ``in_flight`` so its next attempt reconciles by
   our order id. Not *ambiguous*: an order parked ``reconciliation_required`` without a
   reference would wait for a webhook that nothing could ask for.
 - a readable answer with a status herald does not know → ambiguous, with the reference

@@ -1,5 +1,5 @@
 """The mock eSIM provider: sells fixed products whose behaviour drives every path of the
-issuance lane, and counts its charges per order (docs/pipeline.md#the-mock-esim-provider).
+issuance job, and counts its charges per order (docs/pipeline.md#the-mock-esim-provider).
 
 =====================  ==============================================================
 ``mock-ok``            issued
@@ -20,7 +20,7 @@ Like the mock notification provider, its records live in Redis (MOCK_STORE_URL, 
 job Redis) under ``<QUEUE_PREFIX>:mock:esim:``, so worker processes, the test or the demo
 that scripts them, and a FLUSHALL of the job Redis (with MOCK_STORE_URL elsewhere) all see
 the same orders and charges. It takes no idempotency keys: asking it to issue twice
-charges twice, which is what the lane's reconcile-instead-of-issue prevents.
+charges twice, which is what the job's reconcile-instead-of-issue prevents.
 
 Status webhooks: ``POST /v1/store/webhooks/mock`` with the body ``{"provider_order_ref",
 "status": "issued" | "verified" | "failed"}`` signed ``X-Herald-Signature: sha256=<hex

@@ -1,14 +1,14 @@
-"""Exchange-rate providers: where the fx-refresh lane gets its US-dollar rates
+"""Exchange-rate providers: where the fx-refresh job gets its US-dollar rates
 (docs/pipeline.md#fx-refresh).
 
 A provider answers :meth:`FxProvider.latest` with a :class:`FxQuote` — units of each
 currency one US dollar buys — or raises one of three classified errors:
 
 - :class:`FxUnavailable`: worth trying again (HTTP 429 and 5xx, timeouts, connection
-  errors); the lane throws so the queue retries.
+  errors); the job throws so the queue retries.
 - :class:`FxRefused`: the provider refuses us (a bad or missing key, a plan that does not
   allow the request); trying again cannot help.
-- :class:`FxInvalidAnswer`: the answer is not a rate table at all; the lane keeps the
+- :class:`FxInvalidAnswer`: the answer is not a rate table at all; the job keeps the
   stored rates.
 
 Adapters: ``mock`` (fixed rates, the default: it asks nowhere real) and

@@ -1,4 +1,4 @@
-"""The telecom operator contract: the activation lane's three steps and the package
+"""The telecom operator contract: the activation job's three steps and the package
 sync's catalog, one adapter per operator, chosen by ``operator_slug``.
 
 A step raises :class:`TransientOperatorError` when trying again may help, and

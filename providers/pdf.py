@@ -48,7 +48,7 @@ from providers.suppliers import ChromiumUnavailableError, PurchaseOrderDocument,
 log = logging.getLogger(__name__)
 
 #: Seconds one render may take before its processes are killed (well under the
-#: supplier-dispatch lane's 120-second lock, leaving room for the send).
+#: supplier-dispatch queue's 120-second lock, leaving room for the send).
 RENDER_TIMEOUT_S = 60.0
 #: Seconds a successful readiness render is trusted before the next check renders again.
 READY_TTL_S = 300.0

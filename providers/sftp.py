@@ -9,7 +9,7 @@ sees two from one job, and none is left open behind a failed one.
 The workers are threads with no event loop of their own, so each session runs asyncssh on
 a private event loop that lives exactly as long as the session.
 
-Failures are classified for the dispatch lane:
+Failures are classified for the dispatch queue:
 
 - authentication refused, a host key other than the recorded one, missing or invalid
   settings, permission denied on a path → :class:`SftpConfigError` (permanent: a person
@@ -209,7 +209,7 @@ def _check_path(path: str, what: str) -> None:
 
 
 def _classify(error: Exception, what: str) -> Exception:
-    """The error the lane acts on for ``error``, raised while doing ``what``; errors that
+    """The error the dispatch job acts on for ``error``, raised while doing ``what``; errors that
     are not about the connection or the server (a bug) come back unchanged."""
     if isinstance(error, SftpConfigError | SftpTransientError):
         return error

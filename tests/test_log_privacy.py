@@ -160,7 +160,7 @@ def test_failing_provider_sends_and_a_refused_sftp_login_log_no_address_or_secre
     finally:
         MockProvider.reset()
         forget_herald_state()
-    # SFTP: a refused login, logged as the dispatch lane logs a failed attempt
+    # SFTP: a refused login, logged as the dispatch job logs a failed attempt
     with start_sftp_server(tmp_path / "sftp") as server, \
             pytest.raises(SftpConfigError) as refused, \
             sftp_session(server.settings(password=SFTP_PASSWORD)) as session:

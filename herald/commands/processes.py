@@ -49,8 +49,8 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
         port = settings.worker_port
         return run_worker_process(
             queues, imports=args.imports,
-            health=None if port is None else lambda lanes: serve_worker_health(
-                port, lanes=lanes))
+            health=None if port is None else lambda queues: serve_worker_health(
+                port, queues=queues))
     except PortInUse as error:
         return fail(f"the worker's health port {error.port} (WORKER_PORT) is already in "
                      "use, by another worker on this machine perhaps; set WORKER_PORT to a "

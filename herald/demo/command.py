@@ -16,7 +16,7 @@ same Redis and database is neither run, nor waited for, nor counted.
 
 Then the order phase (:mod:`herald.demo.orders`, ``--orders N``; 0 skips it) places and
 pays eSIM orders across every behaviour of the mock eSIM provider through the HTTP API,
-runs the payment and store lanes in a worker process that one product crashes on purpose
+runs the payment and store queues in a worker process that one product crashes on purpose
 (restarted, the order repaired with one charge), and checks that each order ended as its
 product plans — with the same isolation.
 

@@ -3,11 +3,11 @@
 
 The payment and store-fulfillment locks last 1 s instead of 30 s, so a run whose worker
 process died (``mock-crash`` ends it on purpose) is taken over by the restarted worker a
-second later rather than half a minute later. Every run of those lanes is safe to
+second later rather than half a minute later. Every run of those queues is safe to
 restart: settlement and its handoff are idempotent by their job ids, and a restarted
 issuance reconciles with the provider instead of issuing again.
 
-Only the demo's own workers import this module (under the demo's key prefix); the lanes
+Only the demo's own workers import this module (under the demo's key prefix); the queues
 of every other process keep the table's values.
 """
 
@@ -18,9 +18,9 @@ import dataclasses
 import actors.queues  # noqa: F401  (registers herald's queue table)
 from herald.queue.registry import SECOND, declare, get_spec
 
-#: The lanes the order phase's worker process runs, and their lock while it does.
-ORDER_LANES = ("payment", "store-fulfillment")
+#: The queues the order phase's worker process runs, and their lock while it does.
+ORDER_QUEUES = ("payment", "store-fulfillment")
 DEMO_LOCK = SECOND
 
-for _name in ORDER_LANES:
+for _name in ORDER_QUEUES:
     declare(dataclasses.replace(get_spec(_name), lock_duration=DEMO_LOCK))

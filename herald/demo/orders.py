@@ -5,12 +5,12 @@ until every order is final.
 The phase syncs the mock's catalog (the eSIM product sync, run once in this process),
 creates an account, and for each order calls ``POST /v1/store/orders``, ``POST
 /v1/payments`` and ``POST /v1/payments/{id}/complete`` on the real app. The payment and
-store-fulfillment lanes run in a worker *process* (``herald worker``), because
+store-fulfillment queues run in a worker *process* (``herald worker``), because
 ``mock-crash`` ends the process that issues it right after the provider charged; the
 phase restarts the worker, and the restarted run reconciles with the provider instead of
 issuing again. For ``mock-verify`` the phase plays the customer: the mock issues the
 profile and the phase posts the provider's signed webhook to
-``POST /v1/store/webhooks/mock``. The notification lanes run in this process and send
+``POST /v1/store/webhooks/mock``. The notification queues run in this process and send
 each issued order's ``esim.ready`` email, its QR code attached, through the mock
 notification provider.
 
@@ -46,13 +46,13 @@ from rich.table import Table
 from sqlalchemy import func
 from sqlmodel import select
 
-# the notification lanes' actors, which this process runs
+# the notification queues' actors, which this process runs
 import actors.callbacks
 import actors.handoffs
 import actors.notifications  # noqa: F401
 from herald.demo.notifications import DEMO_SWEEP_AGE, DEMO_SWEEP_EVERY, environment, own_namespace
 from herald.demo.notifications import QUEUES as NOTIFICATION_QUEUES
-from herald.demo.order_workers import ORDER_LANES
+from herald.demo.order_workers import ORDER_QUEUES
 from providers.esim_mock import CRASH_EXIT_CODE, MOCK_PRODUCTS, MockEsimProvider
 
 #: Orders the phase places unless told otherwise: three of each mock product.
@@ -146,7 +146,7 @@ def worker_environment() -> dict[str, str]:
 
 
 class WorkerProcess:
-    """``herald worker`` on the payment and store-fulfillment lanes, restarted whenever it
+    """``herald worker`` on the payment and store-fulfillment queues, restarted whenever it
     dies; its log goes to a temporary file (shown when it dies unexpectedly)."""
 
     def __init__(self, console: Console, log: IO[bytes]) -> None:
@@ -158,10 +158,10 @@ class WorkerProcess:
         self.failures: list[str] = []
 
     def start(self) -> None:
-        """Start the process (it takes jobs once its lanes have started)."""
+        """Start the process (it takes jobs once its queues have started)."""
         self.process = subprocess.Popen(
             [sys.executable, "-m", "herald.cli", "worker", "--import",
-             "herald.demo.order_workers", *ORDER_LANES],
+             "herald.demo.order_workers", *ORDER_QUEUES],
             env=self.env, cwd=os.getcwd(), stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=self.log)
 
@@ -288,7 +288,7 @@ def run_orders(count: int, console: Console) -> int:
     with one charge and one eSIM email per issued order and no charge for a failed one."""
     from herald.queue.registry import redeclared
 
-    with own_namespace((*NOTIFICATION_QUEUES, *ORDER_LANES)) as prefix, \
+    with own_namespace((*NOTIFICATION_QUEUES, *ORDER_QUEUES)) as prefix, \
             environment(FEATURE_ESIM_STORE="true"), \
             redeclared(NOTIFICATION_QUEUES, rate_limit=None):
         MockEsimProvider.reset()
@@ -323,7 +323,7 @@ def _run(count: int, console: Console, prefix: str) -> int:
     run_id = uuid.uuid4().hex[:8]
     console.print(f"[bold]orders[/]: {count} eSIM orders over the mock's products "
                   f"({', '.join(PRODUCTS)}), placed and paid through the HTTP API; payment "
-                  f"and store lanes in a worker process (jobs under the key prefix "
+                  f"and store queues in a worker process (jobs under the key prefix "
                   f"{prefix!r})")
     started = time.perf_counter()
     with worker_process(console) as worker:

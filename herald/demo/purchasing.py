@@ -7,7 +7,7 @@ server (the suppliers' mailboxes: ``herald.demo.mail_sink``) on 127.0.0.1, creat
 suppliers — Sysco over SFTP, Costco and a second Costco-type wholesaler by email, the
 central kitchen by PDF — and catalog items for each through ``POST /v1/suppliers`` and
 ``POST /v1/catalog-items``, then places orders with ``POST /v1/purchase-orders``. The
-``supplier-dispatch`` and ``backorder-reroute`` lanes run in this process. Once every
+``supplier-dispatch`` and ``backorder-reroute`` queues run in this process. Once every
 dispatch is submitted the phase plays Sysco: it drops an 855 for the first order into the
 inbound directory, back-ordering one line, and polls the demo's Sysco supplier; the
 reroute sends that line to the other wholesaler, by email.
@@ -51,10 +51,10 @@ from herald.demo.summary import counts_text
 DEFAULT_PURCHASE_ORDERS = 3
 #: Most purchase orders one run may place.
 MAX_PURCHASE_ORDERS = 100
-#: How long the lanes get to submit every dispatch, and then the reroute's.
+#: How long the queues get to submit every dispatch, and then the reroute's.
 SETTLE_DEADLINE = timedelta(seconds=120)
-#: The lanes this phase runs in its own process.
-LANES = ("supplier-dispatch", "backorder-reroute")
+#: The queues this phase runs in its own process.
+QUEUES = ("supplier-dispatch", "backorder-reroute")
 #: Sysco's directories on the demo's SFTP server.
 SFTP_DIRS = {"outbound_dir": "/outbound", "inbound_dir": "/inbound", "archive_dir": "/archive"}
 
@@ -118,7 +118,7 @@ def run_purchasing(count: int, console: Console) -> int:
         sftp = stack.enter_context(start_sftp_server(work / "sftp", "sysco-demo",
                                                      secrets.token_urlsafe(12)))
         mail = stack.enter_context(MailSink())
-        prefix = stack.enter_context(own_namespace(LANES))
+        prefix = stack.enter_context(own_namespace(QUEUES))
         stack.enter_context(environment(
             SMTP_HOST="127.0.0.1", SMTP_PORT=str(mail.port), SMTP_STARTTLS="false",
             SMTP_USE_TLS="false", SMTP_USERNAME="", SMTP_PASSWORD="",
@@ -134,7 +134,7 @@ def run_purchasing(count: int, console: Console) -> int:
         console.print(f"[bold]purchasing[/]: {count} purchase orders through the HTTP API "
                       f"to {len(SUPPLIERS) - (not with_kitchen)} suppliers: {suppliers}. "
                       f"Supplier emails go to an SMTP server at 127.0.0.1:{mail.port}; the "
-                      f"supplier lanes run in this process (jobs under the key prefix "
+                      f"supplier queues run in this process (jobs under the key prefix "
                       f"{prefix}).")
         if not with_kitchen:
             console.print("[yellow]no PDF renderer (install Debian's chromium, or set "
@@ -160,7 +160,7 @@ def _run(count: int, console: Console, sftp: SftpTestServer, mail: MailSink, wor
     item_ids = [_create_item(client, item, supplier_ids) for item in items]
     run_id = uuid.uuid4().hex[:6]
     started = time.perf_counter()
-    with running_worker(list(LANES)):
+    with running_worker(list(QUEUES)):
         orders = [_post(client, "/v1/purchase-orders", 201, {
             "restaurant": {"id": str(uuid.uuid4()), "name": f"Bistro {n + 1}",
                            "location": f"{n + 12} Quai Nord, Lyon"},

@@ -21,11 +21,11 @@ def run_job(job_actor: JobActor[Any], timeout: float = 30.0) -> Job:
     finished (completed, or failed for good), and return its record."""
     job_id = f"test-{uuid.uuid4().hex[:12]}"
     enqueue(job_actor, {}, job_id=job_id)
-    lane = queue(job_actor.queue)
+    jobs = queue(job_actor.queue)
     with running_worker([job_actor.queue]):
-        wait_for(lambda: lane.get(job_id).state in FINISHED, timeout=timeout,
+        wait_for(lambda: jobs.get(job_id).state in FINISHED, timeout=timeout,
                  what=f"job {job_id} to finish")
-    return lane.get(job_id)
+    return jobs.get(job_id)
 
 
 def products() -> dict[str, tuple[str, Decimal, str, bool]]:

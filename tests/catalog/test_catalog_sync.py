@@ -1,4 +1,4 @@
-"""The catalog sync engine through its two lanes, on PostgreSQL with a real worker: one
+"""The catalog sync engine through its two syncs, on PostgreSQL with a real worker: one
 transaction per owner, retries only when every owner failed, deactivation of dropped
 items, and the provider health readings the checkout's circuit breaker reads."""
 

@@ -1,4 +1,4 @@
-"""The fx-refresh lane on PostgreSQL with a real worker: a good answer is stored, a
+"""The fx-refresh queue on PostgreSQL with a real worker: a good answer is stored, a
 transient failure is retried, and validation or jump-guard rejects keep the stored rates
 while the job completes."""
 

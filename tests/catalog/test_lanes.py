@@ -1,4 +1,4 @@
-"""The sync lanes as declared: their queues' retry values, and their schedules' gates,
+"""The sync queues as declared: their queues' retry values, and their schedules' gates,
 intervals and startup jobs."""
 
 from __future__ import annotations

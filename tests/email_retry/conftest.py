@@ -1,4 +1,4 @@
-"""Fixtures of the email-retry lane tests: herald on PostgreSQL + Redis (a queue prefix of
+"""Fixtures of the email-retry queue tests: herald on PostgreSQL + Redis (a queue prefix of
 its own) with the mock email provider, short in-call pauses, an empty audit log, and the
 queue clock back on the wall clock after each test."""
 
@@ -19,7 +19,7 @@ PAUSES_MS = "10,20"
 
 
 @pytest.fixture
-def lane(monkeypatch: pytest.MonkeyPatch, migrated_database: str, redis_url: str
+def email_retry(monkeypatch: pytest.MonkeyPatch, migrated_database: str, redis_url: str
          ) -> Iterator[str]:
     """herald over the test PostgreSQL and Redis with the mock email provider; yields the
     queue prefix. The mock's records and the audit log start empty."""
@@ -30,7 +30,7 @@ def lane(monkeypatch: pytest.MonkeyPatch, migrated_database: str, redis_url: str
                         "LOG_LEVEL": "WARNING"}.items():
         monkeypatch.setenv(name, value)
     reset_herald()
-    import actors.email_retry  # noqa: F401  (declares the lane's actor)
+    import actors.email_retry  # noqa: F401  (declares the queue's actor)
     from providers.mock import MockProvider
 
     MockProvider.reset()

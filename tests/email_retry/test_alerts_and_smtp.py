@@ -1,4 +1,4 @@
-"""Operator alerts (ADMIN_ALERT_EMAIL) and the lane over a real SMTP relay (aiosmtpd) that
+"""Operator alerts (ADMIN_ALERT_EMAIL) and the queue over a real SMTP relay (aiosmtpd) that
 answers 4xx / 5xx on demand."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from providers.mock import MockProvider
 from providers.select import reset_providers
 from tests.providers.test_smtp import Relay, start_relay
 
-pytestmark = pytest.mark.usefixtures("lane")
+pytestmark = pytest.mark.usefixtures("email_retry")
 
 
 def use_setting(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
@@ -33,7 +33,7 @@ def test_an_alert_without_admin_alert_email_sends_and_queues_nothing() -> None:
     outcome = send_admin_alert("Queue stalled", "notification-email is stalled",
                                idempotency_key="alert:stalled:9")
 
-    # Then it is a no-op: no send, no lane job
+    # Then it is a no-op: no send, no queue job
     assert outcome is None
     assert MockProvider.sends() == []
     assert nothing_queued()
@@ -101,7 +101,7 @@ def test_a_relay_answering_4xx_is_tried_three_times_then_queued(relay: Relay) ->
     # When the email is sent
     outcome = send_email(ENVELOPE, "alert:smtp:2")
 
-    # Then the call tried three times, and the lane holds it with the relay's code
+    # Then the call tried three times, and the queue holds it with the relay's code
     assert not outcome.sent and outcome.tries == 3
     job = queue("email-retry").get("alert:smtp:2:1")
     assert job is not None and job.state == "delayed"

@@ -1,4 +1,4 @@
-"""Layer 2 of the email-retry lane: the in-call retries of ``send_email`` and its hand-off
+"""Layer 2 of the email-retry queue: the in-call retries of ``send_email`` and its hand-off
 to the ``email-retry`` queue (job id from the key, due in 5 minutes, the full envelope)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from actors.email_retry import SendOutcome, send_email
 from herald.queue import InvalidPayload, clock, queue
 from providers.mock import MockProvider
 
-pytestmark = pytest.mark.usefixtures("lane")
+pytestmark = pytest.mark.usefixtures("email_retry")
 
 RECIPIENT = "ops@example.com"
 
@@ -27,12 +27,12 @@ def envelope(**fields: Any) -> dict[str, Any]:
     return values
 
 
-def lane_counts() -> dict[str, int]:
+def retry_counts() -> dict[str, int]:
     return queue("email-retry").counts()
 
 
 def nothing_queued() -> bool:
-    return all(count == 0 for count in lane_counts().values())
+    return all(count == 0 for count in retry_counts().values())
 
 
 def test_a_transient_refusal_then_success_sends_once_and_queues_nothing() -> None:
@@ -42,7 +42,7 @@ def test_a_transient_refusal_then_success_sends_once_and_queues_nothing() -> Non
     # When an operational email is sent
     outcome = send_email(envelope(), "alert:stalled:1")
 
-    # Then the second try sent it, once, and the lane got nothing
+    # Then the second try sent it, once, and the queue got nothing
     assert outcome.sent and outcome.tries == 2 and outcome.retry_job_id is None
     accepted = MockProvider.sends(accepted_only=True)
     assert [send["to"] for send in accepted] == [RECIPIENT]
@@ -65,25 +65,25 @@ def test_transient_failures_past_the_budget_queue_one_job_due_in_five_minutes() 
     assert len(MockProvider.sends()) == 3
     # And one email-retry job carries it, its id built from the key, due in 5 minutes
     assert outcome.retry_job_id == "alert:stalled:2:1"
-    assert lane_counts()["delayed"] == 1
+    assert retry_counts()["delayed"] == 1
     job = queue("email-retry").get("alert:stalled:2:1")
     assert job is not None and job.state == "delayed"
     assert job.run_at is not None
     five_minutes = int(timedelta(minutes=5).total_seconds() * 1000)
     assert before + five_minutes <= int(job.run_at.timestamp() * 1000) <= after + five_minutes
-    # with the full envelope, the key and the lane's own attempt counter
+    # with the full envelope, the key and the queue's own attempt counter
     assert job.payload == {"envelope": envelope(), "idempotency_key": "alert:stalled:2",
                            "attempt": 1, "last_error": "mock_transient"}
 
 
-def test_a_final_refusal_is_not_retried_in_the_call_but_goes_to_the_lane() -> None:
+def test_a_final_refusal_is_not_retried_in_the_call_but_goes_to_the_queue() -> None:
     # Given a provider that refuses the email as final (an SMTP 5xx, an HTTP 4xx)
     MockProvider.script(RECIPIENT, "terminal")
 
     # When an operational email is sent
     outcome = send_email(envelope(), "alert:stalled:3")
 
-    # Then the call did not try again, and the lane has it (an operator may fix the cause)
+    # Then the call did not try again, and the queue has it (an operator may fix the cause)
     assert not outcome.sent and outcome.tries == 1
     assert outcome.result.failure_code == "mock_terminal"
     job = queue("email-retry").get("alert:stalled:3:1")
@@ -108,9 +108,9 @@ def test_two_concurrent_calls_with_the_same_key_make_one_job() -> None:
     for thread in threads:
         thread.join(timeout=30)
 
-    # Then both handed it to the lane, and the lane holds it once
+    # Then both handed it to the queue, and the queue holds it once
     assert [o.retry_job_id for o in outcomes] == ["alert:stalled:4:1"] * 2
-    assert lane_counts()["delayed"] == 1
+    assert retry_counts()["delayed"] == 1
     assert [job.id for job in queue("email-retry").jobs("delayed")] == ["alert:stalled:4:1"]
 
 

@@ -1,4 +1,4 @@
-"""Layer 3 of the email-retry lane: the ``email-retry`` worker re-attempts on the 5 min →
+"""Layer 3 of the email-retry queue: the ``email-retry`` worker re-attempts on the 5 min →
 30 min → 2 h → 12 h → 24 h schedule, driven by the queue clock instead of real hours."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ SENTINEL_TO = "sentinel@example.com"
 MINUTE = timedelta(minutes=1)
 ENVELOPE = {"to": RECIPIENT, "subject": "Payment provider down",
             "text": "The payment provider has refused 40 settlements."}
-#: The lane's schedule: how long after the previous failure each attempt runs.
+#: The queue's schedule: how long after the previous failure each attempt runs.
 STEPS = (timedelta(minutes=5), timedelta(minutes=30), timedelta(hours=2), timedelta(hours=12),
          timedelta(hours=24))
 #: Tries of the in-call layer (the conftest's EMAIL_IN_CALL_BACKOFF_MS has two pauses).
@@ -31,7 +31,7 @@ IN_CALL_TRIES = 3
 
 
 @pytest.fixture
-def worker(lane: str) -> Iterator[None]:
+def worker(email_retry: str) -> Iterator[None]:
     """The email-retry queue consumed in this process."""
     with running_worker(["email-retry"]):
         yield
@@ -48,7 +48,7 @@ def epoch_ms(job: Job, field: str) -> int:
 
 
 def finished(job_id: str) -> Job:
-    """Wait until the lane job ``job_id`` has run to an end (completed or failed)."""
+    """Wait until the queue's job ``job_id`` has run to an end (completed or failed)."""
     def ended() -> Job | None:
         job = queue("email-retry").get(job_id)
         return job if job is not None and job.state in ("completed", "failed") else None
@@ -116,7 +116,7 @@ def test_each_attempt_waits_its_step_and_exhaustion_is_audited_and_failed() -> N
     counts = queue("email-retry").counts()
     assert counts["delayed"] == counts["waiting"] == counts["active"] == 0
     assert queue("email-retry").get(f"{key}:6") is None
-    # And the provider saw the in-call tries plus one send per lane attempt
+    # And the provider saw the in-call tries plus one send per queue attempt
     assert len(sends_to(RECIPIENT)) == IN_CALL_TRIES + len(STEPS)
     # And one email_delivery_failed row names the key, attempts and last error, no address
     [row] = audit_rows()
@@ -127,7 +127,7 @@ def test_each_attempt_waits_its_step_and_exhaustion_is_audited_and_failed() -> N
 
 @pytest.mark.usefixtures("worker")
 def test_a_success_midway_completes_the_chain() -> None:
-    # Given an outage that ends during the third lane attempt (3 in-call + 2 lane failures)
+    # Given an outage that ends during the third queue attempt (3 in-call + 2 queue failures)
     MockProvider.script(RECIPIENT, f"transient:{IN_CALL_TRIES + 2}")
     key = "alert:outage-ends"
     send_email(ENVELOPE, key)

@@ -1,6 +1,6 @@
-"""Probe actors on herald's real lanes, for ``herald worker --import tests.lifecycle.probes``.
+"""Probe actors on herald's real queues, for ``herald worker --import tests.lifecycle.probes``.
 
-They run in herald's own worker groups (notification lanes, business lanes) and record
+They run in herald's own worker groups (notification queues, business queues) and record
 in Redis (``<prefix>:lc:events``) when each run starts and ends, so a test can see what a
 worker process took. A gated run waits until the test opens its gate.
 """
@@ -12,7 +12,7 @@ import time
 
 from pydantic import BaseModel
 
-import actors.queues  # noqa: F401  (declares the lanes the probes run on)
+import actors.queues  # noqa: F401  (declares the queues the probes run on)
 from herald.queue import actor, enqueue
 from herald.queue.redis import redis_client
 from herald.settings import get_settings
@@ -63,17 +63,17 @@ def _run(job: Probe) -> None:
 
 @actor(queue="notification-email", payload=Probe)
 def lc_probe_email(job: Probe) -> None:
-    """A probe on the notification lanes."""
+    """A probe on the notification queues."""
     _run(job)
 
 
 @actor(queue="store-fulfillment", payload=Probe)
 def lc_probe_store(job: Probe) -> None:
-    """A probe on the business lanes."""
+    """A probe on the business queues."""
     _run(job)
 
 
 @actor(queue="payment", payload=Probe)
 def lc_probe_payment(job: Probe) -> None:
-    """A probe on the business lanes (the follow-up of a store probe)."""
+    """A probe on the business queues (the follow-up of a store probe)."""
     _run(job)

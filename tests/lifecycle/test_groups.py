@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from actors.lifecycle import BUSINESS_LANES, NOTIFICATION_LANES
+from actors.lifecycle import BUSINESS_QUEUES, NOTIFICATION_QUEUES
 from herald.queue.worker import (
     OnFailure,
     WorkerGroup,
@@ -22,29 +22,29 @@ def plan(*queues: str) -> list[tuple[str, list[str], OnFailure]]:
             for group, mine in plan_groups(queues, declared_groups())]
 
 
-def test_herald_groups_its_lanes_as_the_lifecycle_describes() -> None:
+def test_herald_groups_its_queues_as_the_lifecycle_describes() -> None:
     # A process with every kind of queue starts them in herald's groups, in order
     assert plan("fx-refresh", "store-fulfillment", "notification-sms", "payment") == [
-        ("notification lanes", ["notification-sms"], OnFailure.STOP_GROUP),
-        ("business lanes", ["store-fulfillment", "payment"], OnFailure.STOP_ALL),
+        ("notification queues", ["notification-sms"], OnFailure.STOP_GROUP),
+        ("business queues", ["store-fulfillment", "payment"], OnFailure.STOP_ALL),
         ("store recovery", [], OnFailure.STOP_ALL),
         ("ungrouped queues", ["fx-refresh"], OnFailure.STOP_ALL),
     ]
     # store recovery is a step of the process that runs store-fulfillment only
-    assert [name for name, _, _ in plan("payment", "activation")] == ["business lanes"]
+    assert [name for name, _, _ in plan("payment", "activation")] == ["business queues"]
 
 
-def test_notification_lanes_drain_within_5_s_and_business_lanes_without_deadline() -> None:
-    assert drain_bound(NOTIFICATION_LANES) == timedelta(seconds=5)
-    assert drain_bound(BUSINESS_LANES) is None
+def test_notification_queues_drain_within_5_s_and_business_queues_without_deadline() -> None:
+    assert drain_bound(NOTIFICATION_QUEUES) == timedelta(seconds=5)
+    assert drain_bound(BUSINESS_QUEUES) is None
     # one bound for both would be no bound at all: hence one drain per group
-    assert drain_bound((*NOTIFICATION_LANES, *BUSINESS_LANES)) is None
+    assert drain_bound((*NOTIFICATION_QUEUES, *BUSINESS_QUEUES)) is None
 
 
 def test_a_queue_claimed_by_a_second_group_is_refused_and_nothing_changes() -> None:
     before = declared_groups()
 
-    with pytest.raises(ValueError, match="'payment' is in worker groups 'business lanes' "
+    with pytest.raises(ValueError, match="'payment' is in worker groups 'business queues' "
                                          "and 'billing'"):
         declare_groups(WorkerGroup(name="fine", queues=("t-free",)),
                        WorkerGroup(name="billing", queues=("payment",)))

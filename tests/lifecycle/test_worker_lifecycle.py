@@ -24,7 +24,7 @@ from tests.lifecycle.probes import (
 )
 from tests.support.waiting import wait_for
 
-#: The notification lanes' drain bound (their queues' shutdown_timeout).
+#: The notification queues' drain bound (their queues' shutdown_timeout).
 NOTIFICATION_BOUND_S = 5.0
 
 
@@ -48,7 +48,7 @@ def readyz(run: WorkerRun) -> tuple[int, dict[str, Any]]:
                                                 ("OPERATORS", "nope")])
 def test_a_business_startup_failure_stops_the_process_before_it_takes_a_job(
         lifecycle: Lifecycle, setting: str, value: str) -> None:
-    # Given a job waiting on a notification lane and one on a business lane
+    # Given a job waiting on a notification queue and one on a business queue
     enqueue(lc_probe_email, Probe(key="n1"), job_id="n1")
     enqueue(lc_probe_store, Probe(key="b1"), job_id="b1")
 
@@ -60,7 +60,7 @@ def test_a_business_startup_failure_stops_the_process_before_it_takes_a_job(
     assert code == 1
     errors = run.errors()
     assert len(errors) == 1, errors
-    assert "business lanes startup failed" in errors[0]
+    assert "business queues startup failed" in errors[0]
     assert setting in errors[0] and "'nope'" in errors[0]
     assert events("start") == []
     assert states(("notification-email", "n1"), ("store-fulfillment", "b1")) == [
@@ -69,9 +69,9 @@ def test_a_business_startup_failure_stops_the_process_before_it_takes_a_job(
     assert run.index("worker stopped") < run.index("producer clients closed")
 
 
-def test_a_notification_startup_failure_stops_only_the_notification_lanes(
+def test_a_notification_startup_failure_stops_only_the_notification_queues(
         lifecycle: Lifecycle) -> None:
-    # Given a job waiting on a notification lane, then one on a business lane
+    # Given a job waiting on a notification queue, then one on a business queue
     enqueue(lc_probe_email, Probe(key="n1"), job_id="n1")
     enqueue(lc_probe_store, Probe(key="b1"), job_id="b1")
 
@@ -85,15 +85,15 @@ def test_a_notification_startup_failure_stops_only_the_notification_lanes(
     assert run.record("worker started")["queues"] == "store-fulfillment"
     assert events("start") == ["b1"]
     assert states(("notification-email", "n1")) == ["waiting"]
-    # and the error names the lanes and the setting; the process runs on, not ready
+    # and the error names the queues and the setting; the process runs on, not ready
     errors = run.errors()
     assert len(errors) == 1, errors
-    assert "notification lanes startup failed" in errors[0] and "PUSH_PROVIDER" in errors[0]
+    assert "notification queues startup failed" in errors[0] and "PUSH_PROVIDER" in errors[0]
     status, checks = readyz(run)
     assert status == 503
-    assert checks["lanes"] == "down"
+    assert checks["queues"] == "down"
     # (asked from this machine, with no API_TOKEN set, the reason comes too)
-    assert checks["errors"]["lanes"].startswith("notification lanes down")
+    assert checks["errors"]["queues"].startswith("notification queues down")
     assert {checks["database"], checks["redis"], checks["broker"]} == {"ok"}
     assert run.process.poll() is None
 
@@ -103,14 +103,14 @@ def test_a_notification_startup_failure_stops_only_the_notification_lanes(
 
 
 def test_a_worker_whose_groups_all_start_is_ready(lifecycle: Lifecycle) -> None:
-    # Given a worker for a notification lane and a business lane, every setting valid
+    # Given a worker for a notification queue and a business queue, every setting valid
     run = lifecycle.spawn("notification-email", "store-fulfillment")
     started = run.record("worker started")
 
-    # Then it runs both, and its /readyz says its lanes are up
+    # Then it runs both, and its /readyz says its queues are up
     assert started["queues"] == "notification-email,store-fulfillment"
     assert readyz(run) == (200, {"database": "ok", "redis": "ok", "broker": "ok",
-                                 "lanes": "ok"})
+                                 "queues": "ok"})
     assert run.stop() == 0
 
 
@@ -142,7 +142,7 @@ def test_a_store_recovery_startup_failure_stops_the_process(
     host_port = private_redis_url.removeprefix("redis://")
     monkeypatch.setenv("REDIS_URL", private_redis_url)
     reset_herald()
-    # and a job waiting on a notification lane
+    # and a job waiting on a notification queue
     enqueue(lc_probe_email, Probe(key="n1"), job_id="n1")
 
     # When a worker hosting store-fulfillment starts as that user, so the store recovery

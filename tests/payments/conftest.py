@@ -17,7 +17,7 @@ from herald.queue import redis as queue_redis
 from herald.queue import registry, runtime
 from herald.web import create_app
 
-LANES = ("activation", "payment")
+QUEUES = ("activation", "payment")
 
 
 @pytest.fixture
@@ -43,7 +43,7 @@ def fulfillment(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
         connection.execute(text("TRUNCATE payments, activation_steps, activations, "
                                 "store_order_status_events, store_orders, orders, "
                                 "deliveries, notifications, accounts CASCADE"))
-    with registry.redeclared(LANES, backoff_base=timedelta(milliseconds=100)):
+    with registry.redeclared(QUEUES, backoff_base=timedelta(milliseconds=100)):
         yield
     operators.reset()
     db.reset_engine()

@@ -20,7 +20,7 @@ from providers.operators import operators
 from tests.payments.support import account, finished, job, post
 from tests.support.waiting import wait_for
 
-LANES = ["payment", "activation"]
+QUEUES = ["payment", "activation"]
 MSISDN = "+966551234567"
 
 
@@ -74,7 +74,7 @@ def test_a_paid_activation_runs_its_three_steps_with_their_history(client: TestC
     activation_id = created["id"]
     # When its payment settles and the workers run
     payment_id = pay(client, activation_id)
-    with running_worker(LANES):
+    with running_worker(QUEUES):
         wait_for(lambda: ended(client, activation_id), what="the activation to end")
     # Then it went initiate → verify_identity → complete, each step once, in order
     body = activation(client, activation_id)
@@ -114,7 +114,7 @@ def test_a_transient_step_failure_is_retried(client: TestClient) -> None:
     # Given an operator whose verify_identity times out once
     created = start(client, MSISDN, "transient:verify_identity:1")
     pay(client, created["id"])
-    with running_worker(LANES):
+    with running_worker(QUEUES):
         wait_for(lambda: ended(client, created["id"]), what="the activation to end")
     # Then the step ran again and the activation completed
     body = activation(client, created["id"])
@@ -130,7 +130,7 @@ def test_a_step_that_stays_transient_fails_the_activation_on_its_last_attempt(
     # Given an operator whose initiate times out on all 3 attempts
     created = start(client, MSISDN, "transient:initiate:3")
     pay(client, created["id"])
-    with running_worker(LANES):
+    with running_worker(QUEUES):
         wait_for(lambda: ended(client, created["id"]), what="the activation to end")
         wait_for(lambda: finished("activation", f"{created['id']}-initiate"))
     # Then the activation failed at initiate with the reason, and went no further
@@ -148,7 +148,7 @@ def test_a_rejected_step_fails_the_activation_at_once(client: TestClient) -> Non
     # Given an operator that refuses the identity
     created = start(client, MSISDN, "reject:verify_identity")
     pay(client, created["id"])
-    with running_worker(LANES):
+    with running_worker(QUEUES):
         wait_for(lambda: ended(client, created["id"]), what="the activation to end")
         wait_for(lambda: finished("activation", f"{created['id']}-verify_identity"))
     # Then it failed at verify_identity, with no retry and no complete step

@@ -26,7 +26,7 @@ from tests.support.services import find_free_port
 from tests.support.waiting import wait_for
 
 ORCHESTRATION = "notification-orchestration"
-ALL_LANES = [ORCHESTRATION, "notification-email", "notification-sms"]
+ALL_QUEUES = [ORCHESTRATION, "notification-email", "notification-sms"]
 
 
 @pytest.fixture
@@ -120,7 +120,7 @@ def test_a_batch_due_now_runs_at_once_with_one_notification_per_account(
     past_batch = post_batch(client, [*account_ids, "no-such-account"],
                             scheduled_at=datetime.now(UTC) - timedelta(days=1))
     # When the workers run
-    with running_worker(ALL_LANES):
+    with running_worker(ALL_QUEUES):
         for batch in (now_batch, past_batch):
             wait_for(lambda b=batch: read(client, b["id"])["status"] == "finished"
                      and settled(read(client, b["id"])["delivery_summary"]), timeout=60,

@@ -168,7 +168,7 @@ def test_two_workers_racing_on_one_delivery_send_it_once(pipeline: None) -> None
     assert len(MockProvider.sends()) == 1
 
 
-def test_push_is_off_by_default_and_a_lane_of_its_own_when_on(
+def test_push_is_off_by_default_and_a_queue_of_its_own_when_on(
         pipeline: None, monkeypatch: pytest.MonkeyPatch) -> None:
     client = TestClient(create_app())
     account_id = account(client, push_subscription_id="device-1")

@@ -180,7 +180,7 @@ def test_a_timeout_after_sending_is_unclassified_and_reconcile_finds_the_order(
     with pytest.raises(EsimhubUnconfirmed) as raised:
         provider.issue(order("ord-9"), on_reference=references.append)
     hub.release()
-    # Then the failure is unclassified (the lane keeps the order in flight)
+    # Then the failure is unclassified (the job keeps the order in flight)
     assert not isinstance(raised.value, EsimError)
     assert references == [] and hub.charges == ["ord-9"]
     # and a reconcile by our order id finds the order eSIMHub took

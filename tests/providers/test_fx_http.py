@@ -110,13 +110,13 @@ def test_an_answer_that_is_not_a_rate_table_is_invalid(
         provider.latest(WANTED)
 
 
-def test_odd_numbers_and_another_base_are_passed_on_for_the_lane_to_refuse(
+def test_odd_numbers_and_another_base_are_passed_on_for_the_job_to_refuse(
         oxr: FakeOpenExchangeRates, provider: OpenExchangeRatesProvider) -> None:
     # Given a provider answering NaN, a negative rate and another base
     oxr.body = {"base": "EUR", "rates": {"EUR": float("nan"), "SAR": -3.75}}
 
     quote = provider.latest(WANTED)
 
-    # Then the adapter reads them as they are (the lane's check refuses them)
+    # Then the adapter reads them as they are (the job's check refuses them)
     assert quote.base == "EUR"
     assert quote.rates["EUR"].is_nan() and quote.rates["SAR"] == Decimal("-3.75")

@@ -1,6 +1,6 @@
 """The SFTP adapter against a real SFTP server (asyncssh, in this process, chrooted to a
 temporary directory): what lands on the server, one session per use, host-key pinning and
-how failures are classified for the dispatch lane."""
+how failures are classified for the dispatch queue."""
 
 from __future__ import annotations
 

@@ -58,9 +58,9 @@ def rows() -> dict[str, int]:
 
 def dispatch_jobs() -> list[Any]:
     """Every job of the supplier-dispatch queue, whatever its state."""
-    lane = queue("supplier-dispatch")
+    dispatch = queue("supplier-dispatch")
     return [job for state in ("waiting", "delayed", "active", "completed", "failed", "paused")
-            for job in lane.jobs(state, per_page=500)]
+            for job in dispatch.jobs(state, per_page=500)]
 
 
 def order_body(*lines: tuple[str, Any], **fields: Any) -> dict[str, Any]:

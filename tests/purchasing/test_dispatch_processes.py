@@ -1,4 +1,4 @@
-"""The dispatch lane in real ``herald worker supplier-dispatch`` processes: a SIGTERM lets
+"""The dispatch queue in real ``herald worker supplier-dispatch`` processes: a SIGTERM lets
 an in-flight upload finish, Sysco's group limit holds across two processes while Costco's
 emails go past its held uploads, and ``/readyz`` checks the PDF renderer."""
 
@@ -106,7 +106,7 @@ def test_sigterm_lets_an_in_flight_upload_finish(purchasing: str, sftp: SftpTest
 
 def test_costco_emails_go_past_held_sysco_uploads_one_of_which_runs_at_a_time(
         purchasing: str, sftp: SftpTestServer, mailbox: Mailbox) -> None:
-    # Given two worker processes on the lane, and three orders each for Sysco and Costco
+    # Given two worker processes on the queue, and three orders each for Sysco and Costco
     sysco = make_supplier("sysco", sftp=sftp)
     costco = make_supplier("costco")
     flour = make_item("Flour", mappings=[(sysco, "SY-FLOUR", True)])
@@ -168,12 +168,12 @@ def test_readyz_of_a_dispatch_worker_checks_the_pdf_renderer(purchasing: str) ->
 
         # Then the first is ready, and the second says its renderer is missing
         assert readyz(ready) == (200, {"database": "ok", "redis": "ok", "broker": "ok",
-                                       "lanes": "ok"})
+                                       "queues": "ok"})
         status, checks = readyz(missing)
         assert status == 503
-        assert checks["lanes"] == "down"
-        assert checks["errors"]["lanes"].startswith("supplier lanes not ready")
-        assert "/nonexistent/chromium" in checks["errors"]["lanes"]
+        assert checks["queues"] == "down"
+        assert checks["errors"]["queues"].startswith("supplier queues not ready")
+        assert "/nonexistent/chromium" in checks["errors"]["queues"]
         assert {key: checks[key] for key in ("database", "redis", "broker")} == {
             "database": "ok", "redis": "ok", "broker": "ok"}
     finally:

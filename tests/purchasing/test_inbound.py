@@ -85,7 +85,7 @@ class Sysco:
         self.order: Placed = place_order([(item, 2) for item in items], order_number="PO-2001")
         self.dispatch = self.order.dispatch_by_supplier[self.id]
         self.lines = self.order.line_ids
-        with db.session() as session:  # as the dispatch lane leaves it once the 850 is up
+        with db.session() as session:  # as the dispatch job leaves it once the 850 is up
             transition_dispatch(session, self.dispatch, to=DispatchStatus.SUBMITTED,
                                 expect={DispatchStatus.PENDING}, reference="PO_x.edi")
             set_line_status(session, self.lines, to=LineStatus.SUBMITTED)

@@ -39,9 +39,9 @@ LIVE_STATES = ("waiting", "delayed", "active", "paused")
 
 def dispatch_jobs() -> list[Any]:
     """Every job of the supplier-dispatch queue, whatever its state."""
-    lane = queue("supplier-dispatch")
+    dispatch = queue("supplier-dispatch")
     return [job for state in (*LIVE_STATES, "completed", "failed")
-            for job in lane.jobs(state, per_page=500)]
+            for job in dispatch.jobs(state, per_page=500)]
 
 
 def jobs_by_dispatch() -> dict[str, int]:

@@ -76,7 +76,7 @@ def finished(job_id: str) -> Job:
 
 
 def run_reroute(payload: dict[str, Any]) -> Job:
-    """Enqueue a reroute and run the lane until it ends."""
+    """Enqueue a reroute and run the queue until it ends."""
     result = enqueue_backorder_reroute(payload)
     assert result.status == "added"
     with running_worker([REROUTE]):

@@ -25,14 +25,14 @@ from models.purchasing import (
 )
 from tests.purchasing.conftest import Placed, make_item, make_supplier, place_order
 
-LANE = "supplier-dispatch"
+QUEUE = "supplier-dispatch"
 
 
 def jobs_of(dispatch_id: str) -> list[Any]:
     """The supplier-dispatch jobs of one dispatch, whatever their state."""
-    lane = queue(LANE)
+    dispatch = queue(QUEUE)
     return [job for state in ("waiting", "delayed", "active", "paused", "completed", "failed")
-            for job in lane.jobs(state, per_page=500)
+            for job in dispatch.jobs(state, per_page=500)
             if job.payload["dispatchId"] == dispatch_id]
 
 
@@ -49,7 +49,7 @@ def an_order(kind: str = "costco") -> tuple[Placed, str]:
 def lose_job(dispatch_id: str) -> None:
     """Redis lost the dispatch's job (removed: its dedup id is free again)."""
     for job in jobs_of(dispatch_id):
-        assert queue(LANE).remove(job.id)
+        assert queue(QUEUE).remove(job.id)
 
 
 def age(*dispatch_ids: str, by: timedelta = timedelta(hours=2)) -> None:

@@ -1,4 +1,4 @@
-"""The issuance lane end to end with a real worker: every mock product's path, each
+"""The issuance job end to end with a real worker: every mock product's path, each
 transition's status event, reconcile instead of issue, the verification deadline."""
 
 from __future__ import annotations
