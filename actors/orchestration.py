@@ -41,13 +41,15 @@ from models.notifications import (
     Account,
     Channel,
     Delivery,
-    Key,
     Notification,
     Outcome,
-    find_occurrences,
     in_channel_order,
-    persist_new_notifications,
     persist_notification,
+)
+from models.notifications_bulk import (
+    Key,
+    find_occurrences,
+    persist_new_notifications,
     stamp_many_handoffs,
     storable,
 )

@@ -130,6 +130,13 @@ class FieldReader:
             return tuple(getattr(row, name) for name in self.names)
 
 
+@functools.cache
+def table_reader(table: Any) -> FieldReader:
+    """A reader of all of ``table``'s columns, in the table's column order (one per
+    table)."""
+    return FieldReader(*(column.key for column in table.columns))
+
+
 def snapshot(model: type[M], **values: Any) -> M:
     """A table model instance holding ``values``, to read, never to add to a session.
 
