@@ -35,6 +35,7 @@ from sqlmodel import Field, Session, SQLModel, select
 
 from herald.db import Prepared, autocommit, get_engine, is_postgres
 from models.base import UtcDateTime, id_field, table_reader, timestamp_field, utcnow
+from models.pydantic_internals import set_field_values
 
 #: A claim older than this is abandoned and may be taken over (docs/pipeline.md#claims).
 CLAIM_STALE_AFTER = timedelta(seconds=60)
@@ -435,7 +436,8 @@ def suppress_gated(deliveries: list[Delivery], gates: dict[str, str | None]) -> 
             if delivery.channel == Channel.IN_APP.value:
                 reason = gates.get(delivery.notification_id)
                 if reason:
-                    delivery.__dict__.update(outcome=Outcome.SUPPRESSED.value, reason=reason)
+                    set_field_values(delivery, {"outcome": Outcome.SUPPRESSED.value,
+                                                "reason": reason})
 
 
 @functools.cache
