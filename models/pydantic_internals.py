@@ -6,9 +6,10 @@ a field's value in the instance's ``__dict__``: pydantic stores validated fields
 SQLAlchemy stores each loaded attribute there (an expired one is absent) and its
 instrumented attributes read it from there before they look at the instance's ORM state.
 The hot paths of many rows use that directly, past the per-field machinery of both
-(``models.base.FieldReader``, ``models.base.snapshot``; bench/README.md, "The HTTP front
-door", measures what it is worth): reading the values, building a read-only row as
-pydantic's ``model_construct`` would, and writing a value of a row no session tracks.
+(bench/README.md, "The HTTP front door", measures what it is worth): reading the values
+(``models.base.FieldReader``), building a read-only row as pydantic's ``model_construct``
+would (``models.base.snapshot``), and writing a value of a row no session tracks (an
+in-app delivery's gate, ``models.notifications.suppress_gated``).
 
 None of this is pydantic's, SQLModel's or SQLAlchemy's public API.
 ``tests/unit/test_pydantic_internals.py`` checks each use against the installed versions,
