@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from psycopg import Connection, errors, pq
+from psycopg.abc import Buffer
 from psycopg.adapt import PyFormat, Transformer
 
 #: The psycopg versions whose internals this module was checked against (the same range
@@ -30,7 +31,7 @@ _OK = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
 
 #: Values dumped for libpq: the values (``None`` for NULL), their types' oids, and their
 #: formats (text or binary), in parameter order.
-Dumped = tuple[list[bytes | None], tuple[int, ...], list[pq.Format]]
+Dumped = tuple[Sequence[Buffer | None], tuple[int, ...], Sequence[pq.Format] | None]
 
 
 class RawConnection:
@@ -58,7 +59,7 @@ class RawConnection:
         value (an int as int2 … numeric, ``None`` as unknown)."""
         transformer = self._transformer
         dumped = transformer.dump_sequence(values, [PyFormat.AUTO] * len(values))
-        return dumped, tuple(transformer.types), transformer.formats
+        return dumped, tuple(transformer.types or ()), transformer.formats
 
     def prepare(self, name: bytes, sql: bytes, types: tuple[int, ...]) -> None:
         """Prepare ``sql`` (``$n`` placeholders of these ``types``) as statement ``name``.
@@ -70,7 +71,9 @@ class RawConnection:
         which releases the GIL while it waits. The result is read by :meth:`read` (or
         found :meth:`missing`)."""
         values, _, formats = dumped
-        return self.pgconn.exec_prepared(name, values, formats)
+        # psycopg's stub leaves out the NULLs its own dumper returns (libpq sends None as
+        # NULL)
+        return self.pgconn.exec_prepared(name, values, formats)  # type: ignore[arg-type]
 
     @staticmethod
     def missing(result: pq.abc.PGresult) -> bool:
