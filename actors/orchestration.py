@@ -10,7 +10,7 @@ produces no delivery row unless ``FEATURE_PUSH`` is on. Deliveries are listed in
 order everywhere: the channels' (:data:`models.notifications.CHANNEL_ORDER`).
 
 An event is checked whole before anything is written: its type, its data against the
-type's model (:mod:`actors.render`), its category (a marketing type is never sent as
+type's model (:mod:`actors.event_catalogue`), its category (a marketing type is never sent as
 transactional; a transactional one may be sent as marketing, which only suppresses more)
 and its channels (asking only for channels that are turned off is refused; off channels
 in a mix are left out, as they are from a type's default channels).
@@ -28,13 +28,9 @@ from typing import Any, NamedTuple
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from actors.render import (
-    EVENT_TYPES,
-    SUPPORTED_LOCALES,
-    event_type,
-    template_channel,
-    validate_event_data,
-)
+from actors.event_catalogue import EVENT_TYPES, event_type, validate_event_data
+from actors.locales import SUPPORTED_LOCALES
+from actors.render import template_channel
 from herald.db import session as db_session
 from herald.queue.registry import NORMAL_PRIORITY, URGENT_PRIORITY
 from herald.settings import email_address_problem, get_settings
@@ -45,13 +41,15 @@ from models.notifications import (
     Account,
     Channel,
     Delivery,
-    Key,
     Notification,
     Outcome,
-    find_occurrences,
     in_channel_order,
-    persist_new_notifications,
     persist_notification,
+)
+from models.notifications_bulk import (
+    Key,
+    find_occurrences,
+    persist_new_notifications,
     stamp_many_handoffs,
     storable,
 )

@@ -28,7 +28,7 @@ from honcho.manager import Manager
 
 #: The honcho versions whose internals this module was checked against (the same range
 #: as the package's dependency).
-SUPPORTED_HONCHO = (">=2.0", "<3")
+SUPPORTED_HONCHO = (">=2.0", "<2.1")
 
 
 # honcho ships no type information: to mypy its Manager is Any, and subclassing Any is

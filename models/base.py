@@ -22,6 +22,8 @@ from sqlalchemy.orm import configure_mappers
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
+from models.pydantic_internals import construct, field_values
+
 M = TypeVar("M", bound=SQLModel)
 
 #: Length of a UUID rendered as text (``8-4-4-4-12``).
@@ -113,8 +115,9 @@ class UtcDateTime(TypeDecorator[datetime]):
 
 class FieldReader:
     """Reads fixed fields of table-model instances, as a tuple, straight from their loaded
-    values: the ORM's attribute reads cost more than the rest of a bulk request's handling
-    of a row. A field not loaded (an expired attribute) is read through the ORM."""
+    values (:func:`models.pydantic_internals.field_values`): the ORM's attribute reads
+    cost more than the rest of a bulk request's handling of a row. A field not loaded (an
+    expired attribute) is read through the ORM."""
 
     def __init__(self, *names: str) -> None:
         if len(names) < 2:  # one name would make itemgetter answer a value, not a tuple
@@ -125,9 +128,16 @@ class FieldReader:
     def __call__(self, row: SQLModel) -> tuple[Any, ...]:
         """The fields' values, in the order they were named."""
         try:
-            return self._pick(row.__dict__)  # type: ignore[no-any-return]
+            return self._pick(field_values(row))  # type: ignore[no-any-return]
         except KeyError:
             return tuple(getattr(row, name) for name in self.names)
+
+
+@functools.cache
+def table_reader(table: Any) -> FieldReader:
+    """A reader of all of ``table``'s columns, in the table's column order (one per
+    table)."""
+    return FieldReader(*(column.key for column in table.columns))
 
 
 def snapshot(model: type[M], **values: Any) -> M:
@@ -143,15 +153,9 @@ def snapshot(model: type[M], **values: Any) -> M:
     for name, factory in factories:
         if name not in values:
             fields[name] = factory()
-    # what pydantic's model_construct does (after SQLModel's __new__, which only sets the
-    # three attributes below), less its per-field alias look-ups: a third of the time,
-    # for a bulk request's thousands of rows
-    instance = object.__new__(model)
-    object.__setattr__(instance, "__dict__", fields)
-    object.__setattr__(instance, "__pydantic_fields_set__", given)
-    object.__setattr__(instance, "__pydantic_extra__", None)
-    object.__setattr__(instance, "__pydantic_private__", None)
-    return instance
+    # what pydantic's model_construct does, less its per-field alias look-ups: a third of
+    # the time, for a bulk request's thousands of rows
+    return construct(model, fields, given)
 
 
 @functools.cache
@@ -162,7 +166,7 @@ def _defaults(model: type[SQLModel]) -> tuple[dict[str, Any],
     once: the instances :func:`snapshot` builds are read through them."""
     if not model.__mapper__.configured:  # type: ignore[attr-defined]
         configure_mappers()
-    optional = {name: field for name, field in model.__pydantic_fields__.items()
+    optional = {name: field for name, field in model.model_fields.items()
                 if not field.is_required()}
     return ({name: field.default for name, field in optional.items()
              if field.default_factory is None},

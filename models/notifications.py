@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
-import math
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-import orjson
 from sqlalchemy import (
     JSON,
     ColumnElement,
@@ -34,11 +31,11 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy import column as result_column
 from sqlmodel import Field, Session, SQLModel, select
 
 from herald.db import Prepared, autocommit, get_engine, is_postgres
-from models.base import FieldReader, UtcDateTime, id_field, snapshot, timestamp_field, utcnow
+from models.base import UtcDateTime, id_field, table_reader, timestamp_field, utcnow
+from models.pydantic_internals import set_field_values
 
 #: A claim older than this is abandoned and may be taken over (docs/pipeline.md#claims).
 CLAIM_STALE_AFTER = timedelta(seconds=60)
@@ -107,7 +104,7 @@ def _in_app_gate(account_id: str, transactional: str) -> str:
 
 
 #: The in-app gate of the notification an INSERT INTO notifications … RETURNING returns.
-_IN_APP_GATE = _in_app_gate("notifications.account_id", "notifications.transactional")
+IN_APP_GATE = _in_app_gate("notifications.account_id", "notifications.transactional")
 
 
 class Account(SQLModel, table=True):
@@ -340,7 +337,7 @@ def stamp_handoffs(db: Db, delivery_ids: list[str], *,
 def _row(record: SQLModel, suffix: str = "") -> dict[str, Any]:
     """A table model's column values, keyed as an INSERT binds them (``<column><suffix>``)."""
     table = record.__table__  # type: ignore[attr-defined]
-    return dict(zip(_bound_names(table, suffix), _column_reader(table)(record), strict=True))
+    return dict(zip(_bound_names(table, suffix), table_reader(table)(record), strict=True))
 
 
 @functools.cache
@@ -364,7 +361,7 @@ def _insert_notification(deliveries: int, *, together: bool, in_app: int | None)
     Built once per shape."""
     notification = insert(_notifications).values(_bound_row(_notifications))
     if in_app is not None:
-        notification = notification.returning(literal_column(_IN_APP_GATE).label("gate"))
+        notification = notification.returning(literal_column(IN_APP_GATE).label("gate"))
     if not together:
         return Prepared(notification)
     rows = [_bound_row(_deliveries, f"_{i}") for i in range(deliveries)]
@@ -418,262 +415,20 @@ def persist_notification(notification: Notification, deliveries: list[Delivery])
                                        in_app=in_app).run(connection, params)
         if in_app is not None:
             reasons = {row["id"]: row["reason"] for row in ran.rows}
-            _suppress_gated(deliveries, {notification.id: reasons.get(deliveries[in_app].id)})
+            suppress_gated(deliveries, {notification.id: reasons.get(deliveries[in_app].id)})
         return
     with get_engine().begin() as connection:
         ran = _insert_notification(len(deliveries), together=False,
                                    in_app=in_app).run(connection, params)
         if in_app is not None:
             gated = ran.first()
-            _suppress_gated(deliveries, {notification.id: gated["gate"] if gated else None})
+            suppress_gated(deliveries, {notification.id: gated["gate"] if gated else None})
             params |= _row(deliveries[in_app], f"_{in_app}")
         if deliveries:
             _insert_deliveries(len(deliveries)).run(connection, params)
 
 
-# -- many notifications at once (POST /v1/events/bulk, docs/pipeline.md#bulk-events) -------
-# However many rows, each statement's text is the same, so it is compiled once: the rows
-# travel as JSON arrays, one per column on PostgreSQL (zipped back by ROWS FROM), one of
-# rows on SQLite (json_each). A multi-row VALUES list with a bind per value is a new
-# statement for every row count (compiling one of 3,000 deliveries costs SQLAlchemy over a
-# second); PostgreSQL arrays as parameters cost psycopg more, per element, than the JSON
-# encoder, and a JSON array of objects (json_populate_recordset) costs PostgreSQL twice as
-# much as these. On PostgreSQL ids are matched with ``= ANY(ARRAY(…))``, which the primary
-# key's index serves.
-Key = tuple[str, str, str]
-
-
-def storable(value: Any) -> bool:
-    """True when every text in ``value`` (a JSON-like value, at any depth) can be stored:
-    no NUL character (PostgreSQL refuses it), no lone surrogate (not UTF-8), no NaN or
-    infinity (not JSON). One such value must not fail the statement of a whole batch."""
-    if isinstance(value, str):
-        return "\x00" not in value and (value.isascii() or _utf8(value))
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, dict):
-        return all(storable(key) and storable(inner) for key, inner in value.items())
-    if isinstance(value, list | tuple):
-        return all(storable(inner) for inner in value)
-    return True
-
-
-def _utf8(text_: str) -> bool:
-    try:
-        text_.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _values(records: list[Notification] | list[Delivery]) -> list[tuple[Any, ...]]:
-    """Each record's column values, in the table's column order."""
-    read = _column_reader(_table(records))
-    return [read(record) for record in records]
-
-
-@functools.cache
-def _column_reader(table: Any) -> FieldReader:
-    return FieldReader(*(column.key for column in table.columns))
-
-
-def _table(records: list[Notification] | list[Delivery]) -> Any:
-    return records[0].__table__  # type: ignore[attr-defined]
-
-
-def _pg_columns(records: list[Notification] | list[Delivery], prefix: str) -> dict[str, str]:
-    """The records as one JSON array per column, bound as ``<prefix>_<column>``."""
-    table = _table(records)
-    columns = zip(*_values(records), strict=True)
-    return {f"{prefix}_{column.key}": _json_array(column, values)
-            for column, values in zip(table.columns, columns, strict=True)}
-
-
-def _json_array(column: Any, values: tuple[Any, ...]) -> str:
-    if isinstance(column.type, JSON):  # events' data: NaN refused, as the json module does
-        return json.dumps(list(values), default=_iso, ensure_ascii=False, allow_nan=False)
-    # ids, texts, flags and timestamps (ISO 8601, as isoformat writes them) at a tenth of
-    # the json module's cost
-    return orjson.dumps(values).decode()
-
-
-def _iso(value: Any) -> str:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(f"{type(value).__name__} is not JSON")
-
-
-def _sqlite_json(records: list[Notification] | list[Delivery], dialect: Any) -> str:
-    """The records as one JSON array of rows (arrays in column order), each value in the
-    form SQLite stores it (the column type's bind processor: timestamps as SQLite's
-    text, JSON columns as JSON)."""
-    writers = [None if isinstance(column.type, JSON)
-               else column.type.dialect_impl(dialect).bind_processor(dialect)
-               for column in _table(records).columns]
-    rows = [[value if write is None else write(value)
-             for write, value in zip(writers, row, strict=True)] for row in _values(records)]
-    return json.dumps(rows, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
-def _pg_rows(table: Any, prefix: str, dialect: Any,
-             overrides: dict[str, str] | None = None) -> tuple[str, str, str]:
-    """``(columns, the SELECT list, the FROM item)`` reading the rows of ``table`` back
-    from the JSON arrays :func:`_pg_columns` binds, each value cast to its column's type
-    (texts stay text and JSON stays JSON: the INSERT converts them); a column of
-    ``overrides`` is selected as the SQL given there instead."""
-    functions, values = [], []
-    for column in table.columns:
-        json_column = isinstance(column.type, JSON)
-        function = "json_array_elements" if json_column else "json_array_elements_text"
-        functions.append(f"{function}(CAST(:{prefix}_{column.key} AS json))")
-        value = f"{prefix}.{dialect.identifier_preparer.quote(column.key)}"
-        # texts stay text: the INSERT's own conversion to VARCHAR(n) refuses a longer
-        # one, where a CAST would cut it short without a word
-        text_column = isinstance(getattr(column.type, "impl", column.type), String)
-        if overrides and column.key in overrides:
-            values.append(overrides[column.key])
-            continue
-        values.append(value if json_column or text_column
-                      else f"CAST({value} AS {column.type.compile(dialect=dialect)})")
-    names = _columns(table, dialect)
-    return names, ", ".join(values), f"ROWS FROM ({', '.join(functions)}) AS {prefix}({names})"
-
-
-def _columns(table: Any, dialect: Any, prefix: str = "") -> str:
-    return ", ".join(prefix + dialect.identifier_preparer.quote(c.key) for c in table.columns)
-
-
-def _sqlite_rows(table: Any, dialect: Any) -> tuple[str, str]:
-    """``(columns, the SELECT list)`` reading the rows of a ``json_each`` of
-    :func:`_sqlite_json` back into ``table``'s columns (an object column stays JSON text,
-    as SQLAlchemy stores it)."""
-    values = ", ".join(f"json_extract(value, '$[{i}]')" for i in range(len(table.columns)))
-    return _columns(table, dialect), values
-
-
-@functools.cache
-def _bulk_statements(dialect_name: str) -> dict[str, Any]:
-    """The bulk statements of one dialect, built once: ``persist`` (PostgreSQL: the
-    notifications and their deliveries in one statement), ``notifications`` and
-    ``deliveries`` (SQLite: the two INSERTs of one transaction) and ``stamp`` (the
-    handoff stamp of many deliveries)."""
-    from sqlalchemy.dialects import postgresql, sqlite
-
-    now = bindparam("now", type_=UtcDateTime)
-    if dialect_name == "postgresql":
-        dialect = postgresql.dialect()
-        n_cols, n_values, notifications = _pg_rows(_notifications, "n", dialect)
-        # an in-app delivery (the only ones built delivered) passes its notification's
-        # gate here: that is its one chance (it has no channel job)
-        in_app = f"d.outcome = '{Outcome.DELIVERED.value}'"
-        d_cols, d_values, deliveries = _pg_rows(_deliveries, "d", dialect, overrides={
-            "outcome": f"CASE WHEN {in_app} AND notification.gate IS NOT NULL "
-                       f"THEN '{Outcome.SUPPRESSED.value}' ELSE d.outcome END",
-            "reason": f"CASE WHEN {in_app} THEN notification.gate ELSE d.reason END"})
-        # the EXISTS leaves out a notification of an unknown account rather than fail the
-        # batch on its foreign key; deliveries of a notification left out go with it
-        persist = text(f"""
-            WITH notification AS (
-                INSERT INTO notifications ({n_cols})
-                SELECT {n_values} FROM {notifications}
-                WHERE EXISTS (SELECT 1 FROM accounts WHERE accounts.id = n.account_id)
-                ON CONFLICT (account_id, type, occurrence) DO NOTHING
-                RETURNING id, {_IN_APP_GATE} AS gate),
-            delivery AS (
-                INSERT INTO deliveries ({d_cols})
-                SELECT {d_values} FROM {deliveries}
-                JOIN notification ON notification.id = d.notification_id)
-            SELECT id, gate FROM notification""")
-        ids = "ANY(ARRAY(SELECT json_array_elements_text(CAST(:ids AS json))))"
-        return {
-            "persist": persist.columns(result_column("id", String),
-                                       result_column("gate", String)),
-            "stamp": text(f"UPDATE deliveries SET queued_at = :now WHERE id = {ids}")
-            .bindparams(now),
-            "find": _typed(f"""
-                SELECT {_columns(_notifications, dialect, "n.")} FROM notifications AS n
-                JOIN ROWS FROM (json_array_elements_text(CAST(:account_ids AS json)),
-                                json_array_elements_text(CAST(:types AS json)),
-                                json_array_elements_text(CAST(:occurrences AS json)))
-                    AS k(account_id, type, occurrence)
-                ON n.account_id = k.account_id AND n.type = k.type
-                   AND n.occurrence = k.occurrence""", _notifications),
-            "deliveries_of": _typed(f"SELECT {_columns(_deliveries, dialect)} FROM deliveries "
-                                    f"WHERE notification_id = {ids}", _deliveries),
-        }
-    dialect = sqlite.dialect()
-    n_cols, n_values = _sqlite_rows(_notifications, dialect)
-    d_cols, d_values = _sqlite_rows(_deliveries, dialect)
-    account = list(_notifications.columns).index(_notifications.c.account_id)
-    ids = "IN (SELECT value FROM json_each(:ids))"
-    # the WHERE also settles SQLite's parse of INSERT … SELECT … ON CONFLICT
-    notifications = text(f"""
-        INSERT INTO notifications ({n_cols})
-        SELECT {n_values} FROM json_each(:notifications)
-        WHERE EXISTS (SELECT 1 FROM accounts
-                      WHERE accounts.id = json_extract(value, '$[{account}]'))
-        ON CONFLICT (account_id, type, occurrence) DO NOTHING
-        RETURNING id, {_IN_APP_GATE} AS gate""")
-    return {
-        "notifications": notifications.columns(result_column("id", String),
-                                               result_column("gate", String)),
-        "deliveries": text(f"INSERT INTO deliveries ({d_cols}) "
-                           f"SELECT {d_values} FROM json_each(:deliveries)"),
-        "stamp": text(f"UPDATE deliveries SET queued_at = :now WHERE id {ids}")
-        .bindparams(now),
-        "find": _typed(f"""
-            SELECT {_columns(_notifications, dialect, "n.")} FROM json_each(:keys) AS k
-            JOIN notifications AS n ON n.account_id = json_extract(k.value, '$[0]')
-                AND n.type = json_extract(k.value, '$[1]')
-                AND n.occurrence = json_extract(k.value, '$[2]')""", _notifications),
-        "deliveries_of": _typed(f"SELECT {_columns(_deliveries, dialect)} FROM deliveries "
-                                f"WHERE notification_id {ids}", _deliveries),
-    }
-
-
-def _typed(sql: str, table: Any) -> Any:
-    """``sql``, a SELECT of ``table``'s columns, read back through their types."""
-    return text(sql).columns(*(result_column(c.key, c.type) for c in table.columns))
-
-
-def persist_new_notifications(notifications: list[Notification],
-                              deliveries: list[Delivery]) -> set[str]:
-    """Insert the notifications whose (account, type, occurrence) key is free, each with
-    its deliveries, and commit them; returns the ids of those inserted.
-
-    A notification whose key exists already (or appears earlier in the list), or whose
-    account does not exist, is left out with its deliveries: never an error, so one event
-    never fails the others. An in-app delivery passes its notification's gates as it is
-    inserted (:func:`persist_notification`), and a blocked one is updated in
-    ``deliveries``. What is inserted lands whole: on PostgreSQL one statement on an
-    autocommit connection, elsewhere two in one transaction. Every text must be
-    :func:`storable`.
-    """
-    if not notifications:
-        return set()
-    engine = get_engine()
-    statements = _bulk_statements(engine.dialect.name)
-    if engine.dialect.name == "postgresql":
-        params = _pg_columns(notifications, "n")
-        params |= (_pg_columns(deliveries, "d") if deliveries
-                   else {f"d_{c.key}": "[]" for c in _deliveries.columns})
-        with autocommit() as connection:
-            gates = {id_: gate for id_, gate in connection.execute(statements["persist"],
-                                                                   params)}
-        _suppress_gated(deliveries, gates)
-        return set(gates)
-    with engine.begin() as connection:
-        gates = {id_: gate for id_, gate in connection.execute(statements["notifications"], {
-            "notifications": _sqlite_json(notifications, engine.dialect)})}
-        kept = [d for d in deliveries if d.notification_id in gates]
-        _suppress_gated(kept, gates)
-        if kept:
-            connection.execute(statements["deliveries"],
-                               {"deliveries": _sqlite_json(kept, engine.dialect)})
-    return set(gates)
-
-
-def _suppress_gated(deliveries: list[Delivery], gates: dict[str, str | None]) -> None:
+def suppress_gated(deliveries: list[Delivery], gates: dict[str, str | None]) -> None:
     """Record on each in-app delivery the gate its notification's ``gates`` entry names
     (none for most)."""
     if any(gates.values()):
@@ -681,42 +436,9 @@ def _suppress_gated(deliveries: list[Delivery], gates: dict[str, str | None]) ->
             if delivery.channel == Channel.IN_APP.value:
                 reason = gates.get(delivery.notification_id)
                 if reason:
-                    delivery.__dict__.update(outcome=Outcome.SUPPRESSED.value, reason=reason)
+                    set_field_values(delivery, {"outcome": Outcome.SUPPRESSED.value,
+                                                "reason": reason})
 
-
-def find_occurrences(keys: list[Key]) -> dict[Key, tuple[Notification, list[Delivery]]]:
-    """The notifications of these (account, type, occurrence) keys that exist, each with
-    its deliveries :func:`in_channel_order`: one SELECT for the notifications, one for
-    their deliveries."""
-    if not keys:
-        return {}
-    with get_engine().connect() as connection:
-        statements = _bulk_statements(connection.dialect.name)
-        params = ({"account_ids": json.dumps([k[0] for k in keys]),
-                   "types": json.dumps([k[1] for k in keys]),
-                   "occurrences": json.dumps([k[2] for k in keys])}
-                  if connection.dialect.name == "postgresql" else {"keys": json.dumps(keys)})
-        found = [snapshot(Notification, **row)
-                 for row in connection.execute(statements["find"], params).mappings()]
-        if not found:
-            return {}
-        deliveries: dict[str, list[Delivery]] = {n.id: [] for n in found}
-        for row in connection.execute(statements["deliveries_of"],
-                                      {"ids": json.dumps(list(deliveries))}).mappings():
-            deliveries[row["notification_id"]].append(snapshot(Delivery, **row))
-    return {(n.account_id, n.type, n.occurrence): (n, in_channel_order(deliveries[n.id]))
-            for n in found}
-
-
-def stamp_many_handoffs(delivery_ids: list[str], *, now: datetime | None = None) -> None:
-    """Write the handoff stamp (``queued_at``) of these deliveries in one UPDATE (any
-    number of them), committed as it runs; outcome and claim are left as they are."""
-    if not delivery_ids:
-        return
-    with autocommit() as connection:
-        statement = _bulk_statements(connection.dialect.name)["stamp"]
-        connection.execute(statement, {"ids": json.dumps(delivery_ids),
-                                       "now": now or utcnow()})
 
 @functools.cache
 def _outcome_update(columns: tuple[str, ...], *, fenced: bool, count_attempt: bool,

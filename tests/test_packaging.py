@@ -19,7 +19,8 @@ from typing import NamedTuple
 
 import pytest
 
-from actors.render import EVENT_TYPES, SUPPORTED_LOCALES
+from actors.event_catalogue import EVENT_TYPES
+from actors.locales import SUPPORTED_LOCALES
 from tests.unit.test_render import MINIMAL_DATA
 
 REPO = Path(__file__).resolve().parents[1]

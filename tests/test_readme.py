@@ -584,7 +584,7 @@ def test_the_configuration_table_lists_every_setting_with_its_default() -> None:
 
 
 def test_the_event_type_table_matches_the_catalogue() -> None:
-    from actors.render import EVENT_TYPES
+    from actors.event_catalogue import EVENT_TYPES
 
     rows = table_rows(section(DOCS / "api.md", "Event types"))
     documented = {ticked(row[0])[0]: (tuple(row[1].split(", ")), row[2],

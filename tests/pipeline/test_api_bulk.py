@@ -19,7 +19,7 @@ from sqlalchemy import func
 from sqlmodel import select
 
 from actors import orchestration
-from actors.render import EVENT_TYPES
+from actors.event_catalogue import EVENT_TYPES
 from herald import db, settings
 from herald.db import session as db_session
 from herald.queue import queue

@@ -16,7 +16,7 @@ from sqlalchemy import func
 from sqlmodel import select
 
 from actors import orchestration
-from actors.render import SUPPORTED_LOCALES
+from actors.locales import SUPPORTED_LOCALES
 from herald import settings
 from herald.db import session as db_session
 from herald.queue import queue

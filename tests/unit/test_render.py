@@ -19,27 +19,17 @@ import qrcode
 from PIL import Image
 
 import actors.render as render_module
-from actors.render import (
-    DEFAULT_LOCALE,
+from actors.esim_qr import QR_BORDER, QR_BOX_SIZE, QR_CONTENT_ID, QR_ERROR_CORRECTION, qr_png
+from actors.event_catalogue import (
     EVENT_TYPES,
-    QR_BORDER,
-    QR_BOX_SIZE,
-    QR_CONTENT_ID,
-    QR_ERROR_CORRECTION,
-    SMS_MAX_CHARS,
-    SUPPORTED_LOCALES,
-    TEMPLATES_DIR,
     EventType,
     InvalidEventData,
-    Rendered,
-    RenderError,
     UnknownEventType,
     event_type,
-    qr_png,
-    render,
-    resolve_locale,
     validate_event_data,
 )
+from actors.locales import DEFAULT_LOCALE, SUPPORTED_LOCALES, resolve_locale
+from actors.render import SMS_MAX_CHARS, TEMPLATES_DIR, Rendered, RenderError, render
 from herald.queue.errors import Permanent
 
 ARABIC = re.compile(r"[\u0600-\u06FF]")

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from actors import orchestration
-from actors.render import Locale
+from actors.locales import Locale
 from herald.text import SingleLine
 from herald.web.auth import protected_router
 from herald.web.errors import api_error, not_found
