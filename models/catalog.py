@@ -145,11 +145,6 @@ def unavailable_reason(provider: str, session: Session | None = None) -> str | N
     return reading.detail or "its health check failed"
 
 
-def provider_available(provider: str, session: Session | None = None) -> bool:
-    """True unless :func:`unavailable_reason` names a reason."""
-    return unavailable_reason(provider, session) is None
-
-
 def stored_rates(session: Session, *, lock: bool = False) -> dict[str, Decimal]:
     """The stored rates, currency → units per US dollar (``lock``: held until commit)."""
     query = select(FxRate)

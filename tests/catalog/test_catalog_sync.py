@@ -7,7 +7,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from actors.catalog import sync_esim_products, sync_esim_products_job, sync_operator_packages_job
-from models.catalog import NOT_ENABLED, provider_available
+from models.catalog import NOT_ENABLED, unavailable_reason
 from providers.esim_mock import MOCK_PRODUCTS
 from providers.operator_mock import MOCK_PACKAGES
 from tests.catalog.conftest import Store
@@ -131,10 +131,11 @@ def test_health_readings_are_refreshed_after_every_run(store: Store) -> None:
     assert readings["beta"][0] is False
     assert readings["beta"][1].startswith("health check failed: HTTPStatusError")
     assert set(products()) == {*MOCK_PRODUCTS, "a-1", "b-1"}
-    assert provider_available("mock") is True
-    assert provider_available("alpha") is False and provider_available("beta") is False
+    assert unavailable_reason("mock") is None
+    assert unavailable_reason("alpha") == "maintenance until 14:00"
+    assert unavailable_reason("beta") is not None
     # and a provider never read yet counts as available
-    assert provider_available("never-synced") is True
+    assert unavailable_reason("never-synced") is None
 
     # When alpha is back and beta is no longer enabled
     alpha.health = {"available": True, "detail": None}
@@ -142,7 +143,7 @@ def test_health_readings_are_refreshed_after_every_run(store: Store) -> None:
     sync_esim_products()
 
     # Then alpha is available again and beta is unavailable as not enabled
-    assert provider_available("alpha") is True
+    assert unavailable_reason("alpha") is None
     assert health()["beta"] == (False, NOT_ENABLED)
 
 
