@@ -13,7 +13,7 @@ import pytest
 
 import actors.queues  # noqa: F401  (herald's queue table)
 from herald.queue import Backoff, get_spec
-from tests.test_cli import QUICK_S, herald_env
+from tests.cli.test_cli import QUICK_S, herald_env
 
 #: Prints every declared schedule as JSON: name → [every (s), feature gate, at start].
 LIST_SCHEDULES = """

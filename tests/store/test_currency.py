@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 
 from herald import db
 from models.catalog import replace_rates
-from tests.store.support import account
-from tests.store.test_api import place, rows
+from tests.store.test_store_api import place, rows
+from tests.support.store.steps import account
 
 
 def rates(**values: str) -> None:

@@ -16,7 +16,7 @@ from models.base import utcnow
 from models.store import EventSource, IssuanceState, StoreOrder, transition_store_order
 from providers.esim import IssueRequest
 from providers.esim_mock import MockEsimProvider
-from tests.store.support import events, order, paid, wait_job, wait_state
+from tests.support.store.steps import events, order, paid, wait_job, wait_state
 
 FRESH = "fresh issuance"
 PLACED = (None, "pending", None, "api", "order placed")
@@ -224,7 +224,7 @@ def test_a_run_for_a_final_order_changes_nothing(worker: None) -> None:
 
 
 def test_an_unpaid_order_is_never_issued(worker: None) -> None:
-    from tests.store.support import placed
+    from tests.support.store.steps import placed
 
     order_id = placed("mock-ok")
     enqueue_issuance(order_id)
