@@ -41,7 +41,6 @@ from providers import (
     TwilioProvider,
 )
 from providers.sftp import SftpConfigError, sftp_session
-from tests.providers.test_smtp import authenticate, start_relay
 from tests.support.log_capture import herald_log_buffer, leaks
 from tests.support.processes import REPO
 from tests.support.providers.fakes import (
@@ -51,6 +50,7 @@ from tests.support.providers.fakes import (
     forget_herald_state,
     use_herald_env,
 )
+from tests.support.providers.smtp_relay import authenticate, start_relay
 from tests.support.services import find_free_port
 from tests.support.sftp_server import start_sftp_server
 from tests.support.waiting import wait_for

@@ -11,35 +11,32 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, update
-from sqlmodel import select
+from sqlalchemy import update
 
 from actors.store import Trigger, enqueue_issuance, issuance_job_id
 from herald import db
 from herald.queue import queue, running_worker
 from herald.settings import get_settings
 from models.catalog import ProviderHealth, StoreProduct
-from models.store import Order, StoreOrder, StoreOrderStatusEvent
 from providers.base import hmac_sha256_signature
 from providers.esim_mock import MockEsimProvider, signed_webhook
-from tests.support.store.steps import account, events, order, paid, store_row, wait_job, wait_state
+from tests.support.store.steps import (
+    account,
+    events,
+    order,
+    paid,
+    place,
+    rows,
+    store_row,
+    wait_job,
+    wait_state,
+)
 
 ORDER_KEYS = {"id", "account_id", "product_id", "amount", "currency", "status",
               "issuance_state", "provider", "provider_order_ref", "error_code",
               "failed_reason", "verification_url", "profile", "status_events",
               "created_at", "updated_at"}
 EVENT_KEYS = {"from_state", "to_state", "error_code", "source", "note", "created_at"}
-
-
-def rows() -> tuple[int, int, int]:
-    """How many orders, store orders and status events exist."""
-    with db.session() as session:
-        return tuple(session.exec(select(func.count()).select_from(table)).one()  # type: ignore[return-value]
-                     for table in (Order, StoreOrder, StoreOrderStatusEvent))
-
-
-def place(client: TestClient, body: Any) -> Any:
-    return client.post("/v1/store/orders", json=body)
 
 
 def test_an_order_is_placed_at_its_products_price(client: TestClient) -> None:

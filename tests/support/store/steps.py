@@ -5,11 +5,13 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sqlalchemy import update
+from fastapi.testclient import TestClient
+from sqlalchemy import func, update
+from sqlmodel import select
 
 from herald import db
 from herald.queue import queue
-from models.store import Order, OrderStatus, StoreOrder, status_events
+from models.store import Order, OrderStatus, StoreOrder, StoreOrderStatusEvent, status_events
 from tests.support.waiting import wait_for
 
 
@@ -80,3 +82,15 @@ def wait_job(job_id: str, *states: str, timeout: float = 30) -> Any:
 
     return wait_for(reached, timeout=timeout, every=0.05,
                     what=f"job {job_id} to be {' or '.join(states)}")
+
+
+def rows() -> tuple[int, int, int]:
+    """How many orders, store orders and status events exist."""
+    with db.session() as session:
+        return tuple(session.exec(select(func.count()).select_from(table)).one()  # type: ignore[return-value]
+                     for table in (Order, StoreOrder, StoreOrderStatusEvent))
+
+
+def place(client: TestClient, body: Any) -> Any:
+    """``POST /v1/store/orders`` with ``body``; the response."""
+    return client.post("/v1/store/orders", json=body)
