@@ -18,7 +18,7 @@ promise to keep:
   (honcho's ``KILL_WAIT``), so an override of ``kill`` that declines postpones the
   SIGKILL to a grace period of its own.
 
-``tests/unit/test_honcho_internals.py`` checks each against the installed honcho, so an
+``tests/cli/test_honcho_internals.py`` checks each against the installed honcho, so an
 upgrade outside :data:`SUPPORTED_HONCHO` fails there, loudly, in one place.
 """
 

@@ -12,7 +12,7 @@ would (``models.base.snapshot``), and writing a value of a row no session tracks
 in-app delivery's gate, ``models.notifications.suppress_gated``).
 
 None of this is pydantic's, SQLModel's or SQLAlchemy's public API.
-``tests/unit/test_pydantic_internals.py`` checks each use against the installed versions,
+``tests/models/test_pydantic_internals.py`` checks each use against the installed versions,
 so an upgrade outside :data:`SUPPORTED_PYDANTIC`, :data:`SUPPORTED_SQLMODEL` or
 :data:`SUPPORTED_SQLALCHEMY` fails there, loudly, in one place.
 """

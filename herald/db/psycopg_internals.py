@@ -7,7 +7,7 @@ it needs three things psycopg does not promise to keep: its libpq wrapper
 and counts), its ``Transformer`` (``psycopg.adapt``: the dumpers and loaders a cursor
 uses, in their C implementation) and ``psycopg.errors.error_from_result`` (the exception a
 cursor raises for a failed result). They meet in :class:`RawConnection`;
-``tests/test_psycopg_internals.py`` checks each against the installed psycopg, so an
+``tests/db/test_psycopg_internals.py`` checks each against the installed psycopg, so an
 upgrade outside :data:`SUPPORTED_PSYCOPG` fails there, loudly, in one place.
 """
 

@@ -5,7 +5,7 @@ more than Dramatiq's public API: a cheaper middleware dispatch on the Redis ledg
 a time limit armed only for queues that set one, removing a stopped worker's own
 middleware from a broker that outlives it, and a shutdown join that honours its total
 timeout. Each relies on names Dramatiq does not promise to keep;
-``tests/unit/test_dramatiq_internals.py`` checks them against the installed Dramatiq, so an
+``tests/queue/test_dramatiq_internals.py`` checks them against the installed Dramatiq, so an
 upgrade outside :data:`SUPPORTED_DRAMATIQ` fails there, loudly, in one place.
 """
 

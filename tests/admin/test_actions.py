@@ -13,7 +13,7 @@ from herald import db
 from herald.queue import enqueue, queue, running_worker
 from models.audit import recent_audit
 from tests.admin.conftest import ADMIN_HEADERS
-from tests.admin.workload import GATE, QUEUE, console_work, point_at_stopped_redis, run_jobs
+from tests.support.admin.workload import GATE, QUEUE, console_work, point_at_stopped_redis, run_jobs
 from tests.support.waiting import wait_for
 
 ACTIONS = f"/admin/health/queues/{QUEUE}"

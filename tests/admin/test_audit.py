@@ -7,7 +7,7 @@ from fastapi.testclient import TestClient
 from herald import db
 from models.audit import SYSTEM_ACTOR, record_audit
 from tests.admin.conftest import ADMIN_HEADERS
-from tests.admin.workload import QUEUE, run_jobs
+from tests.support.admin.workload import QUEUE, run_jobs
 
 ENTRY_KEYS = {"id", "actor", "action", "target", "queue", "job_id", "count", "at",
               "completed_at", "error", "detail"}

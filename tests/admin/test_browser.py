@@ -35,8 +35,8 @@ from herald.queue import (
     running_worker,
 )
 from herald.queue.registry import all_specs
-from tests.admin.browser import EXPECT_MS, launch_chromium, serving, sign_in
 from tests.admin.conftest import ADMIN_TOKEN
+from tests.support.admin.browser import EXPECT_MS, launch_chromium, serving, sign_in
 from tests.support.waiting import wait_for
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "admin"

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from herald.queue import enqueue, queue
 from herald.queue.registry import all_specs
 from tests.admin.conftest import ADMIN_HEADERS
-from tests.admin.workload import QUEUE, age_failure, console_work, run_jobs
+from tests.support.admin.workload import QUEUE, age_failure, console_work, run_jobs
 
 ROW_KEYS = {"name", "waiting", "active", "delayed", "paused", "completed", "failed",
             "failed_24h", "concurrency", "rate_limit", "is_paused"}

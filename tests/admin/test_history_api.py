@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from fastapi.testclient import TestClient
 
 from tests.admin.conftest import ADMIN_HEADERS
-from tests.admin.workload import QUEUE, run_jobs
+from tests.support.admin.workload import QUEUE, run_jobs
 
 HISTORY = f"/admin/health/queues/{QUEUE}/history"
 

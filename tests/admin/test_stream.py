@@ -18,9 +18,9 @@ import uvicorn
 
 from herald.queue import enqueue
 from tests.admin.conftest import ADMIN_HEADERS
-from tests.admin.workload import QUEUE, console_work, point_at_stopped_redis
+from tests.cli.test_cli import free_port
+from tests.support.admin.workload import QUEUE, console_work, point_at_stopped_redis
 from tests.support.waiting import wait_for
-from tests.test_cli import free_port
 
 #: Seconds within which two events must have arrived (the interval is 5 s).
 TWO_EVENTS_S = 11.0

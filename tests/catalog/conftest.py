@@ -1,5 +1,5 @@
 """Fixtures of the catalog, provider health and FX tests: PostgreSQL + Redis, the store
-feature on, the test plugins (``tests.catalog.plugins``) registered, empty catalog
+feature on, the test plugins (``tests.support.catalog.plugins``) registered, empty catalog
 tables, and the sync queues' backoff shortened (speed is measured in bench/, not here)."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from sqlalchemy import text
 
 from herald import db
 from herald.queue import registry
-from tests.catalog import plugins
-from tests.catalog.plugins import FakeCatalog
+from tests.support.catalog import plugins
+from tests.support.catalog.plugins import FakeCatalog
 from tests.support.reset import reset_herald
 
 SYNC_QUEUES = ("package-sync", "esim-product-sync", "fx-refresh")
-#: The test plugins: registry name → class in tests.catalog.plugins.
+#: The test plugins: registry name → class in tests.support.catalog.plugins.
 ESIM_PLUGINS = {"alpha": "Alpha", "beta": "Beta"}
 OPERATOR_PLUGINS = {"gamma": "Gamma"}
 
@@ -71,9 +71,9 @@ def store(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
         import actors.catalog  # noqa: F401  (declares the sync actors, and actors.fx)
 
         for name, cls in ESIM_PLUGINS.items():
-            monkeypatch.setitem(esim_providers.classes, name, ("tests.catalog.plugins", cls))
+            monkeypatch.setitem(esim_providers.classes, name, (plugins.__name__, cls))
         for name, cls in OPERATOR_PLUGINS.items():
-            monkeypatch.setitem(operators.classes, name, ("tests.catalog.plugins", cls))
+            monkeypatch.setitem(operators.classes, name, (plugins.__name__, cls))
         with db.get_engine().begin() as connection:
             connection.execute(text("TRUNCATE store_products, operator_packages, "
                                     "provider_health, fx_rates CASCADE"))

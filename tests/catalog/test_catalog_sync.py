@@ -11,8 +11,8 @@ from models.catalog import NOT_ENABLED, unavailable_reason
 from providers.esim_mock import MOCK_PRODUCTS
 from providers.operator_mock import MOCK_PACKAGES
 from tests.catalog.conftest import Store
-from tests.catalog.plugins import product
-from tests.catalog.support import health, packages, products, run_job
+from tests.support.catalog.plugins import product
+from tests.support.catalog.steps import health, packages, products, run_job
 
 
 def test_one_failing_provider_leaves_the_others_synced(store: Store) -> None:

@@ -15,8 +15,8 @@ from herald.db import session
 from models.catalog import replace_rates
 from providers.fx import MOCK_RATES
 from tests.catalog.conftest import Store
-from tests.catalog.support import rates, run_job
-from tests.providers.fake_fx import APP_ID, FakeOpenExchangeRates
+from tests.support.catalog.steps import rates, run_job
+from tests.support.providers.fake_fx import APP_ID, FakeOpenExchangeRates
 
 #: The rates the tests' stored table starts with (a refresh from the fake moves none by
 #: more than 10 %).

@@ -16,8 +16,8 @@ from herald.db import session
 from herald.web import create_app
 from models.catalog import replace_rates
 from tests.catalog.conftest import Store
-from tests.catalog.plugins import product
-from tests.catalog.support import products
+from tests.support.catalog.plugins import product
+from tests.support.catalog.steps import products
 
 
 @pytest.fixture

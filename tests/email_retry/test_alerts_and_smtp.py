@@ -12,7 +12,7 @@ from herald import settings
 from herald.queue import queue
 from providers.mock import MockProvider
 from providers.select import reset_providers
-from tests.providers.test_smtp import Relay, start_relay
+from tests.support.providers.smtp_relay import Relay, start_relay
 
 pytestmark = pytest.mark.usefixtures("email_retry")
 

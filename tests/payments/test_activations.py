@@ -17,7 +17,7 @@ from herald.queue.worker import running_worker
 from models.activations import Activation, ActivationStep
 from providers.operator_mock import MockOperator
 from providers.operators import operators
-from tests.payments.support import account, finished, job, post
+from tests.support.payments.steps import account, finished, job, post
 from tests.support.waiting import wait_for
 
 QUEUES = ["payment", "activation"]

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from herald.queue import queue
 from herald.queue.worker import running_worker
-from tests.payments.support import (
+from tests.support.payments.steps import (
     account,
     finished,
     job,

@@ -26,7 +26,7 @@ from herald.queue import queue
 from herald.web import create_app
 from models.notifications import Delivery, Notification
 from tests.pipeline.conftest import NOTIFICATION_QUEUES
-from tests.pipeline.support import use_redis
+from tests.support.pipeline.steps import use_redis
 from tests.support.services import find_free_port
 
 RECEIPT = {"amount": "49.00", "currency": "SAR", "order_id": "ORD-1"}

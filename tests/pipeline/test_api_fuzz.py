@@ -23,7 +23,6 @@ from twilio.request_validator import RequestValidator
 from herald.settings import reset_settings
 from herald.web import create_app
 from providers.esim import esim_providers
-from tests.providers.fake_esimhub import sign_webhook
 from tests.support.callbacks import (
     CALLBACKS,
     TWILIO_TOKEN,
@@ -31,6 +30,7 @@ from tests.support.callbacks import (
     provider_secrets,
     twilio_callback,
 )
+from tests.support.providers.fake_esimhub import sign_webhook
 
 schema = schemathesis.openapi.from_asgi("/openapi.json", create_app())
 schema.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],

@@ -19,8 +19,8 @@ from herald.web import create_app
 from models.base import utcnow
 from models.notifications import Claim, ClaimVerdict, Delivery, Notification, claim_delivery
 from providers.mock import MockProvider
-from tests.pipeline.support import account, delivery, event, sessions_waiting_on, settled
-from tests.providers.fakes import FakeTwilio, use_herald_env
+from tests.support.pipeline.steps import account, delivery, event, sessions_waiting_on, settled
+from tests.support.providers.fakes import FakeTwilio, use_herald_env
 from tests.support.waiting import wait_for
 
 EMAIL = "notification-email"

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from herald import db, settings
 from herald.web import create_app
-from tests.pipeline.support import account
+from tests.support.pipeline.steps import account
 
 #: Each recipient: its account's fields, the event's ``transactional``, and what its
 #: in-app delivery must be (outcome, reason).

@@ -23,7 +23,7 @@ from herald.queue.worker import running_worker
 from herald.web import create_app
 from models.notifications import Delivery, Outcome, claim_delivery, record_delivery_outcome
 from providers.mock import MockProvider
-from tests.pipeline.support import (
+from tests.support.pipeline.steps import (
     account,
     event,
     outcomes,
@@ -242,7 +242,7 @@ def spawn_email_worker() -> subprocess.Popen[bytes]:
     env = {**os.environ, "WORKER_PORT": "0", "LOG_LEVEL": "ERROR",
            "PGOPTIONS": "-c client_connection_check_interval=100"}
     return subprocess.Popen([sys.executable, "-m", "herald.cli", "worker", "--import",
-                             "tests.pipeline.short_lock", "notification-email"],
+                             "tests.support.pipeline.short_lock", "notification-email"],
                             cwd=REPO, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
 

@@ -24,7 +24,7 @@ from providers.esim import (
     esim_providers,
 )
 from providers.esim_http import EsimhubProvider, EsimhubUnconfirmed
-from tests.providers.fake_esimhub import FakeEsimhub, FakeProduct, sign_webhook
+from tests.support.providers.fake_esimhub import FakeEsimhub, FakeProduct, sign_webhook
 from tests.support.services import find_free_port
 
 API_KEY = "ehub_test_key"

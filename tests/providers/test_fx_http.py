@@ -16,7 +16,7 @@ from providers.fx import (
     FxUnavailable,
     OpenExchangeRatesProvider,
 )
-from tests.providers.fake_fx import APP_ID, FakeOpenExchangeRates
+from tests.support.providers.fake_fx import APP_ID, FakeOpenExchangeRates
 
 WANTED = ["EUR", "SAR"]
 

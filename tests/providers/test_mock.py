@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from providers import Attachment, Channel, FailureKind, MockProvider, OutboundMessage
-from tests.providers.fakes import forget_herald_state, use_herald_env
+from tests.support.providers.fakes import forget_herald_state, use_herald_env
 
 
 @pytest.fixture

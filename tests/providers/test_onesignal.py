@@ -9,7 +9,7 @@ import pytest
 
 from herald.settings import Settings
 from providers import Attachment, Channel, FailureKind, OneSignalProvider, OutboundMessage
-from tests.providers.fakes import FakeOneSignal
+from tests.support.providers.fakes import FakeOneSignal
 from tests.support.services import find_free_port
 
 APP_ID = "5eb5a37e-b458-11e3-ac11-000c2940e62c"

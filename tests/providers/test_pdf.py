@@ -23,8 +23,8 @@ from providers.suppliers import (
     SupplierConfigError,
     is_permanent_failure,
 )
-from tests.providers.test_smtp import Relay, start_relay
-from tests.providers.test_supplier_mail import SENDER, line, order
+from tests.support.providers.smtp_relay import Relay, start_relay
+from tests.support.purchasing.documents import SENDER, line, order
 
 KITCHEN = "orders@central-kitchen.test"
 MISSING_CHROMIUM = "/nonexistent/chromium"

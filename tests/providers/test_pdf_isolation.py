@@ -22,7 +22,7 @@ import pytest
 from herald.settings import Settings
 from providers.chromium_pipe import print_html
 from providers.pdf import PdfRenderError, chromium_binary, html_to_pdf, render_order_pdf
-from tests.providers.test_supplier_mail import line, order
+from tests.support.purchasing.documents import line, order
 from tests.support.waiting import wait_for
 
 

@@ -18,7 +18,7 @@ from providers import (
     active_provider,
     reset_providers,
 )
-from tests.providers.fakes import FakeTaqnyat, forget_herald_state, use_herald_env
+from tests.support.providers.fakes import FakeTaqnyat, forget_herald_state, use_herald_env
 
 
 @pytest.fixture(autouse=True)

@@ -2,72 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
-import email
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from email.message import EmailMessage
-from email.policy import default as default_policy
 from typing import Any
 
 import pytest
-from aiosmtpd.controller import Controller
-from aiosmtpd.smtp import AuthResult, LoginPassword
 
 from herald.settings import Settings
 from providers import Attachment, Channel, FailureKind, OutboundMessage, SmtpProvider
+from tests.support.providers.smtp_relay import Relay, authenticate, start_relay
 from tests.support.services import find_free_port
 
 SENDER = "herald <no-reply@herald.test>"
-
-
-@dataclass
-class Received:
-    """One message the relay accepted."""
-
-    mail_from: str
-    rcpt_tos: list[str]
-    message: EmailMessage
-
-
-@dataclass
-class Relay:
-    """An aiosmtpd handler that keeps what it accepts and answers as told."""
-
-    received: list[Received] = field(default_factory=list)
-    rcpt_reply: str | None = None
-    data_reply: str | None = None
-    data_delay_s: float = 0.0
-
-    async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str,
-                          rcpt_options: list[str]) -> str:
-        if self.rcpt_reply:
-            return self.rcpt_reply
-        envelope.rcpt_tos.append(address)
-        return "250 OK"
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        if self.data_delay_s:
-            await asyncio.sleep(self.data_delay_s)
-        if self.data_reply:
-            return self.data_reply
-        parsed = email.message_from_bytes(envelope.original_content, policy=default_policy)
-        self.received.append(Received(envelope.mail_from, list(envelope.rcpt_tos), parsed))
-        return "250 Message accepted for delivery"
-
-
-def authenticate(server: Any, session: Any, envelope: Any, mechanism: str,
-                 auth_data: Any) -> AuthResult:
-    ok = isinstance(auth_data, LoginPassword) and auth_data == (b"herald", b"s3cret")
-    return AuthResult(success=ok, handled=False)  # not handled: aiosmtpd answers 535
-
-
-def start_relay(**smtp_options: Any) -> tuple[Relay, Controller]:
-    relay = Relay()
-    controller = Controller(relay, hostname="127.0.0.1", port=find_free_port(), **smtp_options)
-    controller.start()
-    return relay, controller
 
 
 @pytest.fixture

@@ -27,8 +27,8 @@ from providers.storage import (
     storage_from_settings,
 )
 from providers.suppliers import SupplierConfigError, is_permanent_failure
-from tests.providers.test_smtp import Relay, start_relay
-from tests.providers.test_supplier_mail import SENDER, order
+from tests.support.providers.smtp_relay import Relay, start_relay
+from tests.support.purchasing.documents import SENDER, order
 from tests.support.services import find_free_port
 
 KEY = "purchase-orders/order-1/dispatch-1.pdf"

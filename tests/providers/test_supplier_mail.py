@@ -4,46 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from decimal import Decimal
-from typing import Any
 
 import pytest
 
 from herald.settings import Settings
 from providers.supplier_mail import SupplierMailError, send_supplier_email
 from providers.suppliers import (
-    DocumentLine,
     PermanentMailError,
-    PurchaseOrderDocument,
     SupplierConfigError,
     is_permanent_failure,
 )
-from tests.providers.test_smtp import Relay, start_relay
+from tests.support.providers.smtp_relay import Relay, start_relay
+from tests.support.purchasing.documents import COSTCO, COSTCO_CC, SENDER, line, order
 from tests.support.services import find_free_port
-
-SENDER = "Lucille purchasing <orders@lucille.test>"
-COSTCO = "orders@costco-business.test"
-COSTCO_CC = ("buyer@costco-business.test", "warehouse@costco-business.test")
-
-
-def line(number: int, **fields: Any) -> DocumentLine:
-    values: dict[str, Any] = {
-        "line_item_id": f"line-{number}", "catalog_item_id": f"item-{number}",
-        "name": f"Item number {number}", "supplier_sku": f"CO-{7000 + number}",
-        "supplier_product_code": f"UPC{number:05d}", "quantity": Decimal(number) + 1,
-        "unit": "case", "unit_size": f"{number + 5} x 1 lb"}
-    values.update(fields)
-    return DocumentLine(**values)
-
-
-def order(*lines: DocumentLine, **fields: Any) -> PurchaseOrderDocument:
-    values: dict[str, Any] = {
-        "order_id": "order-1", "dispatch_id": "dispatch-1", "order_number": "PO-1042",
-        "restaurant_id": "restaurant-1", "restaurant_name": "Lucille Downtown",
-        "restaurant_location": "12 Main Street", "placed_by_email": "chef@lucille.test",
-        "delivery_notes": "Back door before 7 am",
-        "lines": lines or tuple(line(n) for n in range(1, 4))}
-    values.update(fields)
-    return PurchaseOrderDocument(**values)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 from herald.settings import Settings
 from providers.mock import MockProvider
 from providers.supplier_mail import mail_goes_to_mock, send_supplier_email
-from tests.providers.test_supplier_mail import COSTCO, COSTCO_CC, SENDER, line, order
+from tests.support.purchasing.documents import COSTCO, COSTCO_CC, SENDER, line, order
 from tests.support.reset import reset_herald
 
 

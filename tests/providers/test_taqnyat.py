@@ -9,7 +9,7 @@ import pytest
 
 from herald.settings import Settings
 from providers import Channel, FailureKind, OutboundMessage, TaqnyatProvider
-from tests.providers.fakes import FakeTaqnyat
+from tests.support.providers.fakes import FakeTaqnyat
 from tests.support.services import find_free_port
 
 API_KEY = "taqnyat-test-key"

@@ -8,7 +8,7 @@ import pytest
 
 from herald.settings import Settings
 from providers import Channel, FailureKind, OutboundMessage, TwilioProvider
-from tests.providers.fakes import FakeTwilio
+from tests.support.providers.fakes import FakeTwilio
 from tests.support.services import find_free_port
 
 ACCOUNT_SID = "AC" + "0123456789abcdef" * 2

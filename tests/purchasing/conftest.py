@@ -18,7 +18,7 @@ from sqlalchemy import text
 from herald import db
 from herald.queue import registry
 from herald.queue.registry import SECOND
-from tests.providers.test_smtp import Relay, start_relay
+from tests.support.providers.smtp_relay import Relay, start_relay
 from tests.support.reset import reset_herald
 from tests.support.sftp_server import SftpTestServer, start_sftp_server
 

@@ -13,7 +13,7 @@ from herald.settings import get_settings
 from models.purchasing import dispatch_job
 from models.supplier_jobs import dispatch_dedup_id
 from tests.purchasing.conftest import SENDER, Mailbox, make_item, make_supplier, place_order
-from tests.purchasing.dispatching import (
+from tests.support.purchasing.dispatching import (
     dispatch_row,
     ended,
     enqueue_dispatch,

@@ -16,9 +16,9 @@ from typing import Any
 
 from herald.queue import JobState, queue
 from providers.x12 import parse_envelope
-from tests.lifecycle.conftest import WorkerRun
 from tests.purchasing.conftest import Mailbox, make_item, make_supplier, place_order
-from tests.purchasing.dispatching import (
+from tests.queue.lifecycle.conftest import WorkerRun
+from tests.support.purchasing.dispatching import (
     dispatch_row,
     ended,
     enqueue_dispatch,

@@ -13,7 +13,7 @@ from herald.queue.registry import SECOND, redeclared
 from providers.mock import MockProvider
 from providers.select import reset_providers
 from tests.purchasing.conftest import Mailbox, make_item, make_supplier, place_order
-from tests.purchasing.dispatching import (
+from tests.support.purchasing.dispatching import (
     dispatch_row,
     ended,
     enqueue_dispatch,

@@ -13,7 +13,7 @@ from herald.settings import get_settings
 from models.purchasing import DispatchStatus, Supplier, transition_dispatch
 from providers.x12 import parse_envelope
 from tests.purchasing.conftest import make_item, make_supplier, place_order
-from tests.purchasing.dispatching import (
+from tests.support.purchasing.dispatching import (
     dispatch_row,
     ended,
     enqueue_dispatch,

@@ -23,8 +23,8 @@ from herald.queue import queue, running_worker
 from herald.web import create_app
 from models.purchasing import DispatchOutbox, PurchaseOrder, PurchaseOrderLine, SupplierDispatch
 from tests.purchasing.conftest import Mailbox, make_item, make_supplier
-from tests.purchasing.dispatching import files_under
 from tests.support.idempotency import client_without_keys
+from tests.support.purchasing.dispatching import files_under
 from tests.support.sftp_server import SftpTestServer
 from tests.support.waiting import wait_for
 

@@ -12,8 +12,7 @@ from fastapi.testclient import TestClient
 
 from herald import db
 from models.catalog import replace_rates
-from tests.store.support import account
-from tests.store.test_api import place, rows
+from tests.support.store.steps import account, place, rows
 
 
 def rates(**values: str) -> None:

@@ -20,7 +20,7 @@ from models.store import EventSource, IssuanceState, transition_store_order
 from providers.esim_mock import MockEsimProvider
 from providers.mock import MockProvider
 from tests.store.conftest import STORE_QUEUES
-from tests.store.support import account, order, paid, store_row, wait_job, wait_state
+from tests.support.store.steps import account, order, paid, store_row, wait_job, wait_state
 from tests.support.waiting import wait_for
 
 

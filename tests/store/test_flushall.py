@@ -94,7 +94,8 @@ def flushall_store(store: str, monkeypatch: pytest.MonkeyPatch, private_redis_ur
 
 # -- processes -------------------------------------------------------------------------------
 def _worker() -> subprocess.Popen[bytes]:
-    return spawn_herald("worker", "--import", "tests.store.lanes_lock", *WORKER_QUEUES)
+    return spawn_herald("worker", "--import", "tests.support.store.fulfillment_lock",
+                        *WORKER_QUEUES)
 
 
 class Workers:

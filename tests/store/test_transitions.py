@@ -14,7 +14,7 @@ from sqlalchemy import text
 from herald import db
 from models.base import utcnow
 from models.store import EventSource, IssuanceState, StoreOrder, transition_store_order
-from tests.store.support import events, order, paid, store_row
+from tests.support.store.steps import events, order, paid, store_row
 from tests.support.waiting import wait_for
 
 PENDING, IN_FLIGHT, ISSUED = IssuanceState.PENDING, IssuanceState.IN_FLIGHT, IssuanceState.ISSUED

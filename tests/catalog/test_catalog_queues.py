@@ -1,0 +1,50 @@
+"""The sync queues as declared: their queues' retry values, and their schedules' gates,
+intervals and startup jobs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+import actors.queues  # noqa: F401  (herald's queue table)
+from herald.queue import Backoff, get_spec
+from tests.cli.test_cli import QUICK_S, herald_env
+
+#: Prints every declared schedule as JSON: name → [every (s), feature gate, at start].
+LIST_SCHEDULES = """
+import json
+from herald.commands.shared import load_actor_modules
+from herald.queue.schedules import declared_schedules
+load_actor_modules()
+print(json.dumps({s.name: [s.every.total_seconds(), s.feature_gate, s.run_at_start]
+                  for s in declared_schedules()}))
+"""
+
+
+@pytest.mark.parametrize("name", ["package-sync", "esim-product-sync", "fx-refresh"])
+def test_each_sync_queue_runs_one_job_at_a_time_with_three_attempts_5_s_exponential(
+        name: str) -> None:
+    spec = get_spec(name)
+    assert (spec.concurrency, spec.attempts, spec.backoff, spec.backoff_base) == (
+        1, 3, Backoff.EXPONENTIAL, timedelta(seconds=5))
+
+
+def test_the_schedules_their_gates_intervals_and_startup_jobs(tmp_path: Path) -> None:
+    # Given the intervals set apart from each other
+    env = herald_env(FX_REFRESH_INTERVAL_MS="90000", CATALOG_SYNC_INTERVAL_S="120")
+
+    # When a process loads herald's actors (as the clock does)
+    done = subprocess.run([sys.executable, "-c", LIST_SCHEDULES], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=QUICK_S)
+    declared = json.loads(done.stdout)
+
+    # Then FX refresh and the eSIM sync are behind the store's gate, the package sync is
+    # not, each runs at the clock's start, at the interval its setting names
+    assert declared["fx-refresh"] == [90.0, "feature_esim_store", True]
+    assert declared["esim-product-sync"] == [120.0, "feature_esim_store", True]
+    assert declared["package-sync"] == [120.0, None, True]

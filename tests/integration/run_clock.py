@@ -1,7 +1,0 @@
-"""``python -m tests.integration.run_clock``: a real clock process for tests."""
-
-import tests.integration.queues  # noqa: F401  (declares the test schedules)
-from herald.queue.schedules import fire_schedules, stop_on_signal
-
-if __name__ == "__main__":
-    fire_schedules(stop_on_signal())

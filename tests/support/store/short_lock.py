@@ -1,0 +1,10 @@
+"""``herald worker --import tests.support.store.short_lock``: store-fulfillment with a 1 s lock, so
+a run whose worker process died is restarted a second later (the crash tests)."""
+
+import dataclasses
+from datetime import timedelta
+
+from herald.queue import registry
+
+registry.declare(dataclasses.replace(registry.get_spec("store-fulfillment"),
+                                     lock_duration=timedelta(seconds=1)))
