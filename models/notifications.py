@@ -35,10 +35,19 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy import column as result_column
-from sqlmodel import Field, Session, SQLModel, select
+from sqlalchemy.engine import Dialect
+from sqlmodel import Field, Session, SQLModel, col, select
 
 from herald.db import Prepared, autocommit, get_engine, is_postgres
-from models.base import FieldReader, UtcDateTime, id_field, snapshot, timestamp_field, utcnow
+from models.base import (
+    FieldReader,
+    UtcDateTime,
+    id_field,
+    snapshot,
+    table_of,
+    timestamp_field,
+    utcnow,
+)
 
 #: A claim older than this is abandoned and may be taken over (docs/pipeline.md#claims).
 CLAIM_STALE_AFTER = timedelta(seconds=60)
@@ -225,18 +234,18 @@ class Claim:
 #: commit() costs no round trip.
 Db = Session | Connection
 
-_deliveries = Delivery.__table__
-_notifications, _accounts = Notification.__table__, Account.__table__
+_deliveries = table_of(Delivery)
+_notifications, _accounts = table_of(Notification), table_of(Account)
 _CLAIMABLE = (Outcome.QUEUED.value, Outcome.SENDING.value)
 _FINAL = tuple(sorted(outcome.value for outcome in FINAL_OUTCOMES))
 
 #: What a channel worker reads about a delivery once it holds the claim: the account's
 #: activity, opt-out, address and locale are read after the claim, never before, so a
 #: change made before the claim is always seen.
-RECIPIENT_COLUMNS = (_notifications.c.type, _notifications.c.data,
-                     _notifications.c.transactional, _accounts.c.active,
-                     _accounts.c.marketing_opt_out, _accounts.c.email, _accounts.c.phone,
-                     _accounts.c.push_subscription_id, _accounts.c.locale)
+RECIPIENT_COLUMNS: tuple[ColumnElement[Any], ...] = (
+    _notifications.c.type, _notifications.c.data, _notifications.c.transactional,
+    _accounts.c.active, _accounts.c.marketing_opt_out, _accounts.c.email, _accounts.c.phone,
+    _accounts.c.push_subscription_id, _accounts.c.locale)
 
 
 def _one_of(column: ColumnElement[Any], values: tuple[str, ...]) -> ColumnElement[bool]:
@@ -339,7 +348,7 @@ def stamp_handoffs(db: Db, delivery_ids: list[str], *,
 
 def _row(record: SQLModel, suffix: str = "") -> dict[str, Any]:
     """A table model's column values, keyed as an INSERT binds them (``<column><suffix>``)."""
-    table = record.__table__  # type: ignore[attr-defined]
+    table = table_of(type(record))
     return dict(zip(_bound_names(table, suffix), _column_reader(table)(record), strict=True))
 
 
@@ -478,7 +487,7 @@ def _column_reader(table: Any) -> FieldReader:
 
 
 def _table(records: list[Notification] | list[Delivery]) -> Any:
-    return records[0].__table__  # type: ignore[attr-defined]
+    return table_of(type(records[0]))
 
 
 def _pg_columns(records: list[Notification] | list[Delivery], prefix: str) -> dict[str, str]:
@@ -561,7 +570,7 @@ def _bulk_statements(dialect_name: str) -> dict[str, Any]:
 
     now = bindparam("now", type_=UtcDateTime)
     if dialect_name == "postgresql":
-        dialect = postgresql.dialect()
+        dialect: Dialect = postgresql.dialect()  # type: ignore[no-untyped-call]  # untyped class
         n_cols, n_values, notifications = _pg_rows(_notifications, "n", dialect)
         # an in-app delivery (the only ones built delivered) passes its notification's
         # gate here: that is its one chance (it has no channel job)
@@ -607,7 +616,7 @@ def _bulk_statements(dialect_name: str) -> dict[str, Any]:
     account = list(_notifications.columns).index(_notifications.c.account_id)
     ids = "IN (SELECT value FROM json_each(:ids))"
     # the WHERE also settles SQLite's parse of INSERT … SELECT … ON CONFLICT
-    notifications = text(f"""
+    insert_notifications = text(f"""
         INSERT INTO notifications ({n_cols})
         SELECT {n_values} FROM json_each(:notifications)
         WHERE EXISTS (SELECT 1 FROM accounts
@@ -615,8 +624,8 @@ def _bulk_statements(dialect_name: str) -> dict[str, Any]:
         ON CONFLICT (account_id, type, occurrence) DO NOTHING
         RETURNING id, {_IN_APP_GATE} AS gate""")
     return {
-        "notifications": notifications.columns(result_column("id", String),
-                                               result_column("gate", String)),
+        "notifications": insert_notifications.columns(result_column("id", String),
+                                                      result_column("gate", String)),
         "deliveries": text(f"INSERT INTO deliveries ({d_cols}) "
                            f"SELECT {d_values} FROM json_each(:deliveries)"),
         "stamp": text(f"UPDATE deliveries SET queued_at = :now WHERE id {ids}")
@@ -792,8 +801,8 @@ def advance_delivery_from_receipt(session: Session, delivery_id: str, outcome: O
     if outcome is Outcome.FAILED_TERMINAL:
         values |= {"reason": "provider_undelivered",
                    "last_error": None if detail is None else detail[:500]}
-    result = session.execute(update(Delivery)
-                             .where(Delivery.id == delivery_id,
-                                    Delivery.outcome.in_(sorted(predecessors)))
-                             .values(**values))
+    result = session.exec(update(Delivery)
+                          .where(col(Delivery.id) == delivery_id,
+                                 col(Delivery.outcome).in_(sorted(predecessors)))
+                          .values(**values))
     return result.rowcount == 1

@@ -152,6 +152,16 @@ def test_the_build_warns_of_nothing_and_ships_every_template(built: Built) -> No
     assert expected and expected <= shipped, sorted(expected - shipped)
 
 
+@pytest.mark.slow
+def test_the_wheel_ships_the_type_marker_of_every_package(built: Built) -> None:
+    # Given the wheel built from the checkout
+    names = set(zipfile.ZipFile(built.wheel).namelist())
+    # Then each package says its type hints are to be read (PEP 561): a user's mypy checks
+    # calls into herald.queue against them instead of taking them as Any
+    missing = {f"{package}/py.typed" for package in ("herald", "actors", "providers", "models")}
+    assert not missing - names, sorted(missing - names)
+
+
 # -- the Makefile's installs ----------------------------------------------------------------
 #: A stand-in for the virtualenv's python and herald: it writes down how it was called.
 RECORDER = """#!/bin/sh

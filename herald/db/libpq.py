@@ -100,7 +100,7 @@ class _Session:
     #: value (int2 … numeric, NULL as unknown), so one SQL may be prepared per type set
     names: dict[tuple[bytes, tuple[int, ...]], bytes] = dataclasses.field(
         default_factory=dict)
-    counter: itertools.count = dataclasses.field(default_factory=itertools.count)
+    counter: itertools.count[int] = dataclasses.field(default_factory=itertools.count)
 
 
 def _session(connection: Any, info: dict[str, Any]) -> _Session:
