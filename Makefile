@@ -74,5 +74,5 @@ bench: $(DEV)
 	$(PY) -m bench.run
 
 clean:
-	rm -rf .herald herald.db herald.db-* build dist *.egg-info .pytest_cache .ruff_cache
+	rm -rf .herald herald.db herald.db-* build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +

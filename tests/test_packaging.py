@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 #: What a build never needs from the checkout (and what would make the copy slow).
 NOT_SOURCES = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.egg-info", "build",
                                      "dist", ".herald", "herald.db*", ".pytest_cache",
-                                     ".ruff_cache", "tests", "bench")
+                                     ".ruff_cache", ".mypy_cache", "tests", "bench")
 #: Seconds a wheel build, install or installed command may take.
 STEP_S = 300
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
