@@ -187,7 +187,7 @@ def checkout(tmp_path: Path) -> Path:
         shutil.copy(REPO / name, tmp_path / name)
     bin_ = tmp_path / ".venv" / "bin"
     bin_.mkdir(parents=True)
-    for name in ("python", "herald", "ruff", "lint-imports"):
+    for name in ("python", "herald", "ruff", "lint-imports", "mypy"):
         (bin_ / name).write_text(RECORDER)
         (bin_ / name).chmod(0o755)
     return tmp_path
