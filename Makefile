@@ -5,7 +5,8 @@
 #   make test    install the dev extras too, run pytest against real Redis, PostgreSQL and
 #                RabbitMQ (REDIS_URL / DATABASE_URL / RABBITMQ_URL when set, otherwise
 #                throw-away local servers: see tests/support/services.py)
-#   make lint    ruff, and the layering contracts (import-linter, see pyproject.toml)
+#   make lint    ruff, the layering contracts (import-linter) and the types (mypy), as
+#                pyproject.toml configures them
 #   make bench   the benchmark
 #   make clean   remove local state and build artefacts (keeps .venv)
 
@@ -67,10 +68,11 @@ demo: venv
 lint: $(DEV)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 bench: $(DEV)
 	$(PY) -m bench.run
 
 clean:
-	rm -rf .herald herald.db herald.db-* build dist *.egg-info .pytest_cache .ruff_cache
+	rm -rf .herald herald.db herald.db-* build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 from sqlalchemy import exists, func
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from actors.orchestration import (
     AccountNotFound,
@@ -231,7 +231,7 @@ def delivery_summary(session: Session, batch_id: str) -> dict[str, int]:
     """Outcome → count over the deliveries of the batch's notifications (every outcome
     present, zero when none)."""
     rows = session.exec(select(Delivery.outcome, func.count())
-                        .join(Notification, Notification.id == Delivery.notification_id)
+                        .join(Notification, col(Notification.id) == col(Delivery.notification_id))
                         .where(Notification.batch_id == batch_id)
                         .group_by(Delivery.outcome)).all()
     return _empty_summary() | {outcome: count for outcome, count in rows}
@@ -314,8 +314,9 @@ def _finish(batch_id: str) -> dict[str, Any]:
         count = session.scalar(select(func.count()).select_from(Notification)
                                .where(Notification.batch_id == batch_id)) or 0
         unhanded = session.scalar(select(exists().where(
-            Delivery.notification_id == Notification.id, Notification.batch_id == batch_id,
-            Delivery.outcome == Outcome.QUEUED.value, Delivery.queued_at.is_(None))))
+            col(Delivery.notification_id) == col(Notification.id),
+            col(Notification.batch_id) == batch_id,
+            col(Delivery.outcome) == Outcome.QUEUED.value, col(Delivery.queued_at).is_(None))))
         finished = transitions.finish_batch(session, batch_id, notification_count=count,
                                             fully_enqueued=not unhanded)
     log.info("batch finished" if finished else "batch already finished",

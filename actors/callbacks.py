@@ -25,7 +25,7 @@ from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel, Field
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from herald.db import session as db_session
 from herald.queue import actor, enqueue
@@ -197,7 +197,7 @@ def correlated_delivery(session: Session, receipt: CallbackReceipt) -> str | Non
         select(Delivery.id)
         .where(Delivery.channel == receipt.channel, Delivery.provider == receipt.provider,
                Delivery.provider_message_id == receipt.provider_message_id)
-        .order_by(Delivery.created_at).limit(1)).first()
+        .order_by(col(Delivery.created_at)).limit(1)).first()
 
 
 @actor(queue="notification-orchestration", payload=CallbackJob, attempts=9,

@@ -28,7 +28,7 @@ from decimal import Decimal
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from actors.fx import UnratedCurrency, convert, current_rates
 from herald.db import session as db_session
@@ -176,7 +176,7 @@ def apply_products(session: Session, provider: str,
     check_listing(provider, [(p.id, p.name, p.price, p.currency) for p in products])
     ids = [p.id for p in products]
     held = dict(session.exec(select(StoreProduct.id, StoreProduct.provider)
-                             .where(StoreProduct.id.in_(ids))).all())
+                             .where(col(StoreProduct.id).in_(ids))).all())
     taken = sorted(product_id for product_id, owner in held.items() if owner != provider)
     if taken:
         raise InvalidListing(f"{provider}: product ids held by another provider: {taken}")
@@ -185,7 +185,7 @@ def apply_products(session: Session, provider: str,
         {"id": p.id, "provider": provider, "name": p.name, "price": p.price,
          "currency": p.currency, "active": True, "synced_at": now} for p in products], ["id"])
     deactivated = deactivate_unlisted(session, StoreProduct.id, ids,
-                                      StoreProduct.provider == provider)
+                                      col(StoreProduct.provider) == provider)
     return Counts(listed=len(ids), added=len(ids) - len(held), deactivated=deactivated)
 
 
@@ -235,14 +235,15 @@ def apply_packages(session: Session, operator: str, packages: Sequence[Package])
     check_listing(operator, [(p.code, p.name, p.price, p.currency) for p in packages])
     codes = [p.code for p in packages]
     known = set(session.exec(select(OperatorPackage.code).where(
-        OperatorPackage.operator_slug == operator, OperatorPackage.code.in_(codes))).all())
+        col(OperatorPackage.operator_slug) == operator,
+        col(OperatorPackage.code).in_(codes))).all())
     now = utcnow()
     upsert(session, OperatorPackage, [
         {"id": new_id(), "operator_slug": operator, "code": p.code, "name": p.name,
          "price": p.price, "currency": p.currency, "active": True, "synced_at": now}
         for p in packages], ["operator_slug", "code"], keep={"id"})
     deactivated = deactivate_unlisted(session, OperatorPackage.code, codes,
-                                      OperatorPackage.operator_slug == operator)
+                                      col(OperatorPackage.operator_slug) == operator)
     return Counts(listed=len(codes), added=len(codes) - len(known), deactivated=deactivated)
 
 
@@ -267,8 +268,8 @@ def list_products(currency: str | None = None) -> list[dict[str, str]]:
     with db_session() as session:
         products = session.exec(
             select(StoreProduct)
-            .where(StoreProduct.active.is_(True),
-                   StoreProduct.provider.in_(esim_providers.enabled()))
+            .where(col(StoreProduct.active).is_(True),
+                   col(StoreProduct.provider).in_(esim_providers.enabled()))
             .order_by(StoreProduct.provider, StoreProduct.id)).all()
         rates = current_rates(session) if currency else {}
     if currency and currency not in rates:

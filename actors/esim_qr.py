@@ -13,6 +13,7 @@ from typing import Any
 
 import qrcode
 from qrcode.constants import ERROR_CORRECT_M
+from qrcode.image.pil import PilImage
 
 from providers.base import Attachment
 
@@ -33,7 +34,7 @@ def qr_png(text: str) -> bytes:
     code.add_data(text)
     code.make(fit=True)
     buffer = io.BytesIO()
-    code.make_image().save(buffer, format="PNG")
+    code.make_image(image_factory=PilImage).save(buffer, format="PNG")
     return buffer.getvalue()
 
 

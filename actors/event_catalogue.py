@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeAlias
 
 from pydantic import (
     AfterValidator,
@@ -56,19 +56,14 @@ def _not_blank(value: str) -> str:
     return value
 
 
-def _required(max_chars: int) -> Any:
-    """A required text: a string, not blank, at most ``max_chars`` characters."""
-    return Annotated[str, StringConstraints(max_length=max_chars), AfterValidator(_not_blank)]
-
-
-def _optional(max_chars: int) -> Any:
-    """An optional text: a string of at most ``max_chars`` characters, or null."""
-    return Annotated[str | None, StringConstraints(max_length=max_chars)]
-
+#: A required text is a string, not blank, with a length limit:
+#: ``Annotated[str, StringConstraints(max_length=…), NOT_BLANK]``; an optional one is
+#: ``Annotated[str | None, StringConstraints(max_length=…)]`` (a string, or null).
+NOT_BLANK = AfterValidator(_not_blank)
 
 #: Longest URL accepted in event data (the de facto limit of browsers and mail clients).
 URL_MAX_CHARS = 2048
-Url = _optional(URL_MAX_CHARS)
+Url: TypeAlias = Annotated[str | None, StringConstraints(max_length=URL_MAX_CHARS)]
 #: A money amount in major units: ``12.5`` or ``"12.50"``, finite, not negative.
 Amount = Annotated[Decimal, Field(ge=0, max_digits=18, decimal_places=4)]
 
@@ -91,28 +86,28 @@ class ReceiptData(EventData):
 
     amount: Amount
     currency: Annotated[str, StringConstraints(pattern=r"^[A-Za-z]{3}$")]
-    order_id: _required(128)
-    description: _optional(500) = None
-    paid_at: _optional(64) = None
-    payment_method: _optional(64) = None
+    order_id: Annotated[str, StringConstraints(max_length=128), NOT_BLANK]
+    description: Annotated[str | None, StringConstraints(max_length=500)] = None
+    paid_at: Annotated[str | None, StringConstraints(max_length=64)] = None
+    payment_method: Annotated[str | None, StringConstraints(max_length=64)] = None
     receipt_url: Url = None
 
 
 class EsimReadyData(EventData):
     """``esim.ready``: the eSIM's ICCID and its LPA activation code."""
 
-    iccid: _required(32)
-    activation_code: _required(512)
-    plan_name: _optional(100) = None
+    iccid: Annotated[str, StringConstraints(max_length=32), NOT_BLANK]
+    activation_code: Annotated[str, StringConstraints(max_length=512), NOT_BLANK]
+    plan_name: Annotated[str | None, StringConstraints(max_length=100)] = None
 
 
 class PromoData(EventData):
     """``promo.offer``: a headline and a code."""
 
-    headline: _required(200)
-    code: _required(64)
-    body: _optional(2000) = None
-    valid_until: _optional(64) = None
+    headline: Annotated[str, StringConstraints(max_length=200), NOT_BLANK]
+    code: Annotated[str, StringConstraints(max_length=64), NOT_BLANK]
+    body: Annotated[str | None, StringConstraints(max_length=2000)] = None
+    valid_until: Annotated[str | None, StringConstraints(max_length=64)] = None
     url: Url = None
     unsubscribe_url: Url = None
 

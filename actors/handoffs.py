@@ -33,7 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import ColumnElement, and_, or_
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from actors.batches import enqueue_batch_run
 from actors.callbacks import enqueue_normalisation
@@ -89,18 +89,18 @@ class Scope:
 
     def deliveries(self) -> ColumnElement[bool]:
         """True for a delivery of a notification to one of the accounts."""
-        return Delivery.notification_id.in_(
-            select(Notification.id).where(Notification.account_id.in_(self.account_ids)))
+        return col(Delivery.notification_id).in_(
+            select(col(Notification.id)).where(col(Notification.account_id).in_(self.account_ids)))
 
     def receipts(self) -> ColumnElement[bool]:
         """True for a receipt about a message sent for one of those deliveries."""
-        return CallbackReceipt.provider_message_id.in_(
+        return col(CallbackReceipt.provider_message_id).in_(
             select(Delivery.provider_message_id)
-            .where(self.deliveries(), Delivery.provider_message_id.is_not(None)))
+            .where(self.deliveries(), col(Delivery.provider_message_id).is_not(None)))
 
     def batches(self) -> ColumnElement[bool]:
         """True for one of the batches named."""
-        return Batch.id.in_(self.batch_ids)
+        return col(Batch.id).in_(self.batch_ids)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -131,42 +131,42 @@ class Window:
 # -- what each kind selects (docs/sweeps.md), each one query on a partial index ----------
 def stale_deliveries(window: Window) -> Any:
     """Deliveries to hand off again, oldest first, locked with SKIP LOCKED."""
-    no_live_claim = or_(Delivery.outcome == Outcome.QUEUED.value,
-                        Delivery.claimed_at.is_(None),
-                        Delivery.claimed_at < window.now - CLAIM_STALE_AFTER)
+    no_live_claim = or_(col(Delivery.outcome) == Outcome.QUEUED.value,
+                        col(Delivery.claimed_at).is_(None),
+                        col(Delivery.claimed_at) < window.now - CLAIM_STALE_AFTER)
     return (select(Delivery)
             # the literal IN matches the partial index ix_deliveries_pending
-            .where(Delivery.outcome.in_([Outcome.QUEUED.value, Outcome.SENDING.value]),
-                   Delivery.channel.in_(list(CHANNEL_QUEUES)), no_live_claim,
-                   or_(Delivery.queued_at.is_(None), Delivery.queued_at < window.cutoff),
+            .where(col(Delivery.outcome).in_([Outcome.QUEUED.value, Outcome.SENDING.value]),
+                   col(Delivery.channel).in_(list(CHANNEL_QUEUES)), no_live_claim,
+                   or_(col(Delivery.queued_at).is_(None), col(Delivery.queued_at) < window.cutoff),
                    *window.within(Scope.deliveries))
-            .order_by(Delivery.created_at).limit(window.limit)
+            .order_by(col(Delivery.created_at)).limit(window.limit)
             .with_for_update(skip_locked=True))
 
 
 def overdue_batches(window: Window) -> Any:
     """Unfinished batches whose run is overdue, oldest first, locked with SKIP LOCKED."""
-    scheduled_overdue = and_(Batch.status == BatchStatus.SCHEDULED.value,
-                             Batch.created_at < window.cutoff,
-                             or_(Batch.scheduled_at.is_(None),
-                                 Batch.scheduled_at < window.cutoff))
-    running_overdue = and_(Batch.status == BatchStatus.RUNNING.value,
-                           Batch.started_at < window.cutoff)
+    scheduled_overdue = and_(col(Batch.status) == BatchStatus.SCHEDULED.value,
+                             col(Batch.created_at) < window.cutoff,
+                             or_(col(Batch.scheduled_at).is_(None),
+                                 col(Batch.scheduled_at) < window.cutoff))
+    running_overdue = and_(col(Batch.status) == BatchStatus.RUNNING.value,
+                           col(Batch.started_at) < window.cutoff)
     return (select(Batch)
-            .where(Batch.status.in_(list(UNFINISHED_BATCH)),
+            .where(col(Batch.status).in_(list(UNFINISHED_BATCH)),
                    or_(scheduled_overdue, running_overdue), *window.within(Scope.batches))
-            .order_by(Batch.created_at).limit(window.limit)
+            .order_by(col(Batch.created_at)).limit(window.limit)
             .with_for_update(skip_locked=True))
 
 
 def stale_receipts(window: Window) -> Any:
     """Unprocessed callback receipts to queue again, oldest received first, locked."""
     return (select(CallbackReceipt)
-            .where(CallbackReceipt.processed_at.is_(None),
-                   or_(CallbackReceipt.queued_at.is_(None),
-                       CallbackReceipt.queued_at < window.cutoff),
+            .where(col(CallbackReceipt.processed_at).is_(None),
+                   or_(col(CallbackReceipt.queued_at).is_(None),
+                       col(CallbackReceipt.queued_at) < window.cutoff),
                    *window.within(Scope.receipts))
-            .order_by(CallbackReceipt.received_at).limit(window.limit)
+            .order_by(col(CallbackReceipt.received_at)).limit(window.limit)
             .with_for_update(skip_locked=True))
 
 
@@ -176,7 +176,7 @@ RECREATED = frozenset({"added", "retried"})
 
 
 def _redrive(kind: str, query: Any, enqueue: Callable[[Any], str], *,
-             stamp: Callable[[Session, list[str]], None] | None) -> tuple[int, int]:
+             stamp: Callable[[Session, list[str]], object] | None) -> tuple[int, int]:
     """Claim the rows ``query`` selects and re-add each one's job; returns (rows, jobs
     re-created).
 

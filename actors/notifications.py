@@ -150,13 +150,13 @@ def deliver(job: DeliveryJob) -> dict[str, Any]:
                   provider_message_id=result.provider_message_id)
             return {"delivery_id": job.delivery_id, "provider": provider.name,
                     "provider_message_id": result.provider_message_id}
-        error = f"{result.failure_code}: {result.failure_message}"
+        failure = f"{result.failure_code}: {result.failure_message}"
         if result.retryable and not is_last_attempt():
             # keep sending, record the failure and release the claim for the retry
-            write(Outcome.SENDING, provider=provider.name, error=error, count_attempt=True,
+            write(Outcome.SENDING, provider=provider.name, error=failure, count_attempt=True,
                   release_claim=True)
             raise RuntimeError(f"transient provider failure ({result.failure_code})")
-        write(Outcome.FAILED_TERMINAL, provider=provider.name, error=error,
+        write(Outcome.FAILED_TERMINAL, provider=provider.name, error=failure,
               count_attempt=True, reason="provider_rejected" if not result.retryable
               else "attempts_exhausted")
         raise Permanent(f"provider failure ({result.failure_code})")

@@ -328,7 +328,7 @@ EventOutcome = EventResult | InvalidEvent | AccountNotFound | UnstorableEvent
 class _Candidate(NamedTuple):
     """The first valid event of an occurrence in a :func:`trigger_events` call."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # hides tuple.index, which nothing here calls
     notification: Notification
     deliveries: list[Delivery]
 

@@ -9,6 +9,7 @@ the table; every module of ``actors`` that uses one of these queues imports it.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from herald.queue.registry import (
     DAY,
@@ -34,10 +35,11 @@ EMAIL_RETRY_RETENTION = Retention(completed=Keep(count=500, age=DAY),
 
 def herald_queues(settings: Settings) -> list[QueueSpec]:
     """herald's queues, with the environment's overrides applied."""
-    notification = {"retention": NOTIFICATION_RETENTION, "backoff_base": 5 * SECOND,
-                    "shutdown_timeout": 5 * SECOND}
-    business = {"concurrency": 2, "attempts": 3, "backoff_base": 2 * SECOND}
-    sync = {"concurrency": 1, "attempts": 3, "backoff_base": 5 * SECOND, "lock_duration": MINUTE}
+    notification: dict[str, Any] = {"retention": NOTIFICATION_RETENTION,
+                                    "backoff_base": 5 * SECOND, "shutdown_timeout": 5 * SECOND}
+    business: dict[str, Any] = {"concurrency": 2, "attempts": 3, "backoff_base": 2 * SECOND}
+    sync: dict[str, Any] = {"concurrency": 1, "attempts": 3, "backoff_base": 5 * SECOND,
+                            "lock_duration": MINUTE}
     return [
         # orchestration → render and send one persisted email / SMS / push delivery
         QueueSpec(name="notification-email", concurrency=5, rate_limit=(30, MINUTE), attempts=5,

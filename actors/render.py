@@ -234,6 +234,8 @@ def render(
     resolved = resolve_locale(locale or account.get("locale"))
     context = {"data": dict(data), "account": account}
 
+    subject: str | None
+    html: str | None
     if channel == "email":
         subject = " ".join(_render_file(spec, resolved, "email_subject.txt", context).split())
         if not subject:

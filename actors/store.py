@@ -43,7 +43,7 @@ from typing import Any, NoReturn
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from actors.catalog import product_price
 from actors.fx import current_rates
@@ -315,9 +315,9 @@ def _snapshot(order_id: str) -> Snapshot | None:
     columns = [getattr(StoreOrder, name) for name in fields
                if name not in ("account_id", "order_status")]
     with db_session() as session:
-        row = session.execute(select(*columns, Order.account_id, Order.status)
-                              .join(Order, Order.id == StoreOrder.id)
-                              .where(StoreOrder.id == order_id)).first()
+        row = session.execute(select(*columns, col(Order.account_id), col(Order.status))
+                              .join(Order, col(Order.id) == col(StoreOrder.id))
+                              .where(col(StoreOrder.id) == order_id)).first()
     if row is None:
         return None
     values = dict(row._mapping)
@@ -386,7 +386,7 @@ def _reconcile(plugin: EsimProvider, run: Run) -> dict[str, Any]:
         # read, so two runs reconciling at once cannot both issue.
         fresh = dataclasses.replace(run, label=f"{run.label} found nothing, {FRESH}")
         return _issue(plugin, fresh, expect=RECONCILE_STATES,
-                      guard=StoreOrder.in_flight_at.is_not_distinct_from(order.in_flight_at))
+                      guard=col(StoreOrder.in_flight_at).is_not_distinct_from(order.in_flight_at))
     return _apply(run, answer)
 
 
@@ -442,7 +442,7 @@ def _apply(run: Run, answer: ProviderOrder) -> dict[str, Any]:
           and order.issuance_state == IssuanceState.PENDING_VERIFICATION.value):
         _fail(run, "verification_expired", "the customer did not verify before the "
               "deadline", expect=frozenset({IssuanceState.PENDING_VERIFICATION}),
-              guard=StoreOrder.verification_deadline <= utcnow())
+              guard=col(StoreOrder.verification_deadline) <= utcnow())
     else:
         deadline = order.verification_deadline or utcnow() + timedelta(
             seconds=get_settings().store_verification_deadline_s)
@@ -474,12 +474,12 @@ def announce_profile(order_id: str) -> None:
     profile however often this runs."""
     with db_session() as session:
         row = session.execute(
-            select(Order.account_id, StoreOrder.iccid, StoreOrder.activation_code,
-                   StoreProduct.name)
-            .join(Order, Order.id == StoreOrder.id)
-            .outerjoin(StoreProduct, StoreProduct.id == StoreOrder.product_id)
-            .where(StoreOrder.id == order_id,
-                   StoreOrder.issuance_state == IssuanceState.ISSUED.value)).first()
+            select(col(Order.account_id), col(StoreOrder.iccid), col(StoreOrder.activation_code),
+                   col(StoreProduct.name))
+            .join(Order, col(Order.id) == col(StoreOrder.id))
+            .outerjoin(StoreProduct, col(StoreProduct.id) == col(StoreOrder.product_id))
+            .where(col(StoreOrder.id) == order_id,
+                   col(StoreOrder.issuance_state) == IssuanceState.ISSUED.value)).first()
     if row is None or not row.iccid or not row.activation_code:
         return
     data = {"iccid": row.iccid, "activation_code": row.activation_code}

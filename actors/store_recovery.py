@@ -47,7 +47,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import ColumnElement, and_, func, or_, update
-from sqlmodel import select
+from sqlmodel import col, select
 
 from actors.store import Trigger, enqueue_issuance
 from herald.db import session as db_session
@@ -106,7 +106,7 @@ class Scan:
         """The full WHERE: what the scan wants, not re-driven within its window."""
         cutoff = self.rewait_cutoff(window)
         return [*self.wanted(window),
-                or_(StoreOrder.recovered_at.is_(None), StoreOrder.recovered_at < cutoff)]
+                or_(col(StoreOrder.recovered_at).is_(None), col(StoreOrder.recovered_at) < cutoff)]
 
     def claim(self, window: RecoveryWindow) -> Any:
         """The rows to re-drive, oldest first, locked with SKIP LOCKED (PostgreSQL)."""
@@ -126,29 +126,29 @@ def _stalled(window: RecoveryWindow) -> list[ColumnElement[bool]]:
     # failures); a parked ambiguous one may have no reference for a webhook to name
     # and an issued one whose run ended before its eSIM notification was triggered
     paid = select(Order.id).where(Order.status == OrderStatus.PAID.value)
-    return [or_(StoreOrder.issuance_state.in_([IssuanceState.IN_FLIGHT.value,
+    return [or_(col(StoreOrder.issuance_state).in_([IssuanceState.IN_FLIGHT.value,
                                                IssuanceState.RECONCILIATION_REQUIRED.value]),
-                and_(StoreOrder.issuance_state == IssuanceState.PENDING.value,
-                     StoreOrder.id.in_(paid)),
-                and_(StoreOrder.issuance_state == IssuanceState.ISSUED.value,
-                     StoreOrder.announced_at.is_(None))),
+                and_(col(StoreOrder.issuance_state) == IssuanceState.PENDING.value,
+                     col(StoreOrder.id).in_(paid)),
+                and_(col(StoreOrder.issuance_state) == IssuanceState.ISSUED.value,
+                     col(StoreOrder.announced_at).is_(None))),
             _in_flight_since() < window.stalled_cutoff]
 
 
 def _awaiting_webhook(window: RecoveryWindow) -> list[ColumnElement[bool]]:
-    return [StoreOrder.issuance_state.in_([IssuanceState.IN_FLIGHT.value,
+    return [col(StoreOrder.issuance_state).in_([IssuanceState.IN_FLIGHT.value,
                                            IssuanceState.RECONCILIATION_REQUIRED.value]),
-            StoreOrder.provider_order_ref.is_not(None),
+            col(StoreOrder.provider_order_ref).is_not(None),
             _in_flight_since() < window.fallback_cutoff,
             # a webhook from before the last in_flight stamp says nothing of this call
-            or_(StoreOrder.webhook_at.is_(None),
-                and_(StoreOrder.in_flight_at.is_not(None),
-                     StoreOrder.webhook_at < StoreOrder.in_flight_at))]
+            or_(col(StoreOrder.webhook_at).is_(None),
+                and_(col(StoreOrder.in_flight_at).is_not(None),
+                     col(StoreOrder.webhook_at) < col(StoreOrder.in_flight_at)))]
 
 
 def _verification_overdue(window: RecoveryWindow) -> list[ColumnElement[bool]]:
-    return [StoreOrder.issuance_state == IssuanceState.PENDING_VERIFICATION.value,
-            StoreOrder.verification_deadline < window.now]
+    return [col(StoreOrder.issuance_state) == IssuanceState.PENDING_VERIFICATION.value,
+            col(StoreOrder.verification_deadline) < window.now]
 
 
 #: The scans, in the order a run takes them: a row two of them want (an old in_flight
@@ -206,8 +206,8 @@ def _stamp(session: Any, scan: Scan, window: RecoveryWindow, ids: list[str]) -> 
     if not ids:
         return []
     stamped = session.connection().execute(
-        update(StoreOrder).where(StoreOrder.id.in_(ids), *scan.eligible(window))
-        .values(recovered_at=window.now).returning(StoreOrder.id))
+        update(StoreOrder).where(col(StoreOrder.id).in_(ids), *scan.eligible(window))
+        .values(recovered_at=window.now).returning(col(StoreOrder.id)))
     return [row[0] for row in stamped]
 
 

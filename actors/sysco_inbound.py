@@ -34,7 +34,7 @@ from herald.db import session as db_session
 from herald.queue import Permanent, actor
 from herald.queue.schedules import Schedule, schedule
 from herald.settings import get_settings
-from models.base import new_id, utcnow
+from models.base import new_id, table_of, utcnow
 from models.purchasing import (
     DispatchStatus,
     EventType,
@@ -66,7 +66,7 @@ SCHEDULE_NAME = "sysco-inbound-poll"
 REJECTED_ORDER = frozenset({"RJ", "RD"})
 #: Line statuses an acknowledgment may still change (not yet back-ordered or moved).
 _ACKNOWLEDGEABLE = frozenset({LineStatus.PENDING, LineStatus.SUBMITTED, LineStatus.CONFIRMED})
-_vendor_documents = VendorDocument.__table__  # type: ignore[attr-defined]
+_vendor_documents = table_of(VendorDocument)
 
 
 class UnknownSupplier(LookupError):

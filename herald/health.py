@@ -29,7 +29,8 @@ import pika
 
 from herald.access import has_api_access
 from herald.db import check_database
-from herald.queue.metrics import CONTENT_TYPE, exposition
+from herald.queue.metrics import CONTENT_TYPE as CONTENT_TYPE  # served by the web app too
+from herald.queue.metrics import exposition
 from herald.queue.redis import redis_client
 from herald.queue.runtime import get_ledger
 from herald.settings import get_settings
@@ -237,7 +238,7 @@ def serve_worker_health(port: int, host: str = "0.0.0.0", *,
             raise PortInUse(port) from None
         raise
     server.daemon_threads = True
-    server.queues = queues  # type: ignore[attr-defined]
+    server.queues = queues  # type: ignore[attr-defined]  # the handler reads it with getattr
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
                               name="herald-worker-health", daemon=True)
     thread.start()

@@ -105,7 +105,7 @@ class WriteBehind(Generic[T]):
                 changed.notify_all()
 
 
-def _call(method: weakref.WeakMethod) -> None:  # type: ignore[type-arg]
+def _call(method: weakref.WeakMethod[Callable[[], None]]) -> None:
     """Call a method held weakly (its object may be gone)."""
     bound = method()
     if bound is not None:

@@ -107,7 +107,7 @@ def transition_activation(session: Session, activation_id: str, *,
         values["operator_ref"] = operator_ref
     if failed_reason is not None:
         values["failed_reason"] = failed_reason[:500]
-    result = session.execute(
+    result = session.exec(
         update(Activation)
         .where(col(Activation.id) == activation_id,
                col(Activation.step) == expect_step.value,

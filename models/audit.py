@@ -97,12 +97,12 @@ def complete_audit(session: Session, audit_id: str, *, count: int,
                    error: str | None = None) -> bool:
     """Complete a row :func:`begin_audit` wrote with the action's count (and its error, when
     it raised), and commit. Only a row not completed yet changes; returns whether it did."""
-    result = session.execute(
+    result = session.exec(
         update(AuditEntry)
         .where(col(AuditEntry.id) == audit_id, col(AuditEntry.completed_at).is_(None))
         .values(count=count, completed_at=utcnow(), error=(error or None) and error[:500]))
     session.commit()
-    return bool(result.rowcount)  # type: ignore[attr-defined]
+    return bool(result.rowcount)
 
 
 def recent_audit(session: Session, *, limit: int = 100, offset: int = 0) -> list[AuditEntry]:

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, TypeVar
 
-from sqlalchemy import DateTime
+from sqlalchemy import DateTime, Table
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import configure_mappers
 from sqlalchemy.types import TypeDecorator
@@ -128,7 +128,7 @@ class FieldReader:
     def __call__(self, row: SQLModel) -> tuple[Any, ...]:
         """The fields' values, in the order they were named."""
         try:
-            return self._pick(field_values(row))  # type: ignore[no-any-return]
+            return self._pick(field_values(row))  # type: ignore[no-any-return]  # 2+ names: a tuple
         except KeyError:
             return tuple(getattr(row, name) for name in self.names)
 
@@ -164,14 +164,20 @@ def _defaults(model: type[SQLModel]) -> tuple[dict[str, Any],
     """The model's optional fields: those with a fixed default (``{field: default}``), and
     those with a default factory (``(field, factory)``). Configures the mappers first,
     once: the instances :func:`snapshot` builds are read through them."""
-    if not model.__mapper__.configured:  # type: ignore[attr-defined]
+    if not model.__mapper__.configured:  # type: ignore[attr-defined]  # SQLModel sets it, untyped
         configure_mappers()
     optional = {name: field for name, field in model.model_fields.items()
                 if not field.is_required()}
     return ({name: field.default for name, field in optional.items()
              if field.default_factory is None},
-            [(name, field.default_factory)  # type: ignore[misc]
+            [(name, field.default_factory)  # type: ignore[misc]  # ours take no argument
              for name, field in optional.items() if field.default_factory is not None])
+
+
+def table_of(model: type[SQLModel]) -> Table:
+    """The Core table SQLModel made for the table model ``model``."""
+    table: Table = model.__table__  # type: ignore[attr-defined]  # SQLModel sets it, untyped
+    return table
 
 
 def id_field() -> Any:

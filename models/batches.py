@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import JSON, Index, text, update
-from sqlmodel import Field, Session, SQLModel
+from sqlmodel import Field, Session, SQLModel, col
 
 from models.base import UtcDateTime, id_field, timestamp_field, utcnow
 
@@ -68,9 +68,9 @@ def start_batch(session: Session, batch_id: str, *, now: datetime | None = None)
     finished or missing.
     """
     now = now or utcnow()
-    result = session.execute(
+    result = session.exec(
         update(Batch)
-        .where(Batch.id == batch_id, Batch.status.in_(UNFINISHED_BATCH))
+        .where(col(Batch.id) == batch_id, col(Batch.status).in_(UNFINISHED_BATCH))
         .values(status=BatchStatus.RUNNING.value, started_at=now, updated_at=now))
     session.commit()
     return result.rowcount == 1
@@ -81,9 +81,9 @@ def finish_batch(session: Session, batch_id: str, *, notification_count: int,
     """Move a running batch to finished with its counts; commits. False (nothing written)
     when the batch is not running."""
     now = now or utcnow()
-    result = session.execute(
+    result = session.exec(
         update(Batch)
-        .where(Batch.id == batch_id, Batch.status == BatchStatus.RUNNING.value)
+        .where(col(Batch.id) == batch_id, col(Batch.status) == BatchStatus.RUNNING.value)
         .values(status=BatchStatus.FINISHED.value, finished_at=now, updated_at=now,
                 notification_count=notification_count, fully_enqueued=fully_enqueued))
     session.commit()
@@ -94,9 +94,9 @@ def cancel_batch(session: Session, batch_id: str, *, now: datetime | None = None
     """Move a scheduled batch to cancelled; commits. False (nothing written) when it is
     running, finished, already cancelled or missing."""
     now = now or utcnow()
-    result = session.execute(
+    result = session.exec(
         update(Batch)
-        .where(Batch.id == batch_id, Batch.status == BatchStatus.SCHEDULED.value)
+        .where(col(Batch.id) == batch_id, col(Batch.status) == BatchStatus.SCHEDULED.value)
         .values(status=BatchStatus.CANCELLED.value, updated_at=now))
     session.commit()
     return result.rowcount == 1

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import JSON, Index, UniqueConstraint, text, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlmodel import Field, Session, SQLModel, select
+from sqlmodel import Field, Session, SQLModel, col, select
 
 from models.base import UtcDateTime, id_field, timestamp_field, utcnow
 
@@ -74,7 +74,7 @@ def insert_or_find_receipt(session: Session, receipt: CallbackReceipt
     inserted = session.execute(
         insert(CallbackReceipt).values(**row)
         .on_conflict_do_nothing(index_elements=["provider", "event_id"])
-        .returning(CallbackReceipt.id)).scalar_one_or_none()
+        .returning(col(CallbackReceipt.id))).scalar_one_or_none()
     if inserted is not None:
         return receipt, True
     existing = session.exec(select(CallbackReceipt).where(
@@ -90,9 +90,10 @@ def stamp_receipts(session: Session, receipt_ids: list[str], *,
     many were stamped."""
     if not receipt_ids:
         return 0
-    result = session.execute(
+    result = session.exec(
         update(CallbackReceipt)
-        .where(CallbackReceipt.id.in_(receipt_ids), CallbackReceipt.processed_at.is_(None))
+        .where(col(CallbackReceipt.id).in_(receipt_ids),
+               col(CallbackReceipt.processed_at).is_(None))
         .values(queued_at=now or utcnow()))
     return result.rowcount
 
@@ -101,8 +102,8 @@ def mark_receipt_processed(session: Session, receipt_id: str, *, result: str,
                            delivery_id: str | None = None, now: datetime | None = None) -> bool:
     """Record what normalization did (``applied``, ``unchanged`` or ``unmatched``) and the
     delivery it matched; False (nothing written) when it was processed already."""
-    written = session.execute(
+    written = session.exec(
         update(CallbackReceipt)
-        .where(CallbackReceipt.id == receipt_id, CallbackReceipt.processed_at.is_(None))
+        .where(col(CallbackReceipt.id) == receipt_id, col(CallbackReceipt.processed_at).is_(None))
         .values(processed_at=now or utcnow(), result=result, delivery_id=delivery_id))
     return written.rowcount == 1

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Numeric, UniqueConstraint, delete, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlmodel import Field, Session, SQLModel, select
+from sqlmodel import Field, Session, SQLModel, col, select
 
 from herald.db import session as db_session
 from models.base import UtcDateTime, id_field, timestamp_field
@@ -103,10 +103,10 @@ def deactivate_unlisted(session: Session, key: Any, listed: Collection[str],
     """Mark the ``owned`` active rows whose ``key`` column is not in ``listed`` inactive
     (kept: orders and activations refer to them); returns how many changed."""
     model = key.class_
-    result = session.execute(
+    result = session.exec(
         update(model).where(owned, model.active.is_(True), key.not_in(list(listed)))
         .values(active=False))
-    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+    return int(result.rowcount or 0)
 
 
 def record_health(session: Session, readings: Mapping[str, tuple[bool, str | None]],
@@ -123,12 +123,12 @@ def disable_missing_providers(session: Session, enabled: Collection[str],
                               now: datetime) -> int:
     """Mark the readings of providers no longer enabled unavailable, so the checkout
     refuses their products; returns how many changed."""
-    result = session.execute(
+    result = session.exec(
         update(ProviderHealth)
-        .where(ProviderHealth.provider.not_in(list(enabled)),
-               ProviderHealth.detail.is_distinct_from(NOT_ENABLED))
+        .where(col(ProviderHealth.provider).not_in(list(enabled)),
+               col(ProviderHealth.detail).is_distinct_from(NOT_ENABLED))
         .values(available=False, detail=NOT_ENABLED, checked_at=now))
-    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+    return int(result.rowcount or 0)
 
 
 def unavailable_reason(provider: str, session: Session | None = None) -> str | None:
@@ -160,4 +160,4 @@ def replace_rates(session: Session, rates: Mapping[str, Decimal], provider: str,
     upsert(session, FxRate, [{"currency": currency, "rate": rate, "provider": provider,
                               "fetched_at": fetched_at} for currency, rate in rates.items()],
            ["currency"])
-    session.execute(delete(FxRate).where(FxRate.currency.not_in(list(rates))))
+    session.execute(delete(FxRate).where(col(FxRate.currency).not_in(list(rates))))

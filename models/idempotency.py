@@ -26,7 +26,7 @@ from sqlalchemy import Connection, LargeBinary, delete, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Field, SQLModel
 
-from models.base import UtcDateTime, utcnow
+from models.base import UtcDateTime, table_of, utcnow
 
 #: How long a key's answer is replayed; older rows are taken over as new, and swept.
 KEY_TTL = timedelta(hours=24)
@@ -92,7 +92,7 @@ class Reused:
 
 ClaimOutcome = Claimed | Answered | InUse | Reused
 
-_keys = IdempotencyKey.__table__  # type: ignore[attr-defined]
+_keys = table_of(IdempotencyKey)
 
 
 def claim_key(connection: Connection, scope: str, key: str, fingerprint: str, *,

@@ -31,10 +31,17 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlmodel import Field, Session, SQLModel, select
+from sqlmodel import Field, Session, SQLModel, col, select
 
 from herald.db import Prepared, autocommit, get_engine, is_postgres
-from models.base import UtcDateTime, id_field, table_reader, timestamp_field, utcnow
+from models.base import (
+    UtcDateTime,
+    id_field,
+    table_of,
+    table_reader,
+    timestamp_field,
+    utcnow,
+)
 from models.pydantic_internals import set_field_values
 
 #: A claim older than this is abandoned and may be taken over (docs/pipeline.md#claims).
@@ -222,18 +229,18 @@ class Claim:
 #: commit() costs no round trip.
 Db = Session | Connection
 
-_deliveries = Delivery.__table__
-_notifications, _accounts = Notification.__table__, Account.__table__
+_deliveries = table_of(Delivery)
+_notifications, _accounts = table_of(Notification), table_of(Account)
 _CLAIMABLE = (Outcome.QUEUED.value, Outcome.SENDING.value)
 _FINAL = tuple(sorted(outcome.value for outcome in FINAL_OUTCOMES))
 
 #: What a channel worker reads about a delivery once it holds the claim: the account's
 #: activity, opt-out, address and locale are read after the claim, never before, so a
 #: change made before the claim is always seen.
-RECIPIENT_COLUMNS = (_notifications.c.type, _notifications.c.data,
-                     _notifications.c.transactional, _accounts.c.active,
-                     _accounts.c.marketing_opt_out, _accounts.c.email, _accounts.c.phone,
-                     _accounts.c.push_subscription_id, _accounts.c.locale)
+RECIPIENT_COLUMNS: tuple[ColumnElement[Any], ...] = (
+    _notifications.c.type, _notifications.c.data, _notifications.c.transactional,
+    _accounts.c.active, _accounts.c.marketing_opt_out, _accounts.c.email, _accounts.c.phone,
+    _accounts.c.push_subscription_id, _accounts.c.locale)
 
 
 def _one_of(column: ColumnElement[Any], values: tuple[str, ...]) -> ColumnElement[bool]:
@@ -514,8 +521,8 @@ def advance_delivery_from_receipt(session: Session, delivery_id: str, outcome: O
     if outcome is Outcome.FAILED_TERMINAL:
         values |= {"reason": "provider_undelivered",
                    "last_error": None if detail is None else detail[:500]}
-    result = session.execute(update(Delivery)
-                             .where(Delivery.id == delivery_id,
-                                    Delivery.outcome.in_(sorted(predecessors)))
-                             .values(**values))
+    result = session.exec(update(Delivery)
+                          .where(col(Delivery.id) == delivery_id,
+                                 col(Delivery.outcome).in_(sorted(predecessors)))
+                          .values(**values))
     return result.rowcount == 1

@@ -16,9 +16,10 @@ from typing import Any
 
 from sqlalchemy import String, bindparam, text
 from sqlalchemy import column as result_column
+from sqlalchemy.engine import Dialect
 
 from herald.db import autocommit, get_engine
-from models.base import UtcDateTime, snapshot, utcnow
+from models.base import UtcDateTime, snapshot, table_of, utcnow
 from models.json_rows import (
     column_list,
     postgres_columns,
@@ -39,7 +40,7 @@ from models.notifications import (
 #: A notification's unique key: (account id, type, occurrence).
 Key = tuple[str, str, str]
 
-_notifications, _deliveries = Notification.__table__, Delivery.__table__
+_notifications, _deliveries = table_of(Notification), table_of(Delivery)
 
 
 def storable(value: Any) -> bool:
@@ -79,7 +80,7 @@ def _postgres_statements() -> dict[str, Any]:
     """:func:`_statements` on PostgreSQL: the rows as one JSON array per column."""
     from sqlalchemy.dialects import postgresql
 
-    dialect = postgresql.dialect()
+    dialect: Dialect = postgresql.dialect()  # type: ignore[no-untyped-call]  # untyped class
     now = bindparam("now", type_=UtcDateTime)
     n_cols, n_values, notifications = postgres_rows(_notifications, "n", dialect)
     # an in-app delivery (the only ones built delivered) passes its notification's
@@ -128,7 +129,7 @@ def _sqlite_statements() -> dict[str, Any]:
     """:func:`_statements` on SQLite: the rows as one JSON array of rows."""
     from sqlalchemy.dialects import sqlite
 
-    dialect = sqlite.dialect()
+    dialect: Dialect = sqlite.dialect()
     now = bindparam("now", type_=UtcDateTime)
     n_cols, n_values = sqlite_rows(_notifications, dialect)
     d_cols, d_values = sqlite_rows(_deliveries, dialect)

@@ -66,10 +66,10 @@ def transition_payment(session: Session, payment_id: str, expect: PaymentStatus,
     values: dict[str, object] = {"status": to.value, "updated_at": now}
     if to in _STAMPS:
         values[_STAMPS[to]] = now
-    result = session.execute(update(Payment)
-                             .where(col(Payment.id) == payment_id,
-                                    col(Payment.status) == expect.value)
-                             .values(**values))
+    result = session.exec(update(Payment)
+                          .where(col(Payment.id) == payment_id,
+                                 col(Payment.status) == expect.value)
+                          .values(**values))
     return result.rowcount == 1
 
 
@@ -78,8 +78,8 @@ def pay_order(session: Session, order_id: str, *, now: datetime | None = None) -
     settlement's other half). False, nothing written, when the order is not waiting for
     its payment (or does not exist)."""
     now = now or utcnow()
-    result = session.execute(update(Order)
-                             .where(col(Order.id) == order_id,
-                                    col(Order.status) == OrderStatus.PENDING_PAYMENT.value)
-                             .values(status=OrderStatus.PAID.value, updated_at=now))
+    result = session.exec(update(Order)
+                          .where(col(Order.id) == order_id,
+                                 col(Order.status) == OrderStatus.PENDING_PAYMENT.value)
+                          .values(status=OrderStatus.PAID.value, updated_at=now))
     return result.rowcount == 1

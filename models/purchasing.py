@@ -19,12 +19,22 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, Index, Numeric, UniqueConstraint, func, select, text, update
+from sqlalchemy import (
+    JSON,
+    ColumnElement,
+    Index,
+    Numeric,
+    UniqueConstraint,
+    func,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Field, Session, SQLModel, col
 from sqlmodel import select as sqlmodel_select
 
-from models.base import UtcDateTime, id_field, new_id, timestamp_field, utcnow
+from models.base import UtcDateTime, id_field, new_id, table_of, timestamp_field, utcnow
 from models.supplier_jobs import SupplierDispatchJob, dispatch_dedup_id
 
 #: The supplier types herald has a transport for.
@@ -275,11 +285,11 @@ class DispatchOutbox(SQLModel, table=True):
     last_error: str | None = Field(default=None, max_length=500)
 
 
-_dispatches = SupplierDispatch.__table__  # type: ignore[attr-defined]
-_lines = PurchaseOrderLine.__table__  # type: ignore[attr-defined]
-_orders = PurchaseOrder.__table__  # type: ignore[attr-defined]
-_events = PurchaseOrderEvent.__table__  # type: ignore[attr-defined]
-_links = DispatchLine.__table__  # type: ignore[attr-defined]
+_dispatches = table_of(SupplierDispatch)
+_lines = table_of(PurchaseOrderLine)
+_orders = table_of(PurchaseOrder)
+_events = table_of(PurchaseOrderEvent)
+_links = table_of(DispatchLine)
 
 #: Columns only :func:`transition_dispatch` writes through its own arguments.
 _DISPATCH_GUARDED = frozenset({"status"})
@@ -299,12 +309,12 @@ def transition_dispatch(session: Session, dispatch_id: str, *, to: DispatchStatu
         raise ValueError(f"transition_dispatch cannot write {sorted(columns)}")
     if columns.get("failure_reason"):
         columns["failure_reason"] = str(columns["failure_reason"])[:500]
-    result = session.execute(
+    result = session.exec(
         update(_dispatches)
         .where(_dispatches.c.id == dispatch_id,
                _dispatches.c.status.in_([state.value for state in expect]))
         .values(status=to.value, updated_at=utcnow(), **columns))
-    return bool(result.rowcount)  # type: ignore[attr-defined]
+    return bool(result.rowcount)
 
 
 def set_line_status(session: Session, line_ids: Iterable[str], *, to: LineStatus,
@@ -317,12 +327,12 @@ def set_line_status(session: Session, line_ids: Iterable[str], *, to: LineStatus
         return 0
     if not set(columns) <= {"dispatch_id", "supplier_id"}:
         raise ValueError(f"set_line_status cannot write {sorted(columns)}")
-    condition = _lines.c.id.in_(ids)
+    condition: ColumnElement[bool] = _lines.c.id.in_(ids)
     if expect is not None:
         condition = condition & _lines.c.status.in_([state.value for state in expect])
-    result = session.execute(update(_lines).where(condition)
-                             .values(status=to.value, updated_at=utcnow(), **columns))
-    return int(result.rowcount)  # type: ignore[attr-defined]
+    result = session.exec(update(_lines).where(condition)
+                          .values(status=to.value, updated_at=utcnow(), **columns))
+    return int(result.rowcount)
 
 
 def order_status_of(statuses: Sequence[str]) -> PurchaseOrderStatus:
@@ -372,7 +382,8 @@ def has_event(session: Session, type: EventType, *, line_item_id: str,
     condition = (_events.c.type == type.value) & (_events.c.line_item_id == line_item_id)
     if supplier_id is not None:
         condition = condition & (_events.c.supplier_id == supplier_id)
-    return session.execute(select(func.count()).where(condition)).scalar_one() > 0
+    count: int = session.execute(select(func.count()).where(condition)).scalar_one()
+    return count > 0
 
 
 def link_lines(session: Session, dispatch_id: str, line_ids: Iterable[str]) -> None:
@@ -446,7 +457,7 @@ def find_placed_order(session: Session, new: NewPurchaseOrder) -> str | None:
     if order_id is None:
         return None
     placed = session.exec(
-        sqlmodel_select(PurchaseOrderLine.catalog_item_id, PurchaseOrderLine.quantity)
+        sqlmodel_select(col(PurchaseOrderLine.catalog_item_id), col(PurchaseOrderLine.quantity))
         .where(col(PurchaseOrderLine.order_id) == order_id)).all()
     if _line_counts(placed) != _line_counts(
             (line.catalog_item_id, line.quantity) for line in new.lines):

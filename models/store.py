@@ -17,10 +17,10 @@ from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import ColumnElement, Index, Numeric, Row, insert, select, text, update
-from sqlmodel import Field, Session, SQLModel
+from sqlmodel import Field, Session, SQLModel, col
 from sqlmodel import select as sqlmodel_select
 
-from models.base import UtcDateTime, id_field, new_id, timestamp_field, utcnow
+from models.base import UtcDateTime, id_field, new_id, table_of, timestamp_field, utcnow
 
 
 class OrderStatus(StrEnum):
@@ -155,9 +155,9 @@ class _Keep:
 #: Leave the column as it is (the default of ``error_code`` / ``failed_reason``).
 KEEP: Any = _Keep()
 
-_store = StoreOrder.__table__  # type: ignore[attr-defined]
-_orders = Order.__table__  # type: ignore[attr-defined]
-_events = StoreOrderStatusEvent.__table__  # type: ignore[attr-defined]
+_store = table_of(StoreOrder)
+_orders = table_of(Order)
+_events = table_of(StoreOrderStatusEvent)
 
 #: What a final issuance does to its order, and the order status it may do it from.
 ORDER_OUTCOMES = {IssuanceState.ISSUED: OrderStatus.COMPLETED,
@@ -222,7 +222,7 @@ def transition_store_order(session: Session, order_id: str, *, to: IssuanceState
                      _store.c.error_code.is_not_distinct_from(seen.error_code)]
         if guard is not None:
             condition.append(guard)
-        if session.execute(update(_store).where(*condition).values(values)).rowcount == 1:
+        if session.exec(update(_store).where(*condition).values(values)).rowcount == 1:
             _after_transition(session, order_id, seen, values, source, note, now)
             session.commit()
             return True
@@ -263,7 +263,7 @@ def _insert_event(session: Session, order_id: str, *, from_state: str | None, to
 def record_provider_reference(session: Session, order_id: str, reference: str) -> bool:
     """Persist the provider's reference of an order being issued (``in_flight``) as soon
     as it is known; commits. False when the order is not in flight any more."""
-    result = session.execute(
+    result = session.exec(
         update(_store)
         .where(_store.c.id == order_id,
                _store.c.issuance_state == IssuanceState.IN_FLIGHT.value)
@@ -300,7 +300,7 @@ def status_events(session: Session, order_id: str) -> list[StoreOrderStatusEvent
     """A store order's status events, oldest first."""
     return list(session.exec(sqlmodel_select(StoreOrderStatusEvent)
                              .where(StoreOrderStatusEvent.store_order_id == order_id)
-                             .order_by(StoreOrderStatusEvent.created_at,
+                             .order_by(col(StoreOrderStatusEvent.created_at),
                                        StoreOrderStatusEvent.id)).all())
 
 

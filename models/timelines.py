@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import ColumnElement
 from sqlmodel import Session, col, or_, select
 
 from models.callbacks import CallbackReceipt
@@ -52,7 +53,7 @@ def accounts_by_address(session: Session, *, emails: Iterable[str] = (),
                         phone: str | None = None, limit: int) -> list[Account]:
     """Accounts whose email is one of ``emails`` or whose phone is ``phone`` (newest
     first); two accounts may share an address."""
-    conditions = []
+    conditions: list[ColumnElement[bool]] = []
     if emails := sorted(set(emails)):
         conditions.append(col(Account.email).in_(emails))
     if phone is not None:

@@ -27,7 +27,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, overload, runtime_checkable
 
 #: Longest failure message kept; provider error bodies can be large.
 FAILURE_MESSAGE_MAX_CHARS = 300
@@ -257,6 +257,11 @@ def json_object(body: bytes) -> dict[str, Any]:
     return parsed
 
 
+@overload
+def text_field(fields: Mapping[str, Any], name: str, *,
+               required: Literal[True] = True) -> str: ...
+@overload
+def text_field(fields: Mapping[str, Any], name: str, *, required: bool) -> str | None: ...
 def text_field(fields: Mapping[str, Any], name: str, *, required: bool = True) -> str | None:
     """``fields[name]`` as text (numbers allowed: some providers send numeric ids); a
     missing required field or a value of another type is :class:`InvalidCallback`."""

@@ -256,7 +256,7 @@ def _order(body: Any) -> ProviderOrder:
     if status is None:
         raise AmbiguousEsimError(f"eSIMHub order status {body.get('status')!r} is unknown",
                                  provider_order_ref=reference)
-    error = body.get("error") if isinstance(body.get("error"), dict) else {}
+    error: dict[str, Any] = body["error"] if isinstance(body.get("error"), dict) else {}
     return ProviderOrder(status=status, provider_order_ref=reference,
                          profile=_profile(body.get("profile"), reference) if status is
                          ProviderOrderStatus.ISSUED else None,

@@ -37,7 +37,7 @@ import signal
 import uuid
 from collections.abc import Callable, Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from herald.settings import Settings, get_settings
 from providers.base import InvalidSignature, hmac_sha256_signature, verify_hmac_sha256
@@ -140,7 +140,7 @@ class MockEsimProvider:
             raise AmbiguousEsimError("the mock's answer was cut off",
                                      provider_order_ref=reference)
         if product == "mock-crash" and mock_store().hsetnx(_key("crashed"),
-                                                           request.order_id, 1):
+                                                           request.order_id, "1"):
             log.warning("mock-crash: the process is killed (SIGKILL) after the charge",
                         extra={"order_id": request.order_id})
             os.kill(os.getpid(), signal.SIGKILL)
@@ -164,10 +164,13 @@ class MockEsimProvider:
         """The mock's order by reference, else the newest one for the order id; NOT_FOUND
         when it never accepted one. Never charges, never crashes."""
         store = mock_store()
-        reference = request.provider_order_ref or store.hget(_key("refs"), request.order_id)
+        # (the synchronous client's answers: redis-py types each as maybe awaitable)
+        reference = request.provider_order_ref or cast(
+            "bytes | str | None", store.hget(_key("refs"), request.order_id))
         if isinstance(reference, bytes):
             reference = reference.decode()
-        raw = store.hget(_key("orders"), reference) if reference else None
+        raw = (cast("bytes | str | None", store.hget(_key("orders"), reference))
+               if reference else None)
         if reference is None or raw is None:
             return ProviderOrder(status=ProviderOrderStatus.NOT_FOUND)
         return _answer(reference, json.loads(raw))
@@ -200,7 +203,7 @@ class MockEsimProvider:
         issues its profile. Returns the signed ``verified`` webhook the provider then
         posts (body, headers). KeyError for a reference the mock does not know."""
         store = mock_store()
-        raw = store.hget(_key("orders"), reference)
+        raw = cast("bytes | str | None", store.hget(_key("orders"), reference))
         if raw is None:
             raise KeyError(reference)
         record = json.loads(raw) | {"status": "issued"}
@@ -210,12 +213,12 @@ class MockEsimProvider:
     @classmethod
     def charges(cls, order_id: str) -> int:
         """How many times the mock charged for ``order_id`` (0: never)."""
-        return int(mock_store().hget(_key("charges"), order_id) or 0)
+        return int(cast("bytes | str | None", mock_store().hget(_key("charges"), order_id)) or 0)
 
     @classmethod
     def reference(cls, order_id: str) -> str | None:
         """The reference of the mock's newest order for ``order_id``, if it has one."""
-        reference = mock_store().hget(_key("refs"), order_id)
+        reference = cast("bytes | str | None", mock_store().hget(_key("refs"), order_id))
         return reference.decode() if isinstance(reference, bytes) else reference
 
     @classmethod

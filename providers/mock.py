@@ -35,7 +35,7 @@ import re
 import time
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import redis
 from redis.commands.core import Script
@@ -92,7 +92,7 @@ return decision
 """
 # bytes: a script given as text needs a client to encode it; this one serves every client
 # (each call names its own, and EVALSHA reloads the script after a server restart)
-_SEND_SCRIPT = Script(None, _SEND_LUA.encode())
+_SEND_SCRIPT = Script(None, _SEND_LUA.encode())  # type: ignore[arg-type]  # no client: see above
 
 
 _store_clients: dict[str, redis.Redis] = {}
@@ -164,7 +164,7 @@ class MockProvider:
     @classmethod
     def sends(cls, *, accepted_only: bool = False) -> list[dict[str, Any]]:
         """Every recorded send, oldest first (only the accepted ones if asked)."""
-        raw = mock_store().lrange(_keys()[0], 0, -1)
+        raw = cast(list[bytes], mock_store().lrange(_keys()[0], 0, -1))
         records = [json.loads(item) for item in raw]
         if accepted_only:
             records = [record for record in records if record["outcome"] == "ok"]

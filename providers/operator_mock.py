@@ -25,7 +25,7 @@ import re
 import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from redis.commands.core import Script
 
@@ -73,7 +73,7 @@ redis.call('RPUSH', KEYS[2], ARGV[3] .. ', "outcome": "' .. decision .. '"}')
 redis.call('LTRIM', KEYS[2], -tonumber(ARGV[4]), -1)
 return decision
 """
-_STEP_SCRIPT = Script(None, _STEP_LUA.encode())
+_STEP_SCRIPT = Script(None, _STEP_LUA.encode())  # type: ignore[arg-type]  # as providers/mock.py's
 
 
 def _keys() -> tuple[str, str]:
@@ -140,7 +140,8 @@ class MockOperator:
     @classmethod
     def calls(cls) -> list[dict[str, Any]]:
         """Every recorded step call, oldest first (``outcome``: ok, transient, reject)."""
-        return [json.loads(item) for item in mock_store().lrange(_keys()[1], 0, -1)]
+        calls = cast(list[bytes], mock_store().lrange(_keys()[1], 0, -1))
+        return [json.loads(item) for item in calls]
 
     @classmethod
     def reset(cls) -> None:

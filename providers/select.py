@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import threading
+from collections.abc import Callable
 
 from herald.settings import Settings, get_settings
 from providers.base import Channel, Provider
@@ -79,5 +80,6 @@ def _build(name: str, settings: Settings) -> Provider:
         module_name, class_name = PROVIDER_CLASSES[name]
     except KeyError:
         raise ValueError(f"unknown provider {name!r}") from None
-    provider_class = getattr(importlib.import_module(module_name), class_name)
+    provider_class: Callable[[Settings], Provider] = getattr(importlib.import_module(module_name),
+                                                             class_name)
     return provider_class(settings)

@@ -371,7 +371,8 @@ class SftpSession:
 
     def _connect(self, trusted_key: asyncssh.SSHKey | None, connect_timeout: float) -> None:
         settings = self._settings
-        known_hosts = ([trusted_key], [], []) if trusted_key is not None else None
+        known_hosts: tuple[list[asyncssh.SSHKey], ...] | None = (
+            ([trusted_key], [], []) if trusted_key is not None else None)
 
         async def connect() -> None:
             self._conn = await asyncssh.connect(

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid, parseaddr
+from typing import cast
 
 import aiosmtplib
 
@@ -151,7 +152,7 @@ def build_mime(message: OutboundMessage, *, sender: str) -> EmailMessage:
     html_part: EmailMessage | None = None
     if message.html is not None:
         mime.add_alternative(message.html, subtype="html")
-        html_part = mime.get_payload()[1]  # type: ignore[index]
+        html_part = cast(EmailMessage, mime.get_payload(1))  # the part add_alternative added
     for attachment in message.attachments:
         maintype, subtype = _split_type(attachment.content_type)
         if attachment.content_id is None:

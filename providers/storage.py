@@ -169,9 +169,10 @@ class S3Storage:
         if self.public_base_url:
             return f"{self.public_base_url}/{quote(object_key)}"
         with _classified(self.bucket, object_key):
-            return self.client.generate_presigned_url(
+            url: str = self.client.generate_presigned_url(
                 "get_object", Params={"Bucket": self.bucket, "Key": object_key},
                 ExpiresIn=self.url_ttl_s)
+            return url
 
 
 def _key_prefix(prefix: str) -> str:

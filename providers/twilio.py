@@ -62,7 +62,7 @@ TWILIO_API_ORIGIN = "https://api.twilio.com"
 TRANSIENT_TWILIO_CODES = frozenset({20429, 21611})
 
 
-class _RebasingHttpClient(TwilioHttpClient):
+class _RebasingHttpClient(TwilioHttpClient):  # type: ignore[misc]  # twilio ships no types
     """The SDK's HTTP client, sending requests for api.twilio.com to ``base_url``."""
 
     def __init__(self, base_url: str, *, timeout: float) -> None:

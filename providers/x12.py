@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import date, datetime
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -760,7 +760,8 @@ def parse_997(text: str) -> Ack997:
 def parse_acknowledgments(text: str) -> tuple[Ack855 | Ack997, ...]:
     """Every 855 and 997 of one interchange, in file order; any other transaction set or
     unreadable input raises :class:`X12ParseError`."""
-    readers = {"855": _read_855, "997": _read_997}
+    readers: dict[str, Callable[[TransactionSet], Ack855 | Ack997]] = {"855": _read_855,
+                                                                       "997": _read_997}
     documents: list[Ack855 | Ack997] = []
     for transaction in parse_envelope(text).transaction_sets():
         reader = readers.get(transaction.code)

@@ -218,7 +218,8 @@ def _within(timeout_s: float, work: Callable[[], T]) -> T:
         raise TimeoutError(f"no answer within {timeout_s:g} s")
     if "error" in outcome:
         raise outcome["error"]
-    return outcome["value"]
+    value: T = outcome["value"]
+    return value
 
 
 def check_database(timeout_s: float = CHECK_TIMEOUT_S) -> None:

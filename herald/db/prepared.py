@@ -5,13 +5,13 @@ run on the driver's cursor, or on an autocommit psycopg connection straight thro
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.sql.expression import Executable
+from sqlalchemy.sql.expression import ClauseElement
 
 if TYPE_CHECKING:
     from herald.db import libpq
@@ -67,7 +67,7 @@ class Prepared:
     statements with expanding (``IN``-list) binds.
     """
 
-    def __init__(self, statement: Executable) -> None:
+    def __init__(self, statement: ClauseElement) -> None:
         self.statement = statement
         self._forms: dict[str, _Form] = {}
 
@@ -128,6 +128,7 @@ class Prepared:
         listened = bool(dispatch.before_cursor_execute or dispatch.after_cursor_execute)
         # listeners are handed a cursor; the direct path has none of its own
         cursor = raw.cursor() if listened or not direct else None
+        fetched: Sequence[Any]
         try:
             if dispatch.before_cursor_execute:  # tracing and counting listeners still see it
                 dispatch.before_cursor_execute(connection, cursor, form.sql, bound, None, False)

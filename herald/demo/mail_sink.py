@@ -44,7 +44,7 @@ class MailSink:
                                            policy=email.policy.default)
         with self._lock:
             self._received.append(Received(envelope.mail_from, tuple(envelope.rcpt_tos),
-                                           message))  # type: ignore[arg-type]
+                                           message))
         return "250 OK"
 
     def start(self) -> MailSink:

@@ -33,7 +33,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from sqlalchemy import func
-from sqlmodel import select
+from sqlmodel import col, select
 
 import actors  # noqa: F401  (registers herald's queue table)
 from herald.demo.summary import counts_text
@@ -60,7 +60,7 @@ SETTLE_DEADLINE = timedelta(seconds=180)
 QUEUES = ("notification-email", "notification-sms", "notification-orchestration")
 OUTCOMES = ("queued", "sending", "sent", "delivered", "failed_terminal", "suppressed")
 OPEN_OUTCOMES = ("queued", "sending")
-EVENT_MIX = (
+EVENT_MIX: tuple[tuple[str, dict[str, Any]], ...] = (
     ("account.welcome", {}),
     ("payment.receipt", {"amount": "49.00", "currency": "SAR", "order_id": "demo-order"}),
     ("esim.ready", {"iccid": "8966000000000000001", "activation_code": "LPA:1$smdp.io$DEMO"}),
@@ -248,7 +248,7 @@ def _run(events: int, console: Console, batch_size: int, prefix: str) -> int:
     def unprocessed_receipts() -> int:
         with db_session() as session:
             return session.exec(select(func.count()).select_from(CallbackReceipt).where(
-                CallbackReceipt.processed_at.is_(None), scope.receipts())).one()
+                col(CallbackReceipt.processed_at).is_(None), scope.receipts())).one()
 
     # the batch adds its deliveries when it runs: the bar grows with them
     expected = sum(tally().values())

@@ -44,7 +44,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from sqlalchemy import func
-from sqlmodel import select
+from sqlmodel import col, select
 
 # the notification queues' actors, which this process runs
 import actors.callbacks
@@ -242,17 +242,19 @@ def read_orders(order_ids: Sequence[str], email: str) -> list[OrderRow]:
 
     with db_session() as session:
         rows = session.exec(
-            select(StoreOrder.id, StoreOrder.product_id, StoreOrder.issuance_state,
-                   Order.status, StoreOrder.error_code, StoreOrder.iccid)
-            .join(Order, Order.id == StoreOrder.id).where(StoreOrder.id.in_(order_ids))).all()
+            select(  # type: ignore[call-overload]  # sqlmodel types up to 4 columns
+                col(StoreOrder.id), col(StoreOrder.product_id), col(StoreOrder.issuance_state),
+                col(Order.status), col(StoreOrder.error_code), col(StoreOrder.iccid))
+            .join(Order, col(Order.id) == col(StoreOrder.id))
+            .where(col(StoreOrder.id).in_(order_ids))).all()
     emails = [str(send["text"]) for send in MockProvider.sends(accepted_only=True)
               if send["channel"] == "email" and send["to"] == email
               and QR_ATTACHMENT in send["attachments"]]
     found = {row[0]: OrderRow(*row) for row in rows}
     return [dataclasses.replace(
         found[order_id], charges=MockEsimProvider.charges(order_id),
-        esim_emails=sum(found[order_id].iccid in text for text in emails)
-        if found[order_id].iccid else 0) for order_id in order_ids if order_id in found]
+        esim_emails=sum(iccid in text for text in emails)
+        if (iccid := found[order_id].iccid) else 0) for order_id in order_ids if order_id in found]
 
 
 def open_deliveries(account_id: str) -> int:
@@ -264,7 +266,7 @@ def open_deliveries(account_id: str) -> int:
     with db_session() as session:
         return session.exec(select(func.count()).select_from(Delivery).where(
             Scope.of([account_id]).deliveries(),
-            Delivery.outcome.in_(OPEN_OUTCOMES))).one()
+            col(Delivery.outcome).in_(OPEN_OUTCOMES))).one()
 
 
 def verify_waiting(client: Any, orders: list[OrderRow], verified: set[str]) -> None:

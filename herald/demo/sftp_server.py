@@ -22,7 +22,7 @@ import hmac
 import threading
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import asyncssh
 
@@ -213,16 +213,16 @@ class _Server(asyncssh.SSHServer):
 class _Sftp(asyncssh.SFTPServer):
     """The stock SFTP server chrooted to the root, with writes that can be held."""
 
-    def __init__(self, owner: SftpTestServer, chan: asyncssh.SSHServerChannel) -> None:
+    def __init__(self, owner: SftpTestServer, chan: asyncssh.SSHServerChannel[bytes]) -> None:
         super().__init__(chan, chroot=str(owner.root).encode())
         self._owner = owner
 
     async def write(self, file_obj: object, offset: int, data: bytes) -> int:
         await self._owner._gate_write()
-        return super().write(file_obj, offset, data)
+        return cast(int, super().write(file_obj, offset, data))  # the stock server's is sync
 
     def read(self, file_obj: object, offset: int, size: int) -> bytes:
-        data: bytes = super().read(file_obj, offset, size)
+        data = cast(bytes, super().read(file_obj, offset, size))  # the stock server's is sync
         with self._owner._lock:
             self._owner._bytes_read += len(data)
         return data

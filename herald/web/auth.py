@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine
+from enum import Enum
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -129,13 +130,13 @@ admin_scheme = HTTPBearer(auto_error=False, scheme_name="AdminToken",
                           description="ADMIN_TOKEN (the console is off while it is unset)")
 
 
-def admin_router(tags: list[str]) -> APIRouter:
+def admin_router(tags: list[str | Enum]) -> APIRouter:
     """An ``/admin`` router whose routes all require ADMIN_TOKEN."""
     return APIRouter(prefix="/admin", tags=tags, route_class=AdminRoute,
                      dependencies=[Depends(admin_scheme)])
 
 
-def protected_router(tags: list[str]) -> APIRouter:
+def protected_router(tags: list[str | Enum]) -> APIRouter:
     """A ``/v1`` router whose routes all pass :func:`check_bearer_token` first."""
     return APIRouter(prefix="/v1", tags=tags, route_class=BearerRoute,
                      dependencies=[Depends(bearer_scheme)])

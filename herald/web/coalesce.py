@@ -18,7 +18,7 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -26,7 +26,7 @@ R = TypeVar("R")
 log = logging.getLogger("herald.web")
 
 #: What a submitted item waits in: the item, its future and the loop that awaits it.
-_Entry = tuple[object, asyncio.Future, asyncio.AbstractEventLoop]
+_Entry = tuple[Any, asyncio.Future[Any], asyncio.AbstractEventLoop]
 
 
 class Coalescer(Generic[T, R]):
@@ -86,7 +86,7 @@ class Coalescer(Generic[T, R]):
                                    f"{len(batch)} items")
         except BaseException as error:  # every item of the batch fails with it
             failure, results = error, [None] * len(batch)
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, object]]] = {}
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], object]]] = {}
         for (_, future, loop), result in zip(batch, results, strict=True):
             by_loop.setdefault(loop, []).append((future, result))
         # one wake-up of each loop per batch, not one per item
@@ -97,7 +97,7 @@ class Coalescer(Generic[T, R]):
                 log.warning("%s: results for a closed event loop dropped", self._name)
 
 
-def _settle(settled: list[tuple[asyncio.Future, object]],
+def _settle(settled: list[tuple[asyncio.Future[Any], object]],
             failure: BaseException | None) -> None:
     for future, result in settled:
         if future.done():  # the request was cancelled (its client went away)

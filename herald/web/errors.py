@@ -82,8 +82,9 @@ class ErrorResponse(BaseModel):
 def api_error(status_code: int, code: str, message: str,
               headers: dict[str, str] | None = None) -> HTTPException:
     """An exception a route raises to answer ``{"error": {"code", "message"}}`` with status."""
-    return HTTPException(status_code, detail={"code": code, "message": message},
-                         headers=headers)
+    # the handler below answers this dict (starlette types ``detail`` as text only)
+    detail: Any = {"code": code, "message": message}
+    return HTTPException(status_code, detail=detail, headers=headers)
 
 
 def not_found(kind: str, key: str) -> HTTPException:

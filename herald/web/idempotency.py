@@ -258,4 +258,4 @@ def document_idempotency(app: FastAPI) -> None:
                     operation.setdefault("parameters", []).append(HEADER_PARAMETER)
         return app.openapi_schema or build()
 
-    app.openapi = openapi  # type: ignore[method-assign]
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's hook for a custom schema

@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 #: What a build never needs from the checkout (and what would make the copy slow).
 NOT_SOURCES = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.egg-info", "build",
                                      "dist", ".herald", "herald.db*", ".pytest_cache",
-                                     ".ruff_cache", "tests", "bench")
+                                     ".ruff_cache", ".mypy_cache", "tests", "bench")
 #: Seconds a wheel build, install or installed command may take.
 STEP_S = 300
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
@@ -153,6 +153,16 @@ def test_the_build_warns_of_nothing_and_ships_every_template(built: Built) -> No
     assert expected and expected <= shipped, sorted(expected - shipped)
 
 
+@pytest.mark.slow
+def test_the_wheel_ships_the_type_marker_of_every_package(built: Built) -> None:
+    # Given the wheel built from the checkout
+    names = set(zipfile.ZipFile(built.wheel).namelist())
+    # Then each package says its type hints are to be read (PEP 561): a user's mypy checks
+    # calls into herald.queue against them instead of taking them as Any
+    missing = {f"{package}/py.typed" for package in ("herald", "actors", "providers", "models")}
+    assert not missing - names, sorted(missing - names)
+
+
 # -- the Makefile's installs ----------------------------------------------------------------
 #: A stand-in for the virtualenv's python and herald: it writes down how it was called.
 RECORDER = """#!/bin/sh
@@ -178,7 +188,7 @@ def checkout(tmp_path: Path) -> Path:
         shutil.copy(REPO / name, tmp_path / name)
     bin_ = tmp_path / ".venv" / "bin"
     bin_.mkdir(parents=True)
-    for name in ("python", "herald", "ruff", "lint-imports"):
+    for name in ("python", "herald", "ruff", "lint-imports", "mypy"):
         (bin_ / name).write_text(RECORDER)
         (bin_ / name).chmod(0o755)
     return tmp_path
