@@ -236,7 +236,7 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     cwd = os.getcwd()  # where the embedded default's .herald/ and herald.db live
     stops = StopSignals()
     if settings.embedded_redis:
-        from herald.queue.redis import start_embedded_redis
+        from herald.embedded_redis import start_embedded_redis
 
         # before the processes, which share it; main() stops it after them
         start_embedded_redis()
@@ -329,17 +329,25 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     from herald.health import PortInUse, serve_worker_health
     from herald.process import schedule_as_batch, tune_garbage_collector
     from herald.queue.worker import run_worker_process
+    from herald.queue_app import start_queue_app
 
-    load_actor_modules(args.imports)
+    if args.app:
+        _install_app(args.app)
+    else:
+        load_actor_modules(args.imports)
     queues = _check_queues(args.queues)
     if queues is None:
         return USAGE_ERROR
+    if not args.app:
+        start_queue_app(settings)
     tune_garbage_collector()
     if settings.worker_batch_scheduling:
         # before any thread of the worker starts: threads inherit the policy
         schedule_as_batch()
     try:
-        port = settings.worker_port
+        # another application's worker serves herald's health port only when asked to
+        port = (settings.worker_port if not args.app or "worker_port" in settings.model_fields_set
+                else None)
         return run_worker_process(
             queues, imports=args.imports,
             health=None if port is None else lambda lanes: serve_worker_health(
@@ -350,6 +358,18 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
                      "free port, or WORKER_PORT=0 for any free port")
 
 
+def _install_app(target: str) -> None:
+    """Import ``MODULE:ATTR`` and install the herald.queue App it names (the module
+    declares its queues and actors as it is imported)."""
+    from herald.queue import App
+
+    module_name, _, attribute = target.partition(":")
+    app = getattr(importlib.import_module(module_name), attribute or "app")
+    if not isinstance(app, App):
+        raise SystemExit(f"herald: {target} is not a herald.queue App")
+    app.install()
+
+
 def cmd_clock(args: argparse.Namespace, settings: Settings) -> int:
     """``herald clock``: fire the declared repeatable schedules until SIGTERM/SIGINT.
 
@@ -357,8 +377,10 @@ def cmd_clock(args: argparse.Namespace, settings: Settings) -> int:
     :mod:`herald.queue.schedules` for how several clocks share the work without double-firing.
     """
     from herald.queue.schedules import fire_schedules, stop_on_signal
+    from herald.queue_app import start_queue_app
 
     load_actor_modules(args.imports)
+    start_queue_app(settings)
     fire_schedules(stop_on_signal())
     return 0
 
@@ -424,14 +446,16 @@ def _redis_reachable(settings: Settings) -> bool:
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    from herald.queue.redis import embedded_socket_path, new_redis_client
+    from herald.embedded_redis import embedded_socket_path
+    from herald.queue.redis import new_redis_client
+    from herald.queue_app import queue_config
 
     timeout = QUEUES_REDIS_TIMEOUT.total_seconds()
     quick: dict[str, Any] = {"socket_connect_timeout": timeout, "socket_timeout": timeout,
                              "retry": Retry(NoBackoff(), 0)}
     try:
         if settings.sentinel_hosts:
-            client = new_redis_client(settings, socket_timeout=timeout)
+            client = new_redis_client(queue_config(settings), socket_timeout=timeout)
         elif settings.redis_url:
             client = redis.Redis.from_url(settings.redis_url, **quick)
         else:
@@ -451,10 +475,11 @@ def cmd_queues(args: argparse.Namespace, settings: Settings) -> int:
     from rich.table import Table
 
     from herald.queue import queue
-    from herald.queue.redis import describe_redis
     from herald.queue.registry import all_specs
+    from herald.queue_app import describe_redis, start_queue_app
 
     load_actor_modules(args.imports)
+    start_queue_app(settings, start_embedded=False)  # counts only when Redis answers
     specs = all_specs()
     where = describe_redis(settings)
     counts: dict[str, dict[str, int]] | None = None
@@ -488,8 +513,10 @@ def cmd_queues(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
     """``herald sweep``: run the registered sweeps (all when none named) once."""
     from herald.queue.sweeps import registered_sweeps
+    from herald.queue_app import start_queue_app
 
     load_actor_modules()
+    start_queue_app(settings)
     sweeps = registered_sweeps()
     if not sweeps:
         print("no sweeps registered yet")
@@ -522,12 +549,13 @@ def _each_queue(args: argparse.Namespace, settings: Settings, done: str,
     import redis
 
     from herald.queue import queue
-    from herald.queue.redis import describe_redis
+    from herald.queue_app import describe_redis, start_queue_app
 
     load_actor_modules(args.imports)
     names = _check_queues(args.queues)
     if names is None:
         return USAGE_ERROR
+    start_queue_app(settings)
     total = 0
     try:
         for name in names:
@@ -668,6 +696,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "named) in their worker groups until SIGTERM/SIGINT, then drain. "
                       "`herald queues` lists the queues.")
     _imports_option(worker, "queues and actors")
+    worker.add_argument("--app", metavar="MODULE:ATTR",
+                        help="run another application's queues: its herald.queue App "
+                             "(herald's own queues and settings are then left out)")
     worker.add_argument("queues", nargs="*", metavar="QUEUE", help="queue names to consume")
     worker.set_defaults(handler=cmd_worker)
 
@@ -725,10 +756,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = load_settings()  # SettingsError (a SystemExit) names the bad variable
     _configure_logging(settings)
     handler: Callable[[argparse.Namespace, Settings], int] = args.handler
-    from herald.queue.runtime import owning_embedded_redis
+    from herald.embedded_redis import owning_embedded_redis
+    from herald.queue_app import close_installed_app
 
     # whichever command starts the embedded Redis stops it when it ends
-    with owning_embedded_redis(settings.embedded_redis):
+    with owning_embedded_redis(settings.embedded_redis, close_installed_app):
         return handler(args, settings)
 
 
