@@ -1,12 +1,14 @@
 """Every place herald relies on Dramatiq's internals, in one module.
 
-herald is a broker and middleware on Dramatiq, not a fork, but four things it does need
+herald is a broker and middleware on Dramatiq, not a fork, but five things it does need
 more than Dramatiq's public API: a cheaper middleware dispatch on the Redis ledger broker,
 a time limit armed only for queues that set one, removing a stopped worker's own
-middleware from a broker that outlives it, and a shutdown join that honours its total
-timeout. Each relies on names Dramatiq does not promise to keep;
-``tests/unit/test_dramatiq_internals.py`` checks them against the installed Dramatiq, so an
-upgrade outside :data:`SUPPORTED_DRAMATIQ` fails there, loudly, in one place.
+middleware from a broker that outlives it, a shutdown join that honours its total
+timeout, and reading (or undoing) the global broker without making a default one (how
+:func:`~herald.queue.app.current_app` finds the installed App). Each relies on names
+Dramatiq does not promise to keep; ``tests/unit/test_dramatiq_internals.py`` checks them
+against the installed Dramatiq, so an upgrade outside :data:`SUPPORTED_DRAMATIQ` fails
+there, loudly, in one place.
 """
 
 from __future__ import annotations
