@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlmodel import Session, col, select
 
 from actors.fx import UnratedCurrency, convert, current_rates
+from actors.queues import esim_store_enabled
 from herald.db import session as db_session
 from herald.queue import Schedule, actor, schedule
 from herald.settings import get_settings
@@ -319,6 +320,6 @@ def sync_operator_packages_job(job: SyncJob) -> dict[str, Any]:
 
 _every = timedelta(seconds=get_settings().catalog_sync_interval_s)
 schedule(Schedule(name="esim-product-sync", actor=sync_esim_products_job, every=_every,
-                  feature_gate="feature_esim_store", run_at_start=True))
+                  feature_gate=esim_store_enabled, run_at_start=True))
 schedule(Schedule(name="package-sync", actor=sync_operator_packages_job, every=_every,
                   run_at_start=True))

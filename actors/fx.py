@@ -25,6 +25,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from pydantic import BaseModel, ConfigDict
 from sqlmodel import Session
 
+from actors.queues import esim_store_enabled
 from herald.db import session as db_session
 from herald.queue import Permanent, Schedule, actor, schedule
 from herald.settings import Settings, get_settings
@@ -147,4 +148,4 @@ def refresh_fx_rates(job: FxJob) -> dict[str, object]:
 
 schedule(Schedule(name="fx-refresh", actor=refresh_fx_rates,
                   every=timedelta(milliseconds=get_settings().fx_refresh_interval_ms),
-                  feature_gate="feature_esim_store", run_at_start=True))
+                  feature_gate=esim_store_enabled, run_at_start=True))

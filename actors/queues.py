@@ -22,7 +22,7 @@ from herald.queue.registry import (
     Retention,
     provide_queues,
 )
-from herald.settings import Settings
+from herald.settings import Settings, get_settings
 
 #: Retention the notification queues share: 500 completed; failed 7 days or 5,000.
 NOTIFICATION_RETENTION = Retention(completed=Keep(count=500), failed=Keep(count=5000, age=7 * DAY))
@@ -33,8 +33,10 @@ EMAIL_RETRY_RETENTION = Retention(completed=Keep(count=500, age=DAY),
                                   failed=Keep(count=5000, age=7 * DAY))
 
 
-def herald_queues(settings: Settings) -> list[QueueSpec]:
-    """herald's queues, with the environment's overrides applied."""
+def herald_queues(settings: Settings | None = None) -> list[QueueSpec]:
+    """herald's queues, with the overrides of ``settings`` (read now when not given)
+    applied: the queue table, called with no argument when an App is built."""
+    settings = settings or get_settings()
     notification: dict[str, Any] = {"retention": NOTIFICATION_RETENTION,
                                     "backoff_base": 5 * SECOND, "shutdown_timeout": 5 * SECOND}
     business: dict[str, Any] = {"concurrency": 2, "attempts": 3, "backoff_base": 2 * SECOND}
@@ -77,3 +79,8 @@ def herald_queues(settings: Settings) -> list[QueueSpec]:
 
 
 provide_queues(herald_queues)
+
+
+def esim_store_enabled() -> bool:
+    """The feature gate of the eSIM store's schedules: ``FEATURE_ESIM_STORE``."""
+    return get_settings().feature_esim_store

@@ -49,10 +49,10 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import ColumnElement, and_, func, or_, update
 from sqlmodel import col, select
 
+from actors.queues import esim_store_enabled
 from actors.store import Trigger, enqueue_issuance
 from herald.db import session as db_session
-from herald.queue import JobState, actor, enqueue, queue
-from herald.queue.ledger import now_ms
+from herald.queue import JobState, actor, enqueue, now_ms, queue
 from herald.queue.schedules import Schedule, schedule
 from herald.queue.sweeps import register_sweep
 from herald.settings import get_settings
@@ -266,7 +266,7 @@ SCHEDULE_NAME = "store-recovery"
 
 schedule(Schedule(name=SCHEDULE_NAME, actor=recover_store_orders,
                   every=timedelta(seconds=get_settings().store_recovery_interval_s),
-                  run_at_start=True, feature_gate="feature_esim_store"))
+                  run_at_start=True, feature_gate=esim_store_enabled))
 register_sweep(SCHEDULE_NAME, lambda: recover_orders().total)
 
 

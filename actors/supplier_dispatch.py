@@ -26,8 +26,15 @@ from sqlmodel import Session
 from actors import queues as _queues  # noqa: F401  (declares the queue)
 from actors.email_retry import send_admin_alert
 from herald import db
-from herald.queue import EnqueueResult, Permanent, actor, attempts_made, enqueue, is_last_attempt
-from herald.queue.redis import redis_client
+from herald.queue import (
+    EnqueueResult,
+    Permanent,
+    actor,
+    attempts_made,
+    current_app,
+    enqueue,
+    is_last_attempt,
+)
 from herald.settings import get_settings
 from models.base import utcnow
 from models.purchasing import (
@@ -99,7 +106,7 @@ def dispatch_to_supplier(job: SupplierDispatchJob) -> dict[str, Any]:
         target = _target(job, dispatch)
         transmission = transmit(
             document_of(job, target.order), target.supplier, settings=get_settings(),
-            redis_client=redis_client(),
+            redis_client=current_app().client,
             on_new_host_key=lambda key: _record_host_key(target.supplier.id, key))
     except Exception as error:
         _handle_failure(job, attempt, error)

@@ -31,6 +31,7 @@ from sqlalchemy import Engine, event, func, text
 from sqlmodel import select
 
 from bench import machine, publish
+from herald.queue_app import reinstall_queue_app
 
 REPO = Path(__file__).resolve().parents[1]
 ACCOUNTS = 200
@@ -153,12 +154,9 @@ class CpuMeter:
 def _configure(env: dict[str, str]) -> None:
     os.environ.update(env)
     from herald import db, settings
-    from herald.queue import redis as queue_redis
-    from herald.queue import runtime
 
     settings.reset_settings()
-    queue_redis.reset_redis_client()
-    runtime.reset_brokers()
+    reinstall_queue_app()
     db.reset_engine()
 
 

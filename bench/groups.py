@@ -27,6 +27,7 @@ from typing import Any
 
 from bench import publish
 from bench.run import _redis_url
+from herald.queue_app import reinstall_queue_app
 
 QUEUE = "bench-groups"
 SYSCO_S = 0.2
@@ -40,13 +41,11 @@ def _setup(url: str, prefix: str, grouped: bool) -> Any:
     from pydantic import BaseModel
 
     from herald import settings
-    from herald.queue import actor, runtime
-    from herald.queue.redis import reset_redis_client
+    from herald.queue import actor
     from herald.queue.registry import Keep, QueueSpec, Retention, declare
 
     settings.reset_settings()
-    reset_redis_client()
-    runtime.reset_brokers()
+    reinstall_queue_app()
     declare(QueueSpec(name=QUEUE, concurrency=4 if grouped else 1, attempts=1,
                       lock_duration=timedelta(seconds=30),
                       retention=Retention(completed=Keep(count=100_000)),

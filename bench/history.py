@@ -24,6 +24,7 @@ from typing import Any
 from bench import publish
 from bench.machine import python_ms, redis_ops_per_s
 from bench.run import THREADS, _herald_setup, _herald_worker, _redis_url
+from herald.queue import current_app
 
 QUEUE = "bench-herald"
 
@@ -104,12 +105,11 @@ def script_once(url: str, jobs: int, counting: bool) -> dict[str, float]:
     logging.disable(logging.INFO)
     from herald.queue import enqueue_many
     from herald.queue.registry import get_spec
-    from herald.queue.runtime import get_ledger
 
     client = redis.Redis.from_url(url)
     client.flushall()
     enqueue_many(noop, [{"n": i} for i in range(jobs)])
-    ledger, spec = get_ledger(), get_spec(QUEUE)
+    ledger, spec = current_app().ledger, get_spec(QUEUE)
     if not counting:
         ledger._scripts["cycle"] = client.register_script(_source_without_counting("cycle"))
     config = ledger.cycle_config(spec)

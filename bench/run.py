@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench import publish
+from herald.queue_app import reinstall_queue_app
 
 THREADS = 8
 
@@ -96,12 +97,10 @@ def _herald_setup(url: str, prefix: str):
     from pydantic import BaseModel
 
     from herald import jobs, settings
-    from herald.queue.redis import reset_redis_client
     from herald.queue.registry import Keep, QueueSpec, Retention, declare
 
     settings.reset_settings()
-    reset_redis_client()
-    jobs.reset_brokers()
+    reinstall_queue_app()
     declare(QueueSpec(name="bench-herald", concurrency=THREADS, attempts=1,
                       retention=Retention(completed=Keep(count=1000))))
 

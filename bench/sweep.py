@@ -21,6 +21,7 @@ from sqlalchemy import text
 
 from bench import publish
 from bench.e2e import _configure, _services
+from herald.queue import current_app
 
 ELIGIBLE = 200
 
@@ -80,11 +81,10 @@ def _fill(rows: int) -> None:
 
 def _reopen() -> None:
     from herald.db import get_engine
-    from herald.queue.redis import redis_client
 
     with get_engine().begin() as connection:
         connection.execute(text("UPDATE deliveries SET queued_at = NULL WHERE outcome = 'queued'"))
-    redis_client().flushdb()
+    current_app().client.flushdb()
 
 
 def _time_runs(rows: int, runs: int) -> tuple[float, float]:

@@ -173,6 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "named) in their worker groups until SIGTERM/SIGINT, then drain. "
                       "`herald queues` lists the queues.")
     _imports_option(worker, "queues and actors")
+    worker.add_argument("--app", metavar="MODULE:ATTR",
+                        help="run another application's queues: its herald.queue App "
+                             "(herald's own queues and settings are then left out)")
     worker.add_argument("queues", nargs="*", metavar="QUEUE", help="queue names to consume")
     worker.set_defaults(handler=cmd_worker)
 
@@ -230,10 +233,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = load_settings()  # SettingsError (a SystemExit) names the bad variable
     _configure_logging(settings)
     handler: Callable[[argparse.Namespace, Settings], int] = args.handler
-    from herald.queue.runtime import owning_embedded_redis
+    from herald.embedded_redis import owning_embedded_redis
+    from herald.queue_app import close_installed_app
 
     # whichever command starts the embedded Redis stops it when it ends
-    with owning_embedded_redis(settings.embedded_redis):
+    with owning_embedded_redis(settings.embedded_redis, close_installed_app):
         return handler(args, settings)
 
 

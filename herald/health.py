@@ -29,10 +29,9 @@ import pika
 
 from herald.access import has_api_access
 from herald.db import check_database
+from herald.queue import current_app
 from herald.queue.metrics import CONTENT_TYPE as CONTENT_TYPE  # served by the web app too
 from herald.queue.metrics import exposition
-from herald.queue.redis import redis_client
-from herald.queue.runtime import get_ledger
 from herald.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -66,12 +65,12 @@ def _reason(error: BaseException) -> str:
 def metrics_text() -> bytes:
     """This process's metrics and every registry queue's, in the Prometheus text format
     (:data:`CONTENT_TYPE`): what the web app and the worker health servers serve."""
-    return exposition(get_ledger)
+    return exposition()
 
 
 def check_redis() -> None:
-    """Raise unless the shared Redis client gets an answer to PING."""
-    redis_client().ping()
+    """Raise unless the installed App's Redis client gets an answer to PING."""
+    current_app().client.ping()
 
 
 def check_rabbitmq(url: str) -> None:

@@ -2,16 +2,17 @@
 imports from :mod:`herald.queue`."""
 
 from herald.queue import (
+    App,
     EnqueueResult,
     JobActor,
     Queue,
     actor,
+    current_app,
     enqueue,
     enqueue_groups,
     enqueue_many,
     queue,
 )
-from herald.queue.runtime import get_broker, get_ledger, reset_brokers, use_broker
 
-__all__ = ["EnqueueResult", "JobActor", "Queue", "actor", "enqueue", "enqueue_groups",
-           "enqueue_many", "get_broker", "get_ledger", "queue", "reset_brokers", "use_broker"]
+__all__ = ["App", "EnqueueResult", "JobActor", "Queue", "actor", "current_app", "enqueue",
+           "enqueue_groups", "enqueue_many", "queue"]

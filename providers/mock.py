@@ -40,7 +40,8 @@ from typing import Any, cast
 import redis
 from redis.commands.core import Script
 
-from herald.queue.redis import redis_client, thread_connections
+from herald.queue import current_app
+from herald.queue.redis import ThreadConnections
 from herald.settings import Settings, get_settings
 from providers.base import (
     CallbackEvent,
@@ -95,19 +96,26 @@ return decision
 _SEND_SCRIPT = Script(None, _SEND_LUA.encode())  # type: ignore[arg-type]  # no client: see above
 
 
-_store_clients: dict[str, redis.Redis] = {}
+_store_clients: dict[str, tuple[redis.Redis, ThreadConnections]] = {}
 
 
 def mock_store() -> redis.Redis:
     """Where the mocks (this provider, the mock eSIM provider) keep their records:
-    MOCK_STORE_URL, else the job Redis."""
+    MOCK_STORE_URL, else the job Redis (the installed queue App's client)."""
+    return _mock_store_connections()[0]
+
+
+def _mock_store_connections() -> tuple[redis.Redis, ThreadConnections]:
+    """The mock store's client and each thread's own connection to it."""
     url = get_settings().mock_store_url
     if not url:
-        return redis_client()
-    client = _store_clients.get(url)
-    if client is None:
-        client = _store_clients.setdefault(url, redis.Redis.from_url(url))
-    return client
+        app = current_app()
+        return app.client, app.connections
+    found = _store_clients.get(url)
+    if found is None:
+        client = redis.Redis.from_url(url)
+        found = _store_clients.setdefault(url, (client, ThreadConnections(client)))
+    return found
 
 
 def _keys() -> tuple[str, str]:
@@ -131,13 +139,13 @@ class MockProvider:
         """Decide (atomically) what the script says for ``message.to``, record, answer:
         one round trip, on the sending thread's own connection (a scripted hang takes a
         second one, to record after waiting)."""
-        client = mock_store()
+        client, connections = _mock_store_connections()
         sends_key, script_key = _keys()
         message_id = f"mock-{uuid.uuid4().hex}"
         accepted = SendResult.ok(message_id)
         # the accepted tail without a JSON encoder's pass per send
         body, ok_tail = _record_body(message), _OK_TAIL % message_id
-        decision = thread_connections(client).run_script(
+        decision = connections.run_script(
             _SEND_SCRIPT, keys=(script_key, sends_key),
             args=(message.to, MOCK_SENDS_KEPT, body, ok_tail, *_FAILURE_TAILS))
         decision = decision.decode() if isinstance(decision, bytes) else str(decision)

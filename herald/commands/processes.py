@@ -4,6 +4,7 @@ release process, ``herald migrate``."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import signal
 from typing import TYPE_CHECKING
 
@@ -36,17 +37,25 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     from herald.health import PortInUse, serve_worker_health
     from herald.process import schedule_as_batch, tune_garbage_collector
     from herald.queue.worker import run_worker_process
+    from herald.queue_app import start_queue_app
 
-    load_actor_modules(args.imports)
+    if args.app:
+        _install_app(args.app)
+    else:
+        load_actor_modules(args.imports)
     queues = check_queues(args.queues)
     if queues is None:
         return USAGE_ERROR
+    if not args.app:
+        start_queue_app(settings)
     tune_garbage_collector()
     if settings.worker_batch_scheduling:
         # before any thread of the worker starts: threads inherit the policy
         schedule_as_batch()
     try:
-        port = settings.worker_port
+        # another application's worker serves herald's health port only when asked to
+        port = (settings.worker_port if not args.app or "worker_port" in settings.model_fields_set
+                else None)
         return run_worker_process(
             queues, imports=args.imports,
             health=None if port is None else lambda queues: serve_worker_health(
@@ -57,6 +66,18 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
                      "free port, or WORKER_PORT=0 for any free port")
 
 
+def _install_app(target: str) -> None:
+    """Import ``MODULE:ATTR`` and install the herald.queue App it names (the module
+    declares its queues and actors as it is imported)."""
+    from herald.queue import App
+
+    module_name, _, attribute = target.partition(":")
+    app = getattr(importlib.import_module(module_name), attribute or "app")
+    if not isinstance(app, App):
+        raise SystemExit(f"herald: {target} is not a herald.queue App")
+    app.install()
+
+
 def cmd_clock(args: argparse.Namespace, settings: Settings) -> int:
     """``herald clock``: fire the declared repeatable schedules until SIGTERM/SIGINT.
 
@@ -64,8 +85,10 @@ def cmd_clock(args: argparse.Namespace, settings: Settings) -> int:
     :mod:`herald.queue.schedules` for how several clocks share the work without double-firing.
     """
     from herald.queue.schedules import fire_schedules, stop_on_signal
+    from herald.queue_app import start_queue_app
 
     load_actor_modules(args.imports)
+    start_queue_app(settings)
     fire_schedules(stop_on_signal())
     return 0
 

@@ -74,14 +74,16 @@ def _redis_reachable(settings: Settings) -> bool:
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    from herald.queue.redis import embedded_socket_path, new_redis_client
+    from herald.embedded_redis import embedded_socket_path
+    from herald.queue.redis import new_redis_client
+    from herald.queue_app import queue_config
 
     timeout = QUEUES_REDIS_TIMEOUT.total_seconds()
     quick: dict[str, Any] = {"socket_connect_timeout": timeout, "socket_timeout": timeout,
                              "retry": Retry(NoBackoff(), 0)}
     try:
         if settings.sentinel_hosts:
-            client = new_redis_client(settings, socket_timeout=timeout)
+            client = new_redis_client(queue_config(settings), socket_timeout=timeout)
         elif settings.redis_url:
             client = redis.Redis.from_url(settings.redis_url, **quick)
         else:
@@ -101,10 +103,11 @@ def cmd_queues(args: argparse.Namespace, settings: Settings) -> int:
     from rich.table import Table
 
     from herald.queue import queue
-    from herald.queue.redis import describe_redis
     from herald.queue.registry import all_specs
+    from herald.queue_app import describe_redis, start_queue_app
 
     load_actor_modules(args.imports)
+    start_queue_app(settings, start_embedded=False)  # counts only when Redis answers
     specs = all_specs()
     where = describe_redis(settings)
     counts: dict[str, dict[str, int]] | None = None
@@ -138,8 +141,10 @@ def cmd_queues(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
     """``herald sweep``: run the registered sweeps (all when none named) once."""
     from herald.queue.sweeps import registered_sweeps
+    from herald.queue_app import start_queue_app
 
     load_actor_modules()
+    start_queue_app(settings)
     sweeps = registered_sweeps()
     if not sweeps:
         print("no sweeps registered yet")
@@ -172,12 +177,13 @@ def _each_queue(args: argparse.Namespace, settings: Settings, done: str,
     import redis
 
     from herald.queue import queue
-    from herald.queue.redis import describe_redis
+    from herald.queue_app import describe_redis, start_queue_app
 
     load_actor_modules(args.imports)
     names = check_queues(args.queues)
     if names is None:
         return USAGE_ERROR
+    start_queue_app(settings)
     total = 0
     try:
         for name in names:

@@ -40,7 +40,7 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     cwd = os.getcwd()  # where the embedded default's .herald/ and herald.db live
     stops = StopSignals()
     if settings.embedded_redis:
-        from herald.queue.redis import start_embedded_redis
+        from herald.embedded_redis import start_embedded_redis
 
         # before the processes, which share it; main() stops it after them
         start_embedded_redis()

@@ -47,7 +47,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from herald.queue.redis import describe_redis, embedded_redis_running, stop_embedded_redis
+from herald.embedded_redis import embedded_redis_running, stop_embedded_redis
+from herald.queue_app import close_installed_app, describe_redis, start_queue_app
 from herald.settings import get_settings
 
 #: Jobs a demo run plans unless told otherwise.
@@ -104,6 +105,7 @@ def run(jobs: int = DEFAULT_JOBS, *, events: int | None = None, batch_size: int 
     settings = get_settings()
     started_embedded = settings.embedded_redis and not embedded_redis_running()
     try:
+        start_queue_app(settings)
         code = _run_jobs(jobs, console)
         if code == 0 and events != 0:
             from herald.demo.notifications import run_notifications
@@ -124,12 +126,8 @@ def run(jobs: int = DEFAULT_JOBS, *, events: int | None = None, batch_size: int 
                                       else purchase_orders, console)
         return code
     finally:
+        close_installed_app()
         if started_embedded:
-            from herald.queue.redis import reset_redis_client
-            from herald.queue.runtime import reset_brokers
-
-            reset_brokers()
-            reset_redis_client()
             stop_embedded_redis()
             console.print("[dim]stopped the embedded Redis this demo started "
                           "(its data stays under .herald/)[/]")

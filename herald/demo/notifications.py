@@ -71,11 +71,11 @@ NAMESPACE_SUFFIX = "-demo"
 
 
 def _reload_settings() -> None:
-    from herald.queue.runtime import reset_brokers
+    from herald.queue_app import reinstall_queue_app
     from herald.settings import reset_settings
 
     reset_settings()
-    reset_brokers()
+    reinstall_queue_app()
 
 
 @contextlib.contextmanager

@@ -2,13 +2,14 @@
 
 One import line serves an application::
 
-    from herald.queue import QueueSpec, actor, declare, enqueue, queue, running_worker
+    from herald.queue import App, QueueConfig, QueueSpec, actor, declare, enqueue, queue
 
     declare(QueueSpec(name="thumbnails", concurrency=2, attempts=3))
 
     @actor(queue="thumbnails", payload=ThumbnailJob)
     def make_thumbnail(job: ThumbnailJob) -> dict | None: ...
 
+    App(QueueConfig(redis_url="redis://localhost:6379/0")).install()
     enqueue(make_thumbnail, {"image_id": 7}, job_id="img-7", priority=1)
     queue("thumbnails").counts()
 
@@ -18,8 +19,17 @@ orders: herald's own queues are declared by ``actors``.
 """
 
 from herald.queue.actor import JobActor, actor
+from herald.queue.app import App, current_app, now_ms
+from herald.queue.config import QueueConfig
 from herald.queue.current import attempts_made, is_last_attempt
-from herald.queue.errors import Defer, InvalidMessage, InvalidPayload, Permanent, UnknownQueue
+from herald.queue.errors import (
+    Defer,
+    InvalidMessage,
+    InvalidPayload,
+    NoAppInstalled,
+    Permanent,
+    UnknownQueue,
+)
 from herald.queue.ledger import Job, JobState
 from herald.queue.operations import Queue, find_jobs, queue
 from herald.queue.producer import EnqueueResult, enqueue, enqueue_groups, enqueue_many
@@ -39,6 +49,7 @@ from herald.queue.worker import running_worker
 __all__ = [
     "NORMAL_PRIORITY",
     "URGENT_PRIORITY",
+    "App",
     "Backoff",
     "Defer",
     "EnqueueResult",
@@ -48,14 +59,17 @@ __all__ = [
     "JobActor",
     "JobState",
     "Keep",
+    "NoAppInstalled",
     "Permanent",
     "Queue",
+    "QueueConfig",
     "QueueSpec",
     "Retention",
     "Schedule",
     "UnknownQueue",
     "actor",
     "attempts_made",
+    "current_app",
     "declare",
     "enqueue",
     "enqueue_groups",
@@ -63,6 +77,7 @@ __all__ = [
     "find_jobs",
     "get_spec",
     "is_last_attempt",
+    "now_ms",
     "queue",
     "running_worker",
     "schedule",

@@ -1,8 +1,7 @@
 """Job functions: ``@actor`` declares one on a queue with the pydantic model of its payload.
 
-Declared actors are kept here, by name; the broker the process runs on (see
-:mod:`herald.queue.runtime`) binds each of them, whether it was declared before the broker
-was made or after.
+Declared actors are kept here, by name; installing an :class:`~herald.queue.app.App` binds
+each of them to its broker, and an actor declared after that is bound at once.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ import dramatiq
 from dramatiq.middleware import CurrentMessage
 from pydantic import BaseModel, ValidationError
 
+from herald.queue.dramatiq_internals import installed_broker
 from herald.queue.errors import InvalidMessage, InvalidPayload
 from herald.queue.registry import QueueSpec, get_spec
 
@@ -24,8 +24,6 @@ M = TypeVar("M", bound=BaseModel)
 
 _lock = threading.RLock()
 _actors: dict[str, JobActor[Any]] = {}
-#: The broker declared actors are bound to (None until the process has one).
-_bound_to: dramatiq.Broker | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -51,6 +49,8 @@ class JobActor(Generic[M]):
         self.model = payload
         self.name = name
         self.options = options
+        #: the broker this actor was last bound to (None before an App was installed)
+        self.broker: dramatiq.Broker | None = None
         self.__doc__ = fn.__doc__
 
     def __call__(self, job: M) -> Any:
@@ -90,10 +90,11 @@ class JobActor(Generic[M]):
             message.options["herald_result"] = result
 
     def bind(self, broker: dramatiq.Broker) -> dramatiq.Actor[Any, Any]:
-        """Declare this actor on a Dramatiq broker."""
+        """Declare this actor on a Dramatiq broker; its jobs go to that broker from now on."""
         spec = get_spec(self.queue)
         time_limit = {} if spec.time_limit is None else {
             "time_limit": int(spec.time_limit.total_seconds() * 1000)}
+        self.broker = broker
         return dramatiq.Actor(self.run_message, broker=broker, actor_name=self.name,
                               queue_name=self.queue, priority=0, options=time_limit)
 
@@ -121,8 +122,9 @@ def actor(*, queue: str, payload: type[M], name: str | None = None,
                              on_exhausted=on_exhausted)
         with _lock:
             _actors[job_actor.name] = job_actor
-            if _bound_to is not None:
-                job_actor.bind(_bound_to)
+            broker = installed_broker()
+            if broker is not None:
+                job_actor.bind(broker)
         return job_actor
 
     return decorate
@@ -157,14 +159,3 @@ def declared_actor(name: str) -> JobActor[Any]:
     """The actor declared under ``name`` (KeyError when none is)."""
     with _lock:
         return _actors[name]
-
-
-def bind_all(broker: dramatiq.Broker | None) -> None:
-    """Bind every declared actor to ``broker``, and those declared later too (None: bind
-    nothing from now on)."""
-    global _bound_to
-    with _lock:
-        _bound_to = broker
-        if broker is not None:
-            for job_actor in _actors.values():
-                job_actor.bind(broker)

@@ -25,7 +25,7 @@ from dramatiq.errors import ConnectionClosed, QueueJoinTimeout
 
 from herald.queue.actor import declared_actor, job_options
 from herald.queue.dramatiq_internals import HookDispatch
-from herald.queue.ledger import Ledger, NewJob, RunEnd, new_token, now_ms
+from herald.queue.ledger import Ledger, NewJob, RunEnd, new_token
 from herald.queue.middleware import (
     completions_logged,
     default_middleware,
@@ -67,9 +67,7 @@ class QueueSlots:
     """One queue's consumer bookkeeping in this process, shared by successive consumers."""
 
     def __init__(self, spec: QueueSpec) -> None:
-        self.spec = spec
-        #: the cycle script's fixed arguments for this queue
-        self.config = Ledger.cycle_config(spec)
+        self.use(spec)
         self.lock = threading.Lock()
         #: notified (when the consumer thread waits on it) as a run ends
         self.slot_freed = threading.Condition(self.lock)
@@ -82,6 +80,13 @@ class QueueSlots:
         self.pending: list[RunEnd] = []
         self.blocking = False
         self.last_extend = time.monotonic()
+
+    def use(self, spec: QueueSpec) -> None:
+        """Run the queue's next consumers with ``spec`` (the registry's at their start:
+        a queue redeclared after the broker was made runs with its new values)."""
+        self.spec = spec
+        #: the cycle script's fixed arguments for this queue
+        self.config = Ledger.cycle_config(spec)
 
     def take_pending(self) -> tuple[list[tuple[str, str, str]], list[RunEnd]]:
         """Take every buffered end of a run (plain completions, others)."""
@@ -122,7 +127,11 @@ class LedgerBroker(HookDispatch, dramatiq.Broker):
             self.emit_after("declare_queue", queue_name)
 
     def consume(self, queue_name: str, prefetch: int = 1, timeout: int = BLOCK_MS) -> Consumer:
-        return LedgerConsumer(self, self.slots(queue_name), timeout)
+        slots = self.slots(queue_name)
+        spec = get_spec(queue_name)
+        if spec is not slots.spec:
+            slots.use(spec)
+        return LedgerConsumer(self, slots, timeout)
 
     def enqueue(self, message: dramatiq.Message, *, delay: int | None = None,
                 ) -> dramatiq.Message:
@@ -132,7 +141,7 @@ class LedgerBroker(HookDispatch, dramatiq.Broker):
         job = NewJob(id=message.options.get("job_id") or message.message_id,
                      actor=message.actor_name, data=json.dumps(payload),
                      priority=message.options.get("priority", 5),
-                     run_at_ms=now_ms() + delay if delay else 0,
+                     run_at_ms=self.ledger.now_ms() + delay if delay else 0,
                      **job_options(declared_actor(message.actor_name).options,
                                      get_spec(message.queue_name)))
         self.ledger.add(message.queue_name, [job])
@@ -370,7 +379,7 @@ class LedgerConsumer(Consumer):
     def _block(self, next_delayed_ms: int | None, rate_limited_ms: int) -> None:
         timeout_s = self.timeout_s
         if next_delayed_ms is not None:
-            timeout_s = min(timeout_s, (next_delayed_ms - now_ms()) / 1000)
+            timeout_s = min(timeout_s, (next_delayed_ms - self.ledger.now_ms()) / 1000)
         if rate_limited_ms > 0:
             timeout_s = min(timeout_s, rate_limited_ms / 1000)
         slots = self.slots

@@ -1,12 +1,14 @@
 """Every place herald relies on Dramatiq's internals, in one module.
 
-herald is a broker and middleware on Dramatiq, not a fork, but four things it does need
+herald is a broker and middleware on Dramatiq, not a fork, but five things it does need
 more than Dramatiq's public API: a cheaper middleware dispatch on the Redis ledger broker,
 a time limit armed only for queues that set one, removing a stopped worker's own
-middleware from a broker that outlives it, and a shutdown join that honours its total
-timeout. Each relies on names Dramatiq does not promise to keep;
-``tests/queue/test_dramatiq_internals.py`` checks them against the installed Dramatiq, so an
-upgrade outside :data:`SUPPORTED_DRAMATIQ` fails there, loudly, in one place.
+middleware from a broker that outlives it, a shutdown join that honours its total
+timeout, and reading (or undoing) the global broker without making a default one (how
+:func:`~herald.queue.app.current_app` finds the installed App). Each relies on names
+Dramatiq does not promise to keep; ``tests/queue/test_dramatiq_internals.py`` checks them
+against the installed Dramatiq, so an upgrade outside :data:`SUPPORTED_DRAMATIQ` fails
+there, loudly, in one place.
 """
 
 from __future__ import annotations
@@ -102,10 +104,14 @@ class QueueTimeLimit(TimeLimit):
         #: worker threads whose current run has a timer armed
         self._armed: set[int] = set()
 
-    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+    def after_process_boot(self, broker: dramatiq.Broker) -> None:
+        # once: Dramatiq's CLI emits process_boot and then worker_boot
         if not getattr(self, "_watching", False):
             self._watching = True
-            self.after_process_boot(broker)
+            super().after_process_boot(broker)
+
+    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        self.after_process_boot(broker)
 
     def before_process_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
         if (message.options.get("time_limit")
@@ -153,3 +159,18 @@ def install_deadline_join() -> None:
     """Make ``dramatiq.Worker.stop`` join its threads with :func:`join_within`, so a
     queue's drain bound is the time its runs are given. Idempotent."""
     dramatiq.worker.join_all = join_within  # type: ignore[attr-defined]
+
+
+def installed_broker() -> dramatiq.Broker | None:
+    """The broker :func:`dramatiq.set_broker` installed, or None when none was.
+
+    ``dramatiq.get_broker()`` would make a default broker (RabbitMQ on localhost) when
+    none is installed; the module variable it reads is read directly instead.
+    """
+    return dramatiq.broker.global_broker  # type: ignore[attr-defined, no-any-return]
+
+
+def uninstall_broker(broker: dramatiq.Broker) -> None:
+    """Undo :func:`dramatiq.set_broker` of ``broker`` (nothing when another is installed)."""
+    if dramatiq.broker.global_broker is broker:  # type: ignore[attr-defined]
+        dramatiq.broker.global_broker = None  # type: ignore[attr-defined]

@@ -10,7 +10,9 @@
      └── HeraldError
           ├── InvalidPayload   (also a ValueError) a producer's payload failed the actor's model;
           │                    nothing was persisted or enqueued
-          └── UnknownQueue     (also a KeyError) a queue name that the registry does not declare
+          ├── UnknownQueue     (also a KeyError) a queue name that the registry does not declare
+          └── NoAppInstalled   (also a RuntimeError) the queue wiring used before an App was
+                               installed in the process
 
 Anything else an actor raises is a transient failure: retried with the queue's backoff
 until its attempts run out.
@@ -22,8 +24,8 @@ from datetime import timedelta
 
 from dramatiq.errors import Retry
 
-__all__ = ["Defer", "HeraldError", "InvalidMessage", "InvalidPayload", "Permanent",
-           "UnknownQueue"]
+__all__ = ["Defer", "HeraldError", "InvalidMessage", "InvalidPayload", "NoAppInstalled",
+           "Permanent", "UnknownQueue"]
 
 
 class HeraldError(Exception):
@@ -39,6 +41,10 @@ class UnknownQueue(HeraldError, KeyError):
 
     def __str__(self) -> str:
         return f"unknown queue {self.args[0]!r}"
+
+
+class NoAppInstalled(HeraldError, RuntimeError):
+    """A call that needs the process's queue wiring, made before any App was installed."""
 
 
 class Permanent(Exception):

@@ -22,8 +22,8 @@ from typing import Any, NamedTuple
 
 import redis
 
-from herald.queue import clock
-from herald.queue.redis import run_script_on, thread_connections
+from herald.queue.clock import Clock
+from herald.queue.redis import ThreadConnections, run_script_on
 from herald.queue.registry import Backoff, Keep, QueueSpec
 
 LUA_DIR = Path(__file__).parent / "lua"
@@ -226,12 +226,6 @@ class CycleResult:
     rate_limited_ms: int
 
 
-def now_ms() -> int:
-    """Milliseconds since the epoch, the ledger's one time unit, read from the queue
-    clock (:mod:`herald.queue.clock`: the wall clock unless a test moved it)."""
-    return clock.now_ms()
-
-
 def new_token() -> str:
     """A fresh message id (RabbitMQ messages carry one per attempt)."""
     return uuid.uuid4().hex
@@ -289,13 +283,21 @@ def _reissued_result(row: Sequence[Any]) -> AddResult:
 class Ledger:
     """Job records of every queue under one key prefix, on one Redis client."""
 
-    def __init__(self, client: redis.Redis, prefix: str = "herald") -> None:
+    def __init__(self, client: redis.Redis, prefix: str = "herald", *,
+                 clock: Clock | None = None, connections: ThreadConnections | None = None,
+                 ) -> None:
         self.client = client
         self.prefix = prefix
+        #: the "now" of every time this ledger stores or compares
+        self.clock = clock or Clock()
         self._scripts = {name: client.register_script(_source(name))
                          for name in ("add", "cycle", "start", "retry", "remove", "reissue")}
         #: each thread's own connection for its script calls (see :meth:`_run_own`)
-        self._own = thread_connections(client)
+        self._own = connections or ThreadConnections(client)
+
+    def now_ms(self) -> int:
+        """Milliseconds since the epoch on this ledger's clock."""
+        return self.clock.now_ms()
 
     # -- keys ---------------------------------------------------------------------------
     def base(self, queue: str) -> str:
@@ -319,7 +321,7 @@ class Ledger:
         filled = [(queue, jobs) for queue, jobs in groups if jobs]
         if not filled:
             return [[] for _ in groups]
-        args: list[Any] = [now_ms(), len(filled), new_token()]
+        args: list[Any] = [self.now_ms(), len(filled), new_token()]
         for queue, jobs in filled:
             first = jobs[0]
             options = (("c" if first.remove_on_complete else "")
@@ -365,7 +367,7 @@ class Ledger:
         """
         if not isinstance(done, Sequence):
             done = list(done)
-        args: list[Any] = [self.base(spec.name), now_ms(), fetch, "1" if external else "0",
+        args: list[Any] = [self.base(spec.name), self.now_ms(), fetch, "1" if external else "0",
                            len(done), len(finishes), len(extend), *config]
         for job_id, token, *_ in done:
             args += (job_id, token)
@@ -423,7 +425,7 @@ class Ledger:
         rate_max, window_ms = (0, 0)
         if spec.rate_limit is not None:
             rate_max, window_ms = spec.rate_limit[0], _ms(spec.rate_limit[1])
-        raw = self._scripts["start"](args=[self.base(spec.name), now_ms(),
+        raw = self._scripts["start"](args=[self.base(spec.name), self.now_ms(),
                                            _ms(spec.lock_duration), job_id, message_id,
                                            rate_max, window_ms, new_token(), GROUP_WAIT_MS,
                                            *_group_args(spec)])
@@ -514,7 +516,7 @@ class Ledger:
         queue and minute, ``<base>tp:<minute>`` (minute = ms // 60000) with fields ``c``
         and ``f``, which expires once it is older than the history keeps.
         """
-        minute = (now_ms() if now is None else now) // 60_000
+        minute = (self.now_ms() if now is None else now) // 60_000
         first = minute - minutes + 1
         pipe = self.client.pipeline(transaction=False)
         for m in range(first, minute + 1):
@@ -595,7 +597,7 @@ class Ledger:
         """Retry a failed job in place; False when the job is not failed. ``message_id``
         names the message that will carry it (RabbitMQ). Sent again after a lost reply
         (a client retry on a timeout), the call still answers True."""
-        return bool(self._scripts["retry"](args=[self.base(queue), now_ms(), job_id,
+        return bool(self._scripts["retry"](args=[self.base(queue), self.now_ms(), job_id,
                                                  message_id]))
 
     def remove(self, queue: str, job_ids: Sequence[str]) -> int:
@@ -626,7 +628,7 @@ class Ledger:
         rows: list[tuple[str, str, str, int, str]] = []
         after: str = "-inf"
         while True:
-            chunk, last = self._scripts["reissue"](args=[self.base(queue), now_ms(),
+            chunk, last = self._scripts["reissue"](args=[self.base(queue), self.now_ms(),
                                                          token_prefix, after, BULK_CHUNK,
                                                          len(rows)])
             rows += [(_text(r[0]) or "", _text(r[1]) or "", _text(r[2]) or "null", int(r[3]),
@@ -655,7 +657,7 @@ class Ledger:
         """Remove finished (or delayed) records older than ``older_than``. Returns how many."""
         if state not in (JobState.COMPLETED, JobState.FAILED, JobState.DELAYED):
             raise ValueError("clean takes completed, failed or delayed")
-        cutoff = now_ms() - _ms(older_than)
+        cutoff = self.now_ms() - _ms(older_than)
         if state is JobState.DELAYED:
             # a delayed job's score is when it runs; age is measured from its creation
             ids = [i for i in self.job_ids(queue, state, 0, -1)
@@ -671,7 +673,7 @@ class Ledger:
                             (JobState.FAILED, spec.retention.failed)):
             key = self.base(spec.name) + state.value
             if keep.age is not None:
-                removed += self._remove_set(spec.name, state.value, now_ms() - _ms(keep.age))
+                removed += self._remove_set(spec.name, state.value, self.now_ms() - _ms(keep.age))
             if keep.count is not None:
                 excess = self.client.zcard(key) - keep.count
                 while excess > 0:

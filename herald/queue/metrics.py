@@ -9,11 +9,10 @@ durations are measured where they happen, per process.
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -21,9 +20,6 @@ from herald.queue.registry import names
 
 if TYPE_CHECKING:
     from herald.queue.ledger import Ledger
-
-#: Returns the ledger of this process (made on first use).
-LedgerGetter = Callable[[], "Ledger"]
 
 log = logging.getLogger(__name__)
 
@@ -35,28 +31,31 @@ JOB_DURATION = Histogram("queue_job_duration_seconds", "Time one run of a job to
 OUTCOMES = ("completed", "failed", "retried", "deferred", "stalled", "duplicated")
 
 
-#: The histogram child of each queue: ``labels()`` takes a lock and builds a key on every
-#: call, and this runs once per job.
-_durations: dict[str, Histogram] = {}
+class Durations:
+    """Records how long runs took, per queue (one per broker's middleware)."""
 
+    def __init__(self) -> None:
+        #: the histogram child of each queue: ``labels()`` takes a lock and builds a key
+        #: on every call, and this runs once per job
+        self._children: dict[str, Histogram] = {}
 
-def observe_duration(queue: str, seconds: float) -> None:
-    """Record how long one run took."""
-    child = _durations.get(queue)
-    if child is None:
-        child = _durations.setdefault(queue, JOB_DURATION.labels(queue=queue))
-    child.observe(seconds)
+    def observe(self, queue: str, seconds: float) -> None:
+        """Record how long one run of ``queue`` took."""
+        child = self._children.get(queue)
+        if child is None:
+            child = self._children.setdefault(queue, JOB_DURATION.labels(queue=queue))
+        child.observe(seconds)
 
 
 class LedgerCollector(Collector):
     """Reads the ledger's counters and counts of every registry queue at scrape time."""
 
-    def __init__(self, ledger: LedgerGetter) -> None:
+    def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
 
     def describe(self) -> Iterator[Metric]:
         """The families :meth:`collect` yields, without values: registering the collector
-        then reads nothing (the ledger may not exist yet, and Redis may be away)."""
+        then reads nothing (Redis may be away)."""
         yield from self._families()
 
     @staticmethod
@@ -73,7 +72,7 @@ class LedgerCollector(Collector):
         (and a warning) when Redis does not answer."""
         jobs_total, dedup_total, depth = self._families()
         try:
-            ledger = self.ledger()
+            ledger = self.ledger
             for queue in names():
                 counters = ledger.metrics(queue)
                 for outcome in OUTCOMES:
@@ -89,26 +88,12 @@ class LedgerCollector(Collector):
         yield depth
 
 
-_registered = False
-_register_lock = threading.RLock()
-
 #: The media type of :func:`exposition`'s text.
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
-def register_collectors(ledger: LedgerGetter) -> None:
-    """Add the collector of ``ledger``'s queue metrics to the default registry, once per
-    process (safe from any thread)."""
-    global _registered
-    with _register_lock:
-        if not _registered:
-            REGISTRY.register(LedgerCollector(ledger))
-            _registered = True
-
-
-def exposition(ledger: LedgerGetter) -> bytes:
+def exposition() -> bytes:
     """Every metric of this process in the Prometheus text format (:data:`CONTENT_TYPE`),
-    the ledger's queue metrics included whether or not this process touched a queue yet:
+    the installed App's queue metrics included (its install registered their collector):
     what the web app and the worker health servers serve on ``/metrics``."""
-    register_collectors(ledger)
     return generate_latest()

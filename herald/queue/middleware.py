@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import dramatiq
 from dramatiq.middleware import CurrentMessage, Middleware, SkipMessage
 
-from herald.queue import metrics
 from herald.queue.actor import exhausted_hook
 from herald.queue.dramatiq_internals import NO_TIME_LIMIT_MS, QueueTimeLimit
 from herald.queue.errors import Defer, Permanent
-from herald.queue.ledger import Ledger, RunEnd, new_token, now_ms
+from herald.queue.ledger import Ledger, RunEnd, new_token
+from herald.queue.metrics import Durations
 from herald.queue.registry import QueueSpec, all_specs, get_spec
 
 if TYPE_CHECKING:
@@ -136,6 +136,7 @@ class LedgerMiddleware(Middleware):
     """Records each run's outcome; on an external broker (RabbitMQ) also fences runs."""
 
     def __init__(self) -> None:
+        self._durations = Durations()
         self._started: dict[str, float] = {}
         self._running: dict[tuple[str, str], tuple[str, str]] = {}
         self._running_lock = threading.Lock()
@@ -154,7 +155,7 @@ class LedgerMiddleware(Middleware):
                               ) -> None:
         started = self._started.pop(message.message_id, None)
         if started is not None:
-            metrics.observe_duration(message.queue_name, time.perf_counter() - started)
+            self._durations.observe(message.queue_name, time.perf_counter() - started)
         result = message.options.pop("herald_result", result)
         external = getattr(broker, "external_ledger", False)
         if exception is None and result is None and not external:
@@ -204,8 +205,8 @@ class LedgerMiddleware(Middleware):
             report(spec.name, finished.job_id, finished.result, message.actor_name,
                    finish.value)
             if finished.result in ("retry", "deferred"):
-                broker.publish_copy(message, delay_ms=max(finished.run_at_ms - now_ms(), 0),
-                                    token=finish.next_token)
+                delay_ms = max(finished.run_at_ms - broker.ledger.now_ms(), 0)
+                broker.publish_copy(message, delay_ms=delay_ms, token=finish.next_token)
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         if getattr(broker, "external_ledger", False):

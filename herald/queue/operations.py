@@ -6,27 +6,20 @@ import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from herald.queue.ledger import (
-    BULK_CHUNK,
-    HISTORY_MINUTES,
-    Job,
-    JobState,
-    Ledger,
-    new_token,
-    now_ms,
-)
-from herald.queue.producer import external_broker, publish
+from herald.queue.app import App, current_app
+from herald.queue.ledger import BULK_CHUNK, HISTORY_MINUTES, Job, JobState, new_token
+from herald.queue.producer import publish
 from herald.queue.registry import QueueSpec, all_specs, get_spec
-from herald.queue.runtime import get_broker, get_ledger
 
 
 class Queue:
     """Operations on one registry queue (counts, listing, retry, pause, clean, …)."""
 
-    def __init__(self, spec: QueueSpec, ledger: Ledger) -> None:
+    def __init__(self, spec: QueueSpec, app: App) -> None:
         self.spec = spec
         self.name = spec.name
-        self.ledger = ledger
+        self.app = app
+        self.ledger = app.ledger
 
     def counts(self) -> dict[str, int]:
         """Jobs per state: waiting, active, delayed, completed, failed, paused."""
@@ -35,7 +28,8 @@ class Queue:
     def failed_within(self, window: timedelta = timedelta(hours=24)) -> int:
         """Jobs that failed within the last ``window`` (the failed set paged newest first,
         stopping at the cutoff: older retained failures stay inspectable but do not count)."""
-        return self.ledger.failed_since(self.name, now_ms() - int(window.total_seconds() * 1000))
+        cutoff = self.ledger.now_ms() - int(window.total_seconds() * 1000)
+        return self.ledger.failed_since(self.name, cutoff)
 
     def history(self, minutes: int = HISTORY_MINUTES) -> list[tuple[datetime, int, int]]:
         """``(minute, completed, failed)`` per minute of the last ``minutes`` minutes (at
@@ -77,14 +71,14 @@ class Queue:
         On RabbitMQ, should publishing its message fail after the retry, the job waits
         with none: enqueueing its id again publishes one (see :func:`enqueue`).
         """
-        if external_broker():
+        if self.app.config.external_broker:
             job = self.get(job_id)
             if job is None or job.state is not JobState.FAILED:
                 return False
             token = new_token()
             if not self.ledger.retry(self.name, job_id, token):
                 return False
-            publish(get_broker(), self.name, job.actor, job.payload, job_id=job_id,
+            publish(self.app.broker, self.name, job.actor, job.payload, job_id=job_id,
                     token=token, priority=job.priority)
             return True
         return self.ledger.retry(self.name, job_id)
@@ -132,12 +126,12 @@ class Queue:
         publishing fail part-way, call resume again: each call re-issues every waiting
         job's message.
         """
-        if not external_broker():
+        if not self.app.config.external_broker:
             self.ledger.set_paused(self.name, False)
             return
         rows = self.ledger.reissue_waiting(self.name, new_token())
         self.ledger.set_paused(self.name, False)
-        broker = get_broker()
+        broker = self.app.broker
         for job_id, actor_name, data, priority, token in rows:
             publish(broker, self.name, actor_name, json.loads(data), job_id=job_id,
                      token=token, priority=priority)
@@ -166,7 +160,7 @@ class Queue:
 def find_jobs(id_prefix: str, limit: int = 50) -> list[Job]:
     """Jobs of every registry queue whose id starts with ``id_prefix``, exact ids first
     (one pass over the keyspace, not one per queue: an operator's search)."""
-    ledger = get_ledger()
+    ledger = current_app().ledger
     names = [spec.name for spec in all_specs()]
     # the exact ids are looked up, not left to the scan: it stops at the limit
     exact = [job for name in names if (job := ledger.get(name, id_prefix)) is not None]
@@ -177,5 +171,6 @@ def find_jobs(id_prefix: str, limit: int = 50) -> list[Job]:
 
 
 def queue(name: str) -> Queue:
-    """Operations on a registry queue; an unknown name raises KeyError (UnknownQueue)."""
-    return Queue(get_spec(name), get_ledger())
+    """Operations on a registry queue of the installed App; an unknown name raises
+    KeyError (UnknownQueue)."""
+    return Queue(get_spec(name), current_app())

@@ -21,6 +21,7 @@ import dramatiq
 from pydantic import BaseModel
 
 from herald.queue.actor import JobActor, job_options
+from herald.queue.app import App, app_of
 from herald.queue.broker import message_for
 from herald.queue.errors import InvalidPayload
 from herald.queue.ledger import (
@@ -30,11 +31,8 @@ from herald.queue.ledger import (
     NewJob,
     Reissued,
     new_token,
-    now_ms,
 )
 from herald.queue.registry import NORMAL_PRIORITY, PRIORITY_RANGE, get_spec, group_key_problem
-from herald.queue.runtime import get_broker, get_ledger
-from herald.settings import get_settings
 
 log = logging.getLogger("herald.jobs")
 
@@ -47,11 +45,11 @@ class EnqueueResult:
     job_id: str
 
 
-def _run_at(delay: timedelta | None, at: datetime | None) -> int:
+def _run_at(app: App, delay: timedelta | None, at: datetime | None) -> int:
     if delay is not None and at is not None:
         raise ValueError("give delay or at, not both")
     if delay is not None:
-        return now_ms() + int(delay.total_seconds() * 1000) if delay > timedelta(0) else 0
+        return app.clock.now_ms() + int(delay.total_seconds() * 1000) if delay > timedelta(0) else 0
     if at is not None:
         if at.tzinfo is None:
             at = at.replace(tzinfo=UTC)
@@ -59,7 +57,7 @@ def _run_at(delay: timedelta | None, at: datetime | None) -> int:
     return 0
 
 
-def _new_job(target: JobActor[Any], payload: dict[str, Any] | BaseModel, *,
+def _new_job(app: App, target: JobActor[Any], payload: dict[str, Any] | BaseModel, *,
              job_id: str | None = None, priority: int = NORMAL_PRIORITY,
              delay: timedelta | None = None, at: datetime | None = None,
              dedup_id: str | None = None, retry_failed: bool = False,
@@ -74,7 +72,7 @@ def _new_job(target: JobActor[Any], payload: dict[str, Any] | BaseModel, *,
     data = target.validate(payload)
     return NewJob(id=job_id or os.urandom(16).hex(), actor=target.name, data=data,
                   priority=priority,
-                  run_at_ms=0 if delay is None and at is None else _run_at(delay, at),
+                  run_at_ms=0 if delay is None and at is None else _run_at(app, delay, at),
                   dedup_id=dedup_id,
                   retry_failed=retry_failed, replay_completed=replay_completed, token=token,
                   group=group, **(options or job_options(target.options, get_spec(target.queue))))
@@ -89,15 +87,16 @@ def _check_target(target: object) -> None:
         raise TypeError(f"enqueue takes an @actor function, not {type(target).__name__}")
 
 
-def _submit(groups: Sequence[tuple[JobActor[Any], Sequence[NewJob]]]) -> list[list[AddResult]]:
+def _submit(app: App, groups: Sequence[tuple[JobActor[Any], Sequence[NewJob]]],
+            ) -> list[list[AddResult]]:
     """Add groups of validated jobs (one actor each) in one round trip; on RabbitMQ, then
     publish the messages of those added, retried or replayed, and of those duplicated that
     were waiting or delayed (their message may never have gone out: a publish that failed
     after the add)."""
-    broker = get_broker()
-    results = get_ledger().add_groups([(target.queue, jobs) for target, jobs in groups])
-    external = getattr(broker, "external_ledger", False)
-    now = now_ms()
+    broker = app.broker
+    results = app.ledger.add_groups([(target.queue, jobs) for target, jobs in groups])
+    external = app.config.external_broker
+    now = app.clock.now_ms()
     for (target, jobs), group_results in zip(groups, results, strict=True):
         for job, result in zip(jobs, group_results, strict=True):
             # an existing job (a reissued duplicate, a retry or replay in place) goes out
@@ -124,10 +123,6 @@ def publish(broker: dramatiq.Broker, queue_name: str, actor_name: str, payload: 
                    delay_ms=delay_ms)
 
 
-def external_broker() -> bool:
-    return get_settings().broker == "rabbitmq"
-
-
 def enqueue(target: JobActor[Any], payload: dict[str, Any] | BaseModel, *,
             job_id: str | None = None, priority: int = NORMAL_PRIORITY,
             delay: timedelta | None = None, at: datetime | None = None,
@@ -147,11 +142,12 @@ def enqueue(target: JobActor[Any], payload: dict[str, Any] | BaseModel, *,
     at once, across every process (docs/queue.md#groups).
     """
     _check_target(target)
-    token = new_token() if external_broker() else ""
-    job = _new_job(target, payload, job_id=job_id, priority=priority, delay=delay, at=at,
+    app = app_of(target.broker)
+    token = new_token() if app.config.external_broker else ""
+    job = _new_job(app, target, payload, job_id=job_id, priority=priority, delay=delay, at=at,
                    dedup_id=dedup_id, retry_failed=retry_failed,
                    replay_completed=replay_completed, group=group, token=token)
-    result = _submit([(target, [job])])[0][0]
+    result = _submit(app, [(target, [job])])[0][0]
     return EnqueueResult(status=result.status.value, job_id=result.job_id)
 
 
@@ -174,15 +170,19 @@ def enqueue_groups(groups: Sequence[tuple[JobActor[Any], Iterable[Any]]], *,
     Each group is ``(actor, items)`` with items as :func:`enqueue_many` takes them. Every
     payload is validated before anything is written.
     """
-    external = external_broker()
+    if not groups:
+        return []
+    for target, _ in groups:
+        _check_target(target)
+    app = app_of(groups[0][0].broker)
+    external = app.config.external_broker
     validated: list[tuple[JobActor[Any], list[NewJob]]] = []
     for target, items in groups:
-        _check_target(target)
         shared = job_options(target.options, get_spec(target.queue))
         jobs = []
         for item in items:
             payload, options = item if isinstance(item, tuple) else (item, {})
-            jobs.append(_new_job(target, payload, token=new_token() if external else "",
+            jobs.append(_new_job(app, target, payload, token=new_token() if external else "",
                                  options=shared, **options))
         validated.append((target, jobs))
     results: list[list[EnqueueResult]] = [[] for _ in validated]
@@ -191,7 +191,7 @@ def enqueue_groups(groups: Sequence[tuple[JobActor[Any], Iterable[Any]]], *,
     for start in range(0, len(flat), chunk_size):
         runs = [(index, [job for _, job in run]) for index, run in
                 itertools.groupby(flat[start:start + chunk_size], key=operator.itemgetter(0))]
-        added = _submit([(validated[index][0], jobs) for index, jobs in runs])
+        added = _submit(app, [(validated[index][0], jobs) for index, jobs in runs])
         for (index, _), group in zip(runs, added, strict=True):
             results[index] += [EnqueueResult(status=r.status.value, job_id=r.job_id)
                                for r in group]

@@ -18,7 +18,6 @@ from enum import StrEnum
 from typing import Any
 
 from herald.queue.errors import UnknownQueue
-from herald.settings import Settings, get_settings
 
 __all__ = ["DAY", "HOUR", "MAX_GROUP_LENGTH", "MINUTE", "NORMAL_PRIORITY", "PRIORITY_RANGE",
            "SECOND", "URGENT_PRIORITY", "Backoff", "Keep", "QueueSpec", "QueueTable",
@@ -159,8 +158,9 @@ def _group_problems(limits: Mapping[str, int], default: int | None) -> list[str]
     return problems
 
 
-#: Makes an application's queue table from the settings (see :func:`provide_queues`).
-QueueTable = Callable[[Settings], Iterable[QueueSpec]]
+#: Lists an application's queues (see :func:`provide_queues`); it reads the application's
+#: own configuration, which the library never sees.
+QueueTable = Callable[[], Iterable[QueueSpec]]
 
 _lock = threading.Lock()
 _declared: dict[str, QueueSpec] = {}
@@ -169,8 +169,8 @@ _tabled: dict[str, QueueSpec] | None = None
 
 
 def provide_queues(table: QueueTable) -> QueueTable:
-    """Register an application's queue table: ``table(settings)`` lists its queues, read
-    again from the settings after :func:`reset_registry`. A queue given to
+    """Register an application's queue table: ``table()`` lists its queues, called again
+    after :func:`reset_registry`. A queue given to
     :func:`declare` under the same name replaces the table's. Registering the same table
     twice is harmless."""
     global _tabled
@@ -184,8 +184,7 @@ def provide_queues(table: QueueTable) -> QueueTable:
 def _from_tables() -> dict[str, QueueSpec]:
     global _tabled
     if _tabled is None:
-        settings = get_settings()
-        _tabled = {spec.name: spec for table in _tables for spec in table(settings)}
+        _tabled = {spec.name: spec for table in _tables for spec in table()}
     return _tabled
 
 
@@ -233,8 +232,7 @@ def names() -> Iterator[str]:
 
 
 def reset_registry() -> None:
-    """Forget declared queues; the queue tables are read from the settings again on next
-    use (tests)."""
+    """Forget declared queues; the queue tables are called again on next use (tests)."""
     global _tabled
     with _lock:
         _declared.clear()

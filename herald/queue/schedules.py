@@ -25,6 +25,7 @@ import functools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -32,12 +33,10 @@ import redis
 from croniter import croniter
 
 from herald.queue.actor import JobActor
-from herald.queue.ledger import LUA_DIR, now_ms
+from herald.queue.app import App, current_app
+from herald.queue.ledger import LUA_DIR
 from herald.queue.producer import enqueue
-from herald.queue.redis import redis_client
 from herald.queue.registry import all_specs
-from herald.queue.runtime import get_ledger
-from herald.settings import Settings, get_settings
 
 log = logging.getLogger("herald.clock")
 
@@ -60,8 +59,9 @@ class Schedule:
     payload: dict[str, Any] = dataclasses.field(default_factory=dict)
     every: timedelta | None = None
     cron: str | None = None
-    #: Settings flag that must be true for the schedule to exist (None: always on).
-    feature_gate: str | None = None
+    #: Asked at each sync: the schedule exists only while it returns True (None: always
+    #: on). The application's own switch, read from its own configuration.
+    feature_gate: Callable[[], bool] | None = None
     #: Also add one job when the clock starts.
     run_at_start: bool = False
     #: The jobs' group key (docs/queue.md#groups): the queue's limit for it bounds them.
@@ -83,9 +83,9 @@ class Schedule:
             raise ValueError(f"schedule {self.name!r}: invalid cron {self.cron!r}")
         self.actor.validate(self.payload)  # a bad payload fails at declaration
 
-    def enabled(self, settings: Settings) -> bool:
+    def enabled(self) -> bool:
         """True unless its feature gate is off."""
-        return self.feature_gate is None or bool(getattr(settings, self.feature_gate))
+        return self.feature_gate is None or bool(self.feature_gate())
 
     def following(self, due_ms: int) -> int:
         """The due time after ``due_ms``."""
@@ -133,41 +133,36 @@ def declared_schedules() -> list[Schedule]:
         return list(_schedules.values())
 
 
-def forget_schedules() -> None:
-    """Forget declared schedules (tests)."""
-    with _lock:
-        _schedules.clear()
+def next_key(app: App) -> str:
+    """The sorted set of each schedule's next due time (ms), under the App's prefix."""
+    return f"{app.config.prefix}:schedules:next"
 
 
-def _next_key() -> str:
-    return f"{get_settings().queue_prefix}:schedules:next"
+def _claimed_key(app: App) -> str:
+    return f"{app.config.prefix}:schedules:claimed"
 
 
-def _claimed_key() -> str:
-    return f"{get_settings().queue_prefix}:schedules:claimed"
-
-
-def sync_schedules(settings: Settings | None = None) -> list[str]:
+def sync_schedules() -> list[str]:
     """At boot: add enabled schedules that Redis lacks, remove gated-off ones.
 
     Returns the names of enabled schedules. A removal that Redis refuses is logged as a
     warning (never raised): the clock still starts.
     """
-    settings = settings or get_settings()
-    client = redis_client()
-    key = _next_key()
+    app = current_app()
+    client = app.client
+    key = next_key(app)
     enabled = []
     for item in declared_schedules():
-        if not item.enabled(settings):
+        if not item.enabled():
             try:
                 if client.zrem(key, item.name):
-                    log.info("schedule removed: feature gate %s is off", item.feature_gate,
+                    log.info("schedule removed: its feature gate is off",
                              extra={"schedule": item.name})
             except redis.RedisError as error:
                 log.warning("could not remove gated-off schedule: %s", error,
                             extra={"schedule": item.name})
             continue
-        client.zadd(key, {item.name: item.first(now_ms())}, nx=True)
+        client.zadd(key, {item.name: item.first(app.clock.now_ms())}, nx=True)
         enabled.append(item.name)
     return enabled
 
@@ -180,12 +175,12 @@ def _tick_source() -> str:
 class _Ticks:
     """One round of a clock over the schedules named ``names``."""
 
-    def __init__(self, names: list[str]) -> None:
-        self.client = redis_client()
+    def __init__(self, app: App, names: list[str]) -> None:
+        self.client = app.client
         self.claim = self.client.register_script(_tick_source())
-        self.next_key, self.claimed_key = _next_key(), _claimed_key()
+        self.next_key, self.claimed_key = next_key(app), _claimed_key(app)
         self.names = names
-        self.now = now_ms()
+        self.now = app.clock.now_ms()
 
     def enabled_schedule(self, name: bytes | str) -> Schedule | None:
         """The declared, enabled schedule of that name (None: not this clock's)."""
@@ -248,30 +243,31 @@ class _Ticks:
 def fire_due(names: list[str]) -> int:
     """Fire every tick that fell due among ``names``, and retry claimed ticks whose job
     was not added; returns how many jobs this clock added."""
-    ticks = _Ticks(names)
+    ticks = _Ticks(current_app(), names)
     # earlier ticks first: a tick whose add failed goes before the ones due since
     return ticks.retry_claimed() + ticks.fire_due()
 
 
 def next_due_in(names: list[str]) -> float:
     """Seconds until the earliest of ``names`` falls due (capped at the idle wait)."""
-    scores = redis_client().zrange(_next_key(), 0, -1, withscores=True)
+    app = current_app()
+    scores = app.client.zrange(next_key(app), 0, -1, withscores=True)
     dues = [int(s) for n, s in scores if n.decode() in names]
     if not dues:
         return CLOCK_IDLE_S
-    return max(0.0, min(CLOCK_IDLE_S, (min(dues) - now_ms()) / 1000))
+    return max(0.0, min(CLOCK_IDLE_S, (min(dues) - app.clock.now_ms()) / 1000))
 
 
 def prune_all() -> int:
     """Apply the retention of every registry queue; returns records removed."""
-    ledger = get_ledger()
+    ledger = current_app().ledger
     return sum(ledger.prune(spec) for spec in all_specs())
 
 
 def fire_schedules(stop: threading.Event) -> None:
     """Fire schedules until ``stop`` is set; the startup jobs go first."""
     names = sync_schedules()
-    boot = now_ms()
+    boot = current_app().clock.now_ms()
     for item in declared_schedules():
         if item.run_at_start and item.name in names:
             enqueue(item.actor, item.payload, job_id=f"startup:{item.name}:{boot}",

@@ -34,11 +34,10 @@ from typing import Protocol
 
 import dramatiq
 
-from herald.queue import runtime
 from herald.queue.actor import declared_actors
+from herald.queue.app import App, current_app
 from herald.queue.dramatiq_internals import drop_worker_middleware, install_deadline_join
 from herald.queue.registry import all_specs, get_spec
-from herald.queue.runtime import get_broker, get_ledger
 
 log = logging.getLogger("herald.worker")
 # Dramatiq logs each failed run with the message's arguments (personal data); the ledger
@@ -190,11 +189,12 @@ class Stoppable(Protocol):
 
 
 class QueueWorker:
-    """A started Dramatiq worker over some queues of the process-wide broker."""
+    """A started Dramatiq worker over some queues of the installed App's broker."""
 
     def __init__(self, queues: Sequence[str]) -> None:
         self.queues = queues_or_all(queues)
-        self.broker = get_broker()
+        self.app = current_app()
+        self.broker = self.app.broker
         for queue in self.queues:
             self.broker.declare_queue(queue)
         threads = sum(get_spec(queue).concurrency for queue in self.queues)
@@ -206,7 +206,7 @@ class QueueWorker:
         """Apply each queue's retention (a lowered limit takes effect now, not at the
         queue's next terminal event: docs/queue.md#retention), then start consuming;
         returns at once."""
-        ledger = get_ledger()
+        ledger = self.app.ledger
         for queue in self.queues:
             try:
                 ledger.prune(get_spec(queue))
@@ -341,12 +341,11 @@ def _group_problem(group: WorkerGroup) -> str | None:
     return None if answer is True else str(answer or "not ready")
 
 
-def close_producers(bound: timedelta = PRODUCER_CLOSE_BOUND) -> bool:
-    """Close this process's producer clients (the broker's connections and the shared
-    Redis client), waiting up to ``bound``; past it they are left to the process's exit.
-    True when they closed in time."""
-    closing = threading.Thread(target=runtime.close_producers, name="herald-close-producers",
-                               daemon=True)
+def close_producers(app: App, bound: timedelta = PRODUCER_CLOSE_BOUND) -> bool:
+    """Close ``app``'s producer clients (the broker's connections and the Redis client),
+    waiting up to ``bound``; past it they are left to the process's exit. True when they
+    closed in time."""
+    closing = threading.Thread(target=app.close, name="herald-close-producers", daemon=True)
     closing.start()
     closing.join(bound.total_seconds())
     if closing.is_alive():
@@ -376,7 +375,8 @@ def _stop_on_signals() -> threading.Event:
 def run_worker_process(queues: Sequence[str], *, imports: Sequence[str] = (),
                        health: Callable[[Callable[[], str]], Stoppable] | None = None,
                        ) -> int:
-    """Run queues in their groups until SIGTERM/SIGINT, then drain. Returns the exit code:
+    """Run queues of the installed App in their groups until SIGTERM/SIGINT, then drain,
+    then close the App. Returns the exit code:
     0 after a drain, :data:`STARTUP_FAILED` when the start failed (one error line says
     why).
 
@@ -387,6 +387,7 @@ def run_worker_process(queues: Sequence[str], *, imports: Sequence[str] = (),
     :meth:`WorkerProcess.readiness`.
     """
     import_modules(imports)
+    app = current_app()
     process = WorkerProcess(queues)
     stopping = _stop_on_signals()
     server = health(process.readiness) if health is not None else None
@@ -401,5 +402,5 @@ def run_worker_process(queues: Sequence[str], *, imports: Sequence[str] = (),
     process.stop()
     if server is not None:
         server.stop()
-    close_producers()
+    close_producers(app)
     return code

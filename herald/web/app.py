@@ -96,13 +96,17 @@ def create_app(extra_routers: Iterable[APIRouter] = ()) -> FastAPI:
 
 
 def create_served_app() -> FastAPI:
-    """The app as ``herald web`` serves it: logging configured from the settings first.
-    Each of ``herald web``'s processes builds its own (uvicorn imports this factory)."""
+    """The app as ``herald web`` serves it: logging configured from the settings first,
+    then the process's queue App installed. Each of ``herald web``'s processes builds its
+    own (uvicorn imports this factory)."""
     from herald.logs import configure_logging
     from herald.process import tune_garbage_collector
+    from herald.queue_app import start_queue_app
 
     _end_with_supervisor()
-    configure_logging(get_settings())
+    settings = get_settings()
+    configure_logging(settings)
+    start_queue_app(settings)
     app = create_app()
     tune_garbage_collector()
     return app

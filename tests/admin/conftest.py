@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from herald import db
+from tests.support.queue_app import close_queue_app, follow_settings
 from tests.support.reset import reset_herald
 
 #: The token the console tests sign in with.
@@ -34,12 +35,14 @@ def console(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("HERALD_OPEN_API", "1")  # TestClient's client is not on loopback
     reset_herald()
+    follow_settings()
     import actors.queues  # noqa: F401  (registers herald's queue table)
 
     with db.get_engine().begin() as connection:
         connection.execute(text(f"TRUNCATE {_TABLES} CASCADE"))
     yield prefix
     reset_herald()
+    close_queue_app()
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 from providers.base import Channel, OutboundMessage
 from providers.mock import MockProvider
 from tests.admin.conftest import ADMIN_HEADERS
+from tests.support.queue_app import follow_settings
 from tests.support.reset import reset_herald
 
 
@@ -54,6 +55,7 @@ def test_no_messages_route_when_nothing_goes_through_the_mock(
                         "PUSH_PROVIDER": "onesignal", "SMTP_HOST": "mail.example"}.items():
         monkeypatch.setenv(name, value)
     reset_herald()
+    follow_settings()
 
     response = client.get("/admin/mock/messages", headers=ADMIN_HEADERS)
 

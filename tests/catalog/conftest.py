@@ -17,6 +17,7 @@ from herald import db
 from herald.queue import registry
 from tests.support.catalog import plugins
 from tests.support.catalog.plugins import FakeCatalog
+from tests.support.queue_app import close_queue_app, follow_settings
 from tests.support.reset import reset_herald
 
 SYNC_QUEUES = ("package-sync", "esim-product-sync", "fx-refresh")
@@ -40,6 +41,7 @@ class Store:
             self.monkeypatch.setenv(name, value)
             self.env[name] = value
         reset_herald()
+        follow_settings()
 
     def catalog(self, owner: str, *items: dict[str, object]) -> FakeCatalog:
         """A running catalog server for the test owner ``owner`` listing ``items``."""
@@ -82,3 +84,4 @@ def store(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
     plugins.ENDPOINTS.clear()
     monkeypatch.undo()
     reset_herald()
+    close_queue_app()

@@ -15,14 +15,14 @@ import actors.queues  # noqa: F401  (herald's queue table)
 from herald.queue import Backoff, get_spec
 from tests.cli.test_cli import QUICK_S, herald_env
 
-#: Prints every declared schedule as JSON: name → [every (s), feature gate, at start].
+#: Prints every declared schedule as JSON: name → [every (s), feature gate's name, at start].
 LIST_SCHEDULES = """
 import json
 from herald.commands.shared import load_actor_modules
 from herald.queue.schedules import declared_schedules
 load_actor_modules()
-print(json.dumps({s.name: [s.every.total_seconds(), s.feature_gate, s.run_at_start]
-                  for s in declared_schedules()}))
+print(json.dumps({s.name: [s.every.total_seconds(), getattr(s.feature_gate, "__name__", None),
+                           s.run_at_start] for s in declared_schedules()}))
 """
 
 
@@ -45,6 +45,6 @@ def test_the_schedules_their_gates_intervals_and_startup_jobs(tmp_path: Path) ->
 
     # Then FX refresh and the eSIM sync are behind the store's gate, the package sync is
     # not, each runs at the clock's start, at the interval its setting names
-    assert declared["fx-refresh"] == [90.0, "feature_esim_store", True]
-    assert declared["esim-product-sync"] == [120.0, "feature_esim_store", True]
+    assert declared["fx-refresh"] == [90.0, "esim_store_enabled", True]
+    assert declared["esim-product-sync"] == [120.0, "esim_store_enabled", True]
     assert declared["package-sync"] == [120.0, None, True]

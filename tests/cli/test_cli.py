@@ -29,7 +29,7 @@ from sqlmodel import Session, create_engine, select
 
 from actors.queues import herald_queues
 from herald.commands.tools import describe_spec, format_keep, format_span
-from herald.queue.redis import embedded_redis_running, stop_embedded_redis
+from herald.embedded_redis import embedded_redis_running, stop_embedded_redis
 from herald.queue.registry import DAY, Keep, QueueSpec, Retention
 from herald.settings import Settings
 from herald.supervisor import exec_form, process_environments
@@ -167,6 +167,8 @@ def test_a_worker_with_no_queues_named_runs_the_table_but_never_the_demo_queue(
     # Given a demo job waiting in Redis (as a `herald demo` run would leave one)
     enqueue_demo_job = ("from herald.demo.jobs import DemoJob, crunch\n"
                         "from herald.queue import enqueue\n"
+                        "from herald.queue_app import start_queue_app\n"
+                        "start_queue_app()\n"
                         "print(enqueue(crunch, DemoJob(n=1), job_id='left-over').status)")
     added = subprocess.run([sys.executable, "-c", enqueue_demo_job], env=demo_env,
                            cwd=tmp_path, capture_output=True, text=True, timeout=QUICK_S)
@@ -193,9 +195,11 @@ def test_a_worker_with_no_queues_named_runs_the_table_but_never_the_demo_queue(
     consumed = set(started["queues"].split(","))
     assert consumed == {spec.name for spec in herald_queues(Settings())}
     check = ("from herald.queue.ledger import Ledger\n"
-             "from herald.queue.redis import redis_client\n"
+             "from herald.queue_app import queue_config\n"
+             "from herald.queue.redis import new_redis_client\n"
              "from herald.settings import get_settings\n"
-             "job = Ledger(redis_client(), get_settings().queue_prefix).get('demo', 'left-over')\n"
+             "config = queue_config(get_settings())\n"
+             "job = Ledger(new_redis_client(config), config.prefix).get('demo', 'left-over')\n"
              "print(job.state)")
     state = subprocess.run([sys.executable, "-c", check], env=demo_env, cwd=tmp_path,
                            capture_output=True, text=True, timeout=QUICK_S)
@@ -690,9 +694,7 @@ DEMO_40_5_DELIVERIES = 40 // 4 * 8 + 5 * 2
 
 def test_demo_after_a_user_session_counts_and_touches_only_its_own_rows(
         tmp_path: Path, demo_env: dict[str, str], redis_url: str) -> None:
-    from herald.queue import Queue
     from herald.queue.ledger import Ledger
-    from herald.queue.registry import get_spec
     from models.callbacks import CallbackReceipt
     from models.notifications import Delivery
 
@@ -737,7 +739,7 @@ def test_demo_after_a_user_session_counts_and_touches_only_its_own_rows(
     ledger = Ledger(client, user_prefix)
     channel_queue = {"email": "notification-email", "sms": "notification-sms"}
     for delivery_id, channel in session.queued.items():
-        job = Queue(get_spec(channel_queue[channel]), ledger).get(delivery_id)
+        job = ledger.get(channel_queue[channel], delivery_id)
         assert job is not None and job.state == "waiting", (delivery_id, job)
     sent_for = {json.loads(raw)["idempotency_key"] for key in client.scan_iter("*:mock:sends")
                 for raw in client.lrange(key, 0, -1)}

@@ -50,10 +50,9 @@ import pytest
 from pydantic import TypeAdapter
 
 from herald import settings
-from herald.queue import redis as queue_redis
-from herald.queue import runtime
-from herald.queue.redis import stop_embedded_redis
+from herald.embedded_redis import stop_embedded_redis
 from tests.cli.test_cli import free_port, herald_command, herald_env, run_herald
+from tests.support.queue_app import close_queue_app, install_queue_app
 from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -539,11 +538,9 @@ def on_redis(monkeypatch: pytest.MonkeyPatch, redis_url: str) -> Iterator[None]:
                         "QUEUE_PREFIX": f"readme{uuid.uuid4().hex[:10]}"}.items():
         monkeypatch.setenv(name, value)
     settings.reset_settings()
-    queue_redis.reset_redis_client()
-    runtime.reset_brokers()
+    install_queue_app()
     yield
-    runtime.reset_brokers()
-    queue_redis.reset_redis_client()
+    close_queue_app()
     settings.reset_settings()
 
 

@@ -1,6 +1,6 @@
 """Fixtures of the email-retry queue tests: herald on PostgreSQL + Redis (a queue prefix of
-its own) with the mock email provider, short in-call pauses, an empty audit log, and the
-queue clock back on the wall clock after each test."""
+its own) with the mock email provider, short in-call pauses, an empty audit log, and a
+queue App of the test's own (its clock starts on the wall clock)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import text
 
 from herald import db
-from herald.queue import clock
+from tests.support.queue_app import close_queue_app, follow_settings
 from tests.support.reset import reset_herald
 
 #: The in-call pauses the tests run with (ms): three tries, quickly.
@@ -30,6 +30,7 @@ def email_retry(monkeypatch: pytest.MonkeyPatch, migrated_database: str, redis_u
                         "LOG_LEVEL": "WARNING"}.items():
         monkeypatch.setenv(name, value)
     reset_herald()
+    follow_settings()
     import actors.email_retry  # noqa: F401  (declares the queue's actor)
     from providers.mock import MockProvider
 
@@ -39,5 +40,5 @@ def email_retry(monkeypatch: pytest.MonkeyPatch, migrated_database: str, redis_u
     try:
         yield prefix
     finally:
-        clock.reset()
         reset_herald()
+        close_queue_app()

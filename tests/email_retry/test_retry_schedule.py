@@ -12,7 +12,7 @@ from sqlmodel import select
 
 from actors.email_retry import DELIVERY_FAILED, retry_email, send_email
 from herald.db import session
-from herald.queue import Job, clock, enqueue, queue, running_worker
+from herald.queue import Job, current_app, enqueue, now_ms, queue, running_worker
 from models.audit import AuditEntry
 from providers.mock import MockProvider
 from tests.support.waiting import wait_for
@@ -61,14 +61,14 @@ def run_attempt(job_id: str) -> Job:
     due time and wait for the worker to run the job."""
     job = queue("email-retry").get(job_id)
     assert job is not None and job.state == "delayed", job
-    clock.advance(timedelta(milliseconds=epoch_ms(job, "run_at") - clock.now_ms()) - MINUTE)
+    current_app().clock.advance(timedelta(milliseconds=epoch_ms(job, "run_at") - now_ms()) - MINUTE)
     sentinel = f"sentinel-{job_id}"
     enqueue(retry_email, {"envelope": {**ENVELOPE, "to": SENTINEL_TO},
                           "idempotency_key": sentinel, "attempt": 1}, job_id=sentinel)
     assert finished(sentinel).state == "completed"
     early = queue("email-retry").get(job_id)
     assert early is not None and early.state == "delayed", "an attempt ran before its time"
-    clock.advance(MINUTE)
+    current_app().clock.advance(MINUTE)
     return finished(job_id)
 
 

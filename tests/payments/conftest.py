@@ -13,9 +13,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from herald import db, settings
-from herald.queue import redis as queue_redis
-from herald.queue import registry, runtime
+from herald.queue import registry
 from herald.web import create_app
+from tests.support.queue_app import close_queue_app, install_queue_app
 
 QUEUES = ("activation", "payment")
 
@@ -31,8 +31,7 @@ def fulfillment(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("HERALD_OPEN_API", "1")  # TestClient's client is not on loopback
     settings.reset_settings()
-    queue_redis.reset_redis_client()
-    runtime.reset_brokers()
+    install_queue_app()
     db.reset_engine()
     import actors.activation
     import actors.payments  # noqa: F401  (declares the actors)
@@ -47,8 +46,7 @@ def fulfillment(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
         yield
     operators.reset()
     db.reset_engine()
-    runtime.reset_brokers()
-    queue_redis.reset_redis_client()
+    close_queue_app()
     settings.reset_settings()
 
 

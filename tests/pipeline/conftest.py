@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import text
 
 from herald import db, settings
-from herald.queue import redis as queue_redis
-from herald.queue import registry, runtime
+from herald.queue import registry
+from tests.support.queue_app import close_queue_app, install_queue_app
 
 NOTIFICATION_QUEUES = ("notification-email", "notification-sms", "notification-push")
 
@@ -27,8 +27,7 @@ def pipeline(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("HERALD_OPEN_API", "1")  # TestClient's client is not on loopback
     settings.reset_settings()
-    queue_redis.reset_redis_client()
-    runtime.reset_brokers()
+    install_queue_app()
     db.reset_engine()
     import actors.notifications  # noqa: F401  (declares the channel actors)
     from providers.select import reset_providers
@@ -41,6 +40,5 @@ def pipeline(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
         yield
     reset_providers()
     db.reset_engine()
-    runtime.reset_brokers()
-    queue_redis.reset_redis_client()
+    close_queue_app()
     settings.reset_settings()

@@ -14,14 +14,14 @@ from sqlmodel import select
 from actors.batches import MAX_RECIPIENTS, enqueue_batch_run, run
 from herald import settings
 from herald.db import session as db_session
-from herald.queue import queue, runtime
-from herald.queue import redis as queue_redis
+from herald.queue import queue
 from herald.queue.errors import Defer
 from herald.queue.worker import running_worker
 from herald.web import create_app
 from models.batches import Batch, start_batch
 from models.notifications import Notification
 from providers.mock import MockProvider
+from tests.support.queue_app import install_queue_app
 from tests.support.services import find_free_port
 from tests.support.waiting import wait_for
 
@@ -256,8 +256,7 @@ def test_with_redis_down_a_batch_is_accepted_and_finishes_not_fully_enqueued(
     # Given Redis unreachable
     monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{find_free_port()}/0")
     settings.reset_settings()
-    queue_redis.reset_redis_client()
-    runtime.reset_brokers()
+    install_queue_app()
     # When a batch is posted, it is still accepted and persisted as scheduled
     batch = post_batch(client, account_ids)
     assert read(client, batch["id"])["status"] == "scheduled"

@@ -24,9 +24,7 @@ from actors.callbacks import (
 )
 from herald import db
 from herald.db import session as db_session
-from herald.queue import enqueue, queue, runtime
-from herald.queue import redis as queue_redis
-from herald.queue.runtime import get_ledger
+from herald.queue import enqueue, queue
 from herald.queue.worker import running_worker
 from herald.web import create_app
 from models.base import utcnow
@@ -44,6 +42,7 @@ from tests.support.callbacks import (
     taqnyat_callback,
     twilio_callback,
 )
+from tests.support.queue_app import install_queue_app
 from tests.support.services import find_free_port
 from tests.support.waiting import wait_for
 
@@ -107,8 +106,7 @@ def processed(receipt_id: str) -> bool:
 
 def use_redis(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
     configure(monkeypatch, REDIS_URL=url)
-    queue_redis.reset_redis_client()
-    runtime.reset_brokers()
+    install_queue_app()
 
 
 # -- signatures ---------------------------------------------------------------------------
@@ -396,7 +394,6 @@ RUN_ENDS = ("failed", "completed", "retried")
 
 def jobs_counted(outcome: str) -> float:
     """The orchestration queue's ``queue_jobs_total`` for ``outcome``, as /metrics shows it."""
-    get_ledger()  # registers the ledger's collector
     value = REGISTRY.get_sample_value("queue_jobs_total",
                                       {"queue": ORCHESTRATION, "outcome": outcome})
     return value or 0.0

@@ -13,14 +13,14 @@ from actors.handoffs import Window, reconcile_handoffs, stale_deliveries
 from actors.notifications import CHANNEL_QUEUES
 from herald import settings
 from herald.db import session as db_session
-from herald.queue import queue, runtime
-from herald.queue import redis as queue_redis
+from herald.queue import queue
 from herald.queue.worker import running_worker
 from models.base import utcnow
 from models.batches import Batch
 from models.callbacks import CallbackReceipt
 from models.notifications import Account, Delivery, Notification
 from providers.mock import MockProvider
+from tests.support.queue_app import install_queue_app
 from tests.support.waiting import wait_for
 
 AGE = timedelta(minutes=15)
@@ -140,8 +140,7 @@ def test_a_failed_re_enqueue_is_logged_by_id_and_stays_eligible(
     # Given Redis unreachable
     monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
     settings.reset_settings()
-    queue_redis.reset_redis_client()
-    runtime.reset_brokers()
+    install_queue_app()
     with caplog.at_level(logging.WARNING, logger="herald.handoffs"):
         reconcile_handoffs()
     # Then the failure is logged with the delivery's id

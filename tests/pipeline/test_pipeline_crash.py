@@ -26,11 +26,10 @@ from sqlmodel import select
 
 from herald import settings
 from herald.db import session as db_session
-from herald.queue import redis as queue_redis
-from herald.queue import runtime
 from models.notifications import FINAL_OUTCOMES, Delivery
 from providers.mock import MockProvider
 from tests.support.processes import spawn_herald
+from tests.support.queue_app import install_queue_app
 from tests.support.waiting import wait_for
 
 EVENTS = 2000
@@ -51,8 +50,7 @@ def crash_env(pipeline: None, monkeypatch: pytest.MonkeyPatch, private_redis_url
     monkeypatch.setenv("HANDOFF_SWEEP_AGE_S", "3")
     monkeypatch.setenv("HANDOFF_SWEEP_INTERVAL_S", "1")
     settings.reset_settings()
-    queue_redis.reset_redis_client()
-    runtime.reset_brokers()
+    install_queue_app()
     MockProvider.reset()
     yield private_redis_url
     MockProvider.reset()

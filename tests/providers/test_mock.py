@@ -138,9 +138,11 @@ def test_an_unknown_behaviour_is_refused(mock: MockProvider) -> None:
 
 def test_another_process_obeys_the_script(mock: MockProvider) -> None:
     # worker subprocesses share the script through Redis (the child inherits the
-    # REDIS_URL and QUEUE_PREFIX the fixture set)
+    # REDIS_URL and QUEUE_PREFIX the fixture set, and installs its App as a herald
+    # process does at start)
     MockProvider.script("+966500000009", "transient:1")
-    code = ("from providers import Channel, MockProvider, OutboundMessage; "
+    code = ("from herald.queue_app import start_queue_app; start_queue_app(); "
+            "from providers import Channel, MockProvider, OutboundMessage; "
             "m = OutboundMessage(channel=Channel.SMS, to='+966500000009', text='x'); "
             "print(MockProvider().send(m).failure_kind)")
 

@@ -13,6 +13,7 @@ from herald.settings import Settings
 from providers.mock import MockProvider
 from providers.supplier_mail import mail_goes_to_mock, send_supplier_email
 from tests.support.purchasing.documents import COSTCO, COSTCO_CC, SENDER, line, order
+from tests.support.queue_app import close_queue_app, follow_settings
 from tests.support.reset import reset_herald
 
 
@@ -23,9 +24,11 @@ def mock_store(monkeypatch: pytest.MonkeyPatch, redis_url: str) -> Iterator[None
     monkeypatch.setenv("REDIS_URL", redis_url)
     monkeypatch.setenv("QUEUE_PREFIX", f"sm{uuid.uuid4().hex[:10]}")
     reset_herald()
+    follow_settings()
     yield
     MockProvider.reset()
     reset_herald()
+    close_queue_app()
 
 
 def test_only_the_embedded_default_without_smtp_host_mails_the_mock(

@@ -19,6 +19,7 @@ from herald import db
 from herald.queue import registry
 from herald.queue.registry import SECOND
 from tests.support.providers.smtp_relay import Relay, start_relay
+from tests.support.queue_app import close_queue_app, follow_settings
 from tests.support.reset import reset_herald
 from tests.support.sftp_server import SftpTestServer, start_sftp_server
 
@@ -75,6 +76,7 @@ def purchasing(monkeypatch: pytest.MonkeyPatch, migrated_database: str, redis_ur
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("HERALD_OPEN_API", "1")  # TestClient's client is not on loopback
     reset_herald()
+    follow_settings()
     import actors.queues  # noqa: F401  (herald's queue table)
 
     with db.get_engine().begin() as connection:
@@ -82,6 +84,7 @@ def purchasing(monkeypatch: pytest.MonkeyPatch, migrated_database: str, redis_ur
     with registry.redeclared(("backorder-reroute",), backoff_base=SECOND / 10):
         yield migrated_database
     reset_herald()
+    close_queue_app()
 
 
 # --------------------------------------------------------------------- factories

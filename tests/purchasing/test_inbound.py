@@ -17,10 +17,7 @@ from sqlmodel import select
 
 from actors.sysco_inbound import SCHEDULE_NAME, poll_inbound, poll_sysco_inbound
 from herald import db, settings
-from herald.queue import Job, enqueue, queue, running_worker, runtime
-from herald.queue import redis as queue_redis
-from herald.queue.ledger import now_ms
-from herald.queue.redis import redis_client
+from herald.queue import Job, current_app, enqueue, now_ms, queue, running_worker
 from herald.queue.schedules import declared_schedules, fire_due
 from herald.web.app import create_app
 from models.purchasing import (
@@ -37,6 +34,7 @@ from models.purchasing import (
 )
 from providers.mock import MockProvider
 from tests.purchasing.conftest import Placed, make_item, make_supplier, place_order
+from tests.support.queue_app import install_queue_app
 from tests.support.sftp_server import SftpTestServer
 from tests.support.waiting import wait_for
 
@@ -256,8 +254,7 @@ def test_a_file_whose_processing_raises_stays_in_place_until_a_poll_completes_it
 def use_redis(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
     monkeypatch.setenv("REDIS_URL", url)
     settings.reset_settings()
-    queue_redis.reset_redis_client()
-    runtime.reset_brokers()
+    install_queue_app()
 
 
 def test_an_sftp_server_out_of_reach_is_systemic(sysco: Sysco) -> None:
@@ -299,10 +296,10 @@ def test_the_poll_runs_on_its_schedule_in_the_sysco_group_one_at_a_time(sysco: S
     next_key = f"{settings.get_settings().queue_prefix}:schedules:next"
     # Given a tick that fell due, and another one while its job is still waiting
     first_due = now_ms() - 2000
-    redis_client().zadd(next_key, {SCHEDULE_NAME: first_due})
+    current_app().client.zadd(next_key, {SCHEDULE_NAME: first_due})
     fire_due([SCHEDULE_NAME])
     second_due = now_ms() - 1000
-    redis_client().zadd(next_key, {SCHEDULE_NAME: second_due})
+    current_app().client.zadd(next_key, {SCHEDULE_NAME: second_due})
     fire_due([SCHEDULE_NAME])
     # Then one poll job is queued, in the sysco group; the second tick added none
     [job] = queue(DISPATCH).jobs("waiting")
@@ -317,7 +314,7 @@ def test_the_poll_runs_on_its_schedule_in_the_sysco_group_one_at_a_time(sysco: S
     assert report["systemic"] is False and report["suppliers"][0]["processed"] == 1
     # and once it ended, the next tick adds a poll again
     third_due = now_ms() - 500
-    redis_client().zadd(next_key, {SCHEDULE_NAME: third_due})
+    current_app().client.zadd(next_key, {SCHEDULE_NAME: third_due})
     fire_due([SCHEDULE_NAME])
     assert queue(DISPATCH).get(f"repeat:{SCHEDULE_NAME}:{third_due}") is not None
 

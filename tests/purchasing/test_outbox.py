@@ -29,6 +29,7 @@ from herald.queue import queue, running_worker
 from models.purchasing import DispatchOutbox, PurchaseOrder, SupplierDispatch
 from tests.purchasing.conftest import Mailbox, make_item, make_supplier, place_order
 from tests.support.processes import REPO
+from tests.support.queue_app import follow_settings
 from tests.support.reset import reset_herald
 from tests.support.services import find_free_port
 from tests.support.sftp_server import SftpTestServer
@@ -83,6 +84,7 @@ def use_redis(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
     """Point herald (this process) at another Redis from now on."""
     monkeypatch.setenv("REDIS_URL", url)
     reset_herald()
+    follow_settings()
 
 
 def outbox_sessions() -> int:

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from herald import settings
-from herald.queue import redis as queue_redis
-from herald.queue import registry, runtime
+from herald.queue import current_app, registry
+from tests.support.queue_app import close_queue_app, install_queue_app
 from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,10 +41,9 @@ class HeraldOn:
 
 
 def reset_herald() -> None:
-    """Forget every cached setting, client, broker and declared queue."""
+    """Read the settings again and install a new queue App on them."""
     settings.reset_settings()
-    queue_redis.reset_redis_client()
-    runtime.reset_brokers()
+    install_queue_app()
 
 
 @pytest.fixture(params=["redis", "redis6", "rabbitmq"])
@@ -64,14 +63,15 @@ def herald_on(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
     reset_herald()
     import tests.support.queue.queues  # noqa: F401  (declares the test queues and actors)
 
-    broker = runtime.get_broker()
+    broker = current_app().broker
     if kind == "rabbitmq":
         for spec in registry.all_specs():
             if spec.name.startswith("t-"):
                 broker.declare_queue(spec.name, ensure=True)
                 broker.flush(spec.name)
     yield HeraldOn(kind=kind, env=env)
-    reset_herald()
+    settings.reset_settings()
+    close_queue_app()
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ import pytest
 import redis
 from redis.commands.core import Script
 
-from herald.queue import enqueue, queue
-from herald.queue.redis import ThreadConnections, thread_connections
+from herald.queue import App, QueueConfig, enqueue, queue
+from herald.queue.redis import ThreadConnections
 from herald.queue.worker import running_worker
 from tests.queue.conftest import reset_herald, wait_for
 from tests.support.queue.queues import basic
@@ -122,12 +122,14 @@ def test_a_threads_own_connection_recovers_from_a_drop_and_a_lost_script(
     assert int(client.get(key) or 0) == 4
 
 
-def test_a_client_that_is_gone_takes_its_threads_connections_along(redis_url: str) -> None:
-    # a process that makes new clients (after a settings change, in tests) keeps no old
+def test_an_app_that_is_gone_takes_its_client_and_threads_connections_along(
+        redis_url: str) -> None:
+    # a process that makes new Apps (after a settings change, in tests) keeps no old
     # client, pool or socket alive through the threads' connections
-    client = redis.Redis.from_url(redis_url)
-    assert thread_connections(client).run_script(COUNT_RUNS, keys=(f"gone-{time.monotonic_ns()}",))
-    gone = weakref.ref(client)
-    del client
+    app = App(QueueConfig(redis_url=redis_url))
+    assert app.connections.run_script(COUNT_RUNS, keys=(f"gone-{time.monotonic_ns()}",))
+    gone = weakref.ref(app.client)
+    app.close()
+    del app
     gc.collect()
     assert gone() is None

@@ -6,16 +6,15 @@ from typing import Any
 
 import dramatiq
 
-from herald.queue import enqueue, queue
+from herald.queue import current_app, enqueue, queue
 from herald.queue.registry import get_spec
-from herald.queue.runtime import get_broker, get_ledger
 from tests.queue.conftest import HeraldOn
 from tests.support.queue.queues import basic
 
 
 def test_plain_completion_is_fenced_by_its_token(redis_only: HeraldOn) -> None:
     # Given a job a consumer started
-    ledger = get_ledger()
+    ledger = current_app().ledger
     spec = get_spec("t-basic")
     config = ledger.cycle_config(spec)
     enqueue(basic, {"key": "fenced"}, job_id="job-fenced")
@@ -40,7 +39,7 @@ def test_plain_completion_is_fenced_by_its_token(redis_only: HeraldOn) -> None:
 def test_a_fetch_that_empties_the_queue_clears_the_wake_ups_left_for_its_jobs(
         redis_only: HeraldOn) -> None:
     # Given three jobs added, each leaving a wake-up for a consumer blocked on the queue
-    ledger = get_ledger()
+    ledger = current_app().ledger
     spec = get_spec("t-basic")
     config = ledger.cycle_config(spec)
     wake_ups = ledger.marker_key("t-basic")
@@ -75,7 +74,7 @@ class Recorder(dramatiq.Middleware):
 def test_middleware_added_or_removed_later_is_seen_by_the_hook_lookup(
         redis_only: HeraldOn) -> None:
     # Given the broker has dispatched a signal (its hooks are looked up and kept)
-    broker = get_broker()
+    broker = current_app().broker
     message = dramatiq.Message(queue_name="t-basic", actor_name="basic", args=({},),
                                kwargs={}, options={"job_id": "x"}, message_id="m1")
     broker.emit_before("ack", message)

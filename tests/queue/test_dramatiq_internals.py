@@ -24,6 +24,8 @@ from herald.queue.dramatiq_internals import (
     SUPPORTED_DRAMATIQ,
     QueueTimeLimit,
     drop_worker_middleware,
+    installed_broker,
+    uninstall_broker,
 )
 from herald.queue.ledger import Ledger
 from herald.queue.registry import QueueSpec, declare
@@ -158,3 +160,20 @@ def test_a_stopping_worker_gives_its_threads_the_whole_timeout() -> None:
     # one off at about 0.7 s)
     assert all(thread.joined for thread in threads)
     assert time.monotonic() - stopped_at < 1.5
+
+
+def test_the_global_broker_is_read_and_undone_without_making_a_default_one() -> None:
+    before = installed_broker()
+    try:
+        dramatiq.broker.global_broker = None
+        # dramatiq.get_broker() would make a RabbitMQ broker here; the read does not
+        assert installed_broker() is None
+        broker = ledger_broker()
+        dramatiq.set_broker(broker)
+        assert installed_broker() is broker
+        uninstall_broker(ledger_broker())  # another broker: nothing changes
+        assert installed_broker() is broker
+        uninstall_broker(broker)
+        assert installed_broker() is None
+    finally:
+        dramatiq.broker.global_broker = before

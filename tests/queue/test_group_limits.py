@@ -21,10 +21,9 @@ from datetime import timedelta
 
 import pytest
 
-from herald.queue import InvalidPayload, QueueSpec, enqueue, enqueue_many, queue
+from herald.queue import InvalidPayload, QueueSpec, current_app, enqueue, enqueue_many, queue
 from herald.queue.ledger import GROUP_WAIT_MS, RunEnd
 from herald.queue.registry import get_spec
-from herald.queue.runtime import get_broker, get_ledger
 from herald.queue.worker import QueueWorker, running_worker
 from tests.queue.conftest import HeraldOn, wait_for
 from tests.support.processes import spawn_herald
@@ -219,7 +218,7 @@ def test_a_job_handed_back_unstarted_at_shutdown_gives_its_slot_back(herald_on: 
             wait_for(lambda: queue(QUEUE).group_counts() == {"sysco": 1},
                      what="the sysco job fetched")
         else:  # RabbitMQ's claim comes only when a thread runs it: it never does here
-            wait_for(lambda: get_broker().get_queue_message_counts(QUEUE)[0] == 0,
+            wait_for(lambda: current_app().broker.get_queue_message_counts(QUEUE)[0] == 0,
                      what="the sysco job delivered")
     finally:
         open_gate("busy")
@@ -311,7 +310,7 @@ def test_a_claim_held_back_by_its_group_spends_no_start_of_the_rate_limit(
     if herald_on.kind != "rabbitmq":
         pytest.skip("RabbitMQ's claim (the Redis broker's fetch parks the job unstarted)")
     # Given the queue allows 3 starts a minute, and a sysco job holds the group's slot
-    ledger = get_ledger()
+    ledger = current_app().ledger
     spec = dataclasses.replace(get_spec(QUEUE), rate_limit=(3, timedelta(minutes=1)))
     for key, group in (("s-hold", "sysco"), ("s-next", "sysco"), ("c-1", "costco")):
         add(key, group)

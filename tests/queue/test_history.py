@@ -10,11 +10,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 
-from herald.queue import actor, enqueue, enqueue_many, find_jobs, queue
-from herald.queue.ledger import JobState, now_ms
-from herald.queue.redis import redis_client
+from herald.queue import actor, current_app, enqueue, enqueue_many, find_jobs, now_ms, queue
+from herald.queue.ledger import JobState
 from herald.queue.registry import Backoff, QueueSpec, declare
-from herald.queue.runtime import get_ledger
 from herald.queue.worker import running_worker
 from tests.queue.conftest import HeraldOn, wait_for
 from tests.support.queue.queues import Step, _run, basic, other
@@ -76,9 +74,9 @@ def test_history_counts_each_job_that_finishes_for_good_once(herald_on: HeraldOn
     # per queue: another queue's history stays empty
     assert all(c == f == 0 for _, c, f in queue("t-other").history())
     # every minute key expires a little after the hour the history shows
-    base = get_ledger().base("t-history")
+    base = current_app().ledger.base("t-history")
     for minute in busy:
-        ttl = redis_client().pttl(f"{base}tp:{int(minute.timestamp()) // 60}")
+        ttl = current_app().client.pttl(f"{base}tp:{int(minute.timestamp()) // 60}")
         assert 60 * 60_000 < ttl <= 62 * 60_000
 
 
@@ -94,9 +92,9 @@ def _fail(count: int) -> list[str]:
 def _age(job_id: str, finished_at_ms: int) -> None:
     """Make a failed record look older. The test writes the ledger's own keys (the failed
     set's score and the record's finish time) since a real failure cannot be dated back."""
-    base = get_ledger().base("t-other")
-    redis_client().zadd(base + "failed", {job_id: finished_at_ms}, xx=True)
-    redis_client().hset(base + "job:" + job_id, "ft", finished_at_ms)
+    base = current_app().ledger.base("t-other")
+    current_app().client.zadd(base + "failed", {job_id: finished_at_ms}, xx=True)
+    current_app().client.hset(base + "job:" + job_id, "ft", finished_at_ms)
 
 
 def test_failed_within_counts_the_last_24_hours_only(redis_only: HeraldOn) -> None:
@@ -118,7 +116,7 @@ def test_failed_within_counts_across_pages(redis_only: HeraldOn) -> None:
     ages_h = [0, 1, 5, 23, 25, 24 * 6]  # four recent, two retained from long ago
     for job_id, hours in zip(ids, ages_h, strict=True):
         _age(job_id, now_ms() - hours * HOUR)
-    ledger = get_ledger()
+    ledger = current_app().ledger
     cutoff = now_ms() - 24 * HOUR
     # pages of 2 end exactly at the cutoff; pages of 3 cross it midway; 1 page per record
     for page_size in (1, 2, 3, 4, 500):
@@ -136,7 +134,7 @@ def test_failed_within_counts_across_pages(redis_only: HeraldOn) -> None:
 def _zrevrange_calls() -> int:
     """How many ZREVRANGE commands the server has run (nothing else in the test session
     sends any while a test reads the failed set)."""
-    return int(redis_client().info("commandstats")["cmdstat_zrevrange"]["calls"])
+    return int(current_app().client.info("commandstats")["cmdstat_zrevrange"]["calls"])
 
 
 def test_find_matches_ids_literally_exact_first_in_one_queue_or_all(

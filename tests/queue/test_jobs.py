@@ -7,12 +7,11 @@ from datetime import timedelta
 
 import pytest
 
-from herald.queue import JobActor, enqueue, enqueue_groups, enqueue_many, queue
+from herald.queue import JobActor, current_app, enqueue, enqueue_groups, enqueue_many, now_ms, queue
 from herald.queue.broker import message_for
 from herald.queue.errors import InvalidPayload
-from herald.queue.ledger import RunEnd, new_token, now_ms
+from herald.queue.ledger import RunEnd, new_token
 from herald.queue.registry import QueueSpec, get_spec
-from herald.queue.runtime import get_broker, get_ledger
 from herald.queue.worker import running_worker
 from tests.queue.conftest import HeraldOn, wait_for
 from tests.support.queue.queues import (
@@ -101,7 +100,7 @@ def test_dedup_key_held_across_retries_and_released_at_the_end(herald_on: Herald
         after = enqueue(basic, {"key": "d4"}, dedup_id="dispatch:o1:sysco")
         assert after.status == "added"
         wait_for(lambda: finished("t-basic", after.job_id))
-    assert get_ledger().metrics("t-basic")["deduplicated"] == 2
+    assert current_app().ledger.metrics("t-basic")["deduplicated"] == 2
     assert sorted(e["key"] for e in events("done")) == ["d1", "d4"]
 
 
@@ -162,7 +161,7 @@ def test_bad_payload_is_rejected_before_anything_is_written(herald_on: HeraldOn)
 def test_undecodable_message_fails_permanently_without_crashing(redis_only: HeraldOn) -> None:
     # Given a job whose stored payload no longer fits the actor's model
     enqueue(basic, {"key": "fine"}, job_id="job-bad")
-    ledger = get_ledger()
+    ledger = current_app().ledger
     ledger.client.hset(ledger.base("t-basic") + "job:job-bad", "data", json.dumps({"x": 1}))
     enqueue(basic, {"key": "next"}, job_id="job-next")
     with running_worker(["t-basic"]):
@@ -240,7 +239,7 @@ def assert_stale_and_harmless(herald_on: HeraldOn, name: str, job_id: str,
     """Report a run's end under ``token`` every way a worker can (a plain completion, a
     return value, a failed attempt, a permanent failure): each is reported stale and the
     job's record stays exactly as it was."""
-    ledger, spec = get_ledger(), get_spec(name)
+    ledger, spec = current_app().ledger, get_spec(name)
     external = herald_on.kind == "rabbitmq"
     before = queue(name).get(job_id)
     finished = ledger.cycle_raw(spec, ledger.cycle_config(spec), done=[(job_id, token)],
@@ -290,7 +289,7 @@ def test_a_run_that_outlived_its_lock_cannot_end_the_run_that_took_over(
         herald_on: HeraldOn) -> None:
     # Given a run of a job (1 s lock) that stopped extending its lock: a worker that hung
     enqueue(brief, {"key": "s", "gated": True}, job_id="job-s")
-    ledger, spec = get_ledger(), get_spec("t-brief")
+    ledger, spec = current_app().ledger, get_spec("t-brief")
     if herald_on.kind == "rabbitmq":  # claimed the way the RabbitMQ middleware claims
         verdict, (_, _, hung) = ledger.start(spec, "job-s",
                                              queue("t-brief").get("job-s").message_id)
@@ -321,7 +320,7 @@ def test_a_duplicated_message_runs_its_job_once(herald_on: HeraldOn) -> None:
     # at a time, in order)
     enqueue(prio, {"key": "once"}, job_id="job-once")
     current = queue("t-prio").get("job-once").message_id
-    get_broker().publish(message_for("t-prio", "prio", {"key": "once"}, job_id="job-once",
+    current_app().broker.publish(message_for("t-prio", "prio", {"key": "once"}, job_id="job-once",
                                      token=current), priority=5)
     # and a sentinel job queued behind both
     enqueue(prio, {"key": "sentinel"}, job_id="job-sentinel")
@@ -336,7 +335,7 @@ def _start_attempt(herald_on: HeraldOn, spec: QueueSpec, job_id: str, message_id
                    ) -> str:
     """Start the job's next attempt as a worker does (the Redis broker's consumer: once
     it is due); returns the run's token."""
-    ledger = get_ledger()
+    ledger = current_app().ledger
     if herald_on.kind == "rabbitmq":  # RabbitMQ holds the message until it is due
         verdict, (_, _, token) = ledger.start(spec, job_id, message_id)
         assert verdict == "start"
@@ -355,7 +354,7 @@ def test_each_failed_attempt_is_scheduled_after_the_queues_backoff(
         herald_on: HeraldOn, target: JobActor, delays: list[int]) -> None:
     # Given a job of a queue with 4 attempts
     name = target.queue
-    ledger, spec = get_ledger(), get_spec(name)
+    ledger, spec = current_app().ledger, get_spec(name)
     delayed = ledger.base(name) + "delayed"
     external = herald_on.kind == "rabbitmq"
     enqueue(target, {"key": "b"}, job_id="job-b")

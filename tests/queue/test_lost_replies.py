@@ -11,6 +11,7 @@ do: Redis drops a paused command whose client hung up.)
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import uuid
 from collections.abc import Iterator
@@ -20,16 +21,16 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from herald.queue import enqueue, queue, runtime
-from herald.queue.broker import LedgerBroker
+from herald.queue import App, current_app, enqueue, queue
 from herald.queue.ledger import Ledger, RunEnd, new_token
 from herald.queue.redis import new_redis_client
 from herald.queue.registry import get_spec
-from herald.queue.runtime import get_broker, get_ledger, use_broker
 from herald.queue.worker import running_worker
+from herald.queue_app import queue_config
 from herald.settings import get_settings
 from tests.queue.conftest import reset_herald, wait_for
 from tests.support.queue.queues import basic, events, stall
+from tests.support.queue_app import close_queue_app, install_queue_app
 
 #: How long the client waits for a reply (s), and how long Redis is kept busy (ms): long
 #: enough that the first send times out, short enough that a later one is answered.
@@ -58,24 +59,22 @@ def kind(request: pytest.FixtureRequest, private_redis_url: str,
     import tests.support.queue.queues  # noqa: F401  (declares the test queues and actors)
 
     if request.param == "rabbitmq":
-        get_broker().declare_queue("t-basic", ensure=True)
-        get_broker().flush("t-basic")
+        current_app().broker.declare_queue("t-basic", ensure=True)
+        current_app().broker.flush("t-basic")
     yield request.param
     reset_herald()
 
 
 def impatient(kind: str) -> Ledger:
-    """Make herald's broker one whose Redis client waits only REPLY_TIMEOUT_S for a reply
-    (and, as always, sends a command again when it timed out)."""
-    ledger = Ledger(new_redis_client(socket_timeout=REPLY_TIMEOUT_S),
-                    get_settings().queue_prefix)
-    if kind == "rabbitmq":
-        from herald.queue.rabbitmq import HeraldRabbitmqBroker
-
-        use_broker(HeraldRabbitmqBroker(url=get_settings().rabbitmq_url, ledger=ledger))
-    else:
-        use_broker(LedgerBroker(ledger))
-    return ledger
+    """Install an App whose Redis client waits only REPLY_TIMEOUT_S for a reply (and, as
+    always, sends a command again when it timed out), on the ``kind`` broker the
+    settings name; returns its ledger."""
+    config = queue_config(get_settings())
+    assert config.broker == ("rabbitmq" if kind == "rabbitmq" else "redis")
+    client = new_redis_client(config, socket_timeout=REPLY_TIMEOUT_S)
+    close_queue_app()
+    app = App(dataclasses.replace(config, redis_url="", redis_client=client)).install()
+    return app.ledger
 
 
 def script_runs(server: redis.Redis) -> int:
@@ -134,9 +133,7 @@ def reply_lost(server: redis.Redis) -> Iterator[None]:
 
 def normal_broker() -> None:
     """Back to herald's own broker and client (patient), for the worker."""
-    get_broker().close()
-    reset_herald()
-    runtime.get_broker()
+    install_queue_app()
 
 
 def test_an_enqueue_sent_again_after_a_lost_reply_is_added_once_and_runs(
@@ -150,7 +147,7 @@ def test_an_enqueue_sent_again_after_a_lost_reply_is_added_once_and_runs(
         result = enqueue(basic, {"key": "lost"}, job_id="job-lost")
     # Then the call still says the job was added (not a duplicate of itself)
     assert result.status == "added"
-    assert "duplicated" not in get_ledger().metrics("t-basic")
+    assert "duplicated" not in current_app().ledger.metrics("t-basic")
     # and a worker runs it once (on RabbitMQ: its message was published)
     normal_broker()
     with running_worker(["t-basic"]):

@@ -7,9 +7,7 @@ import signal
 import threading
 import time
 
-from herald.queue import enqueue, enqueue_many, queue
-from herald.queue.ledger import now_ms
-from herald.queue.runtime import get_ledger
+from herald.queue import current_app, enqueue, enqueue_many, now_ms, queue
 from herald.queue.worker import QueueWorker, running_worker
 from tests.queue.conftest import HeraldOn, wait_for
 from tests.support.queue.queues import basic, brief, events, limited, open_gate, stall
@@ -30,7 +28,7 @@ def test_killed_worker_job_restarts_after_its_lock_expires(herald_on: HeraldOn) 
         # When the worker is killed mid-job, its last extension of the lock standing
         os.kill(first.pid, signal.SIGKILL)
         first.wait(timeout=10)
-        ledger = get_ledger()
+        ledger = current_app().ledger
         lock_deadline = ledger.client.zscore(ledger.base("t-stall") + "active", "job-crash")
         assert lock_deadline is not None
         second = herald_on.spawn_worker("t-stall")
@@ -107,7 +105,7 @@ def test_a_run_longer_than_its_1s_lock_keeps_it_and_is_never_restarted(
         herald_on: HeraldOn) -> None:
     # Given a queue with a 1 s lock and a job that runs 3 s
     enqueue(brief, {"key": "long", "sleep_s": 3}, job_id="job-long")
-    ledger = get_ledger()
+    ledger = current_app().ledger
     active = ledger.base("t-brief") + "active"
     left: list[float] = []
 
@@ -169,6 +167,5 @@ def test_jobs_fetched_but_not_started_at_shutdown_are_handed_back(herald_on: Her
 
 def _ready(name: str) -> int:
     """Messages of queue ``name`` RabbitMQ holds ready (not handed to a consumer)."""
-    from herald.queue.runtime import get_broker
 
-    return get_broker().get_queue_message_counts(name)[0]
+    return current_app().broker.get_queue_message_counts(name)[0]

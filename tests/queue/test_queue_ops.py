@@ -6,8 +6,7 @@ import collections
 import dataclasses
 from datetime import timedelta
 
-from herald.queue import enqueue, enqueue_many, queue, registry
-from herald.queue.ledger import now_ms
+from herald.queue import enqueue, enqueue_many, now_ms, queue, registry
 from herald.queue.registry import Keep
 from herald.queue.worker import running_worker
 from tests.queue.conftest import HeraldOn, wait_for

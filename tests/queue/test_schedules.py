@@ -19,9 +19,7 @@ import pytest
 import redis
 
 import tests.support.queue.queues  # noqa: F401  (declares the test schedules)
-from herald.queue import queue
-from herald.queue.ledger import now_ms
-from herald.queue.redis import redis_client
+from herald.queue import current_app, now_ms, queue
 from herald.queue.schedules import fire_due, fire_schedules, sync_schedules
 from herald.settings import get_settings
 from tests.queue.conftest import REPO, HeraldOn, reset_herald, wait_for
@@ -32,7 +30,7 @@ def schedule_dues(queue_name: str, schedule: str, client: redis.Redis | None = N
     """The due times (ms) of the schedule's jobs waiting in the queue, in order."""
     prefix = f"repeat:{schedule}:"
     base = f"{get_settings().queue_prefix}:{{{queue_name}}}:"
-    ids = (client or redis_client()).zrange(base + "wait", 0, -1)
+    ids = (client or current_app().client).zrange(base + "wait", 0, -1)
     return sorted(int(i.decode().removeprefix(prefix)) for i in ids
                   if i.decode().startswith(prefix))
 
@@ -84,7 +82,7 @@ def test_a_clock_back_after_missed_ticks_fires_the_latest_tick_only(
     sync_schedules()
     # Given the every-second schedule's last clock stopped five ticks ago
     last_due = (now_ms() // 1000 - 5) * 1000
-    redis_client().zadd(next_key(), {"t-tick": last_due})
+    current_app().client.zadd(next_key(), {"t-tick": last_due})
     # When a clock looks at the schedule again
     before = now_ms()
     with caplog.at_level(logging.WARNING, logger="herald.clock"):
@@ -98,18 +96,18 @@ def test_a_clock_back_after_missed_ticks_fires_the_latest_tick_only(
     assert skipped >= 5
     assert any(f"missed {skipped} ticks" in r.getMessage() for r in caplog.records)
     # and the next tick is the one after it
-    assert redis_client().zscore(next_key(), "t-tick") == due + 1000
+    assert current_app().client.zscore(next_key(), "t-tick") == due + 1000
 
 
 def test_gated_off_schedule_is_removed_at_boot(redis_only: HeraldOn) -> None:
-    # Given a schedule left in Redis by an earlier boot with the store enabled
-    redis_client().zadd(next_key(), {"t-gated": 1})
-    # When the clock boots with FEATURE_ESIM_STORE off
+    # Given a schedule left in Redis by an earlier boot with its feature enabled
+    current_app().client.zadd(next_key(), {"t-gated": 1})
+    # When the clock boots with its feature gate off
     enabled = sync_schedules()
     # Then the gated schedule is gone and the ungated one is there
     assert "t-gated" not in enabled and "t-tick" in enabled
-    assert redis_client().zscore(next_key(), "t-gated") is None
-    assert redis_client().zscore(next_key(), "t-tick") is not None
+    assert current_app().client.zscore(next_key(), "t-gated") is None
+    assert current_app().client.zscore(next_key(), "t-tick") is not None
 
 
 @dataclass

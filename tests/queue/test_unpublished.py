@@ -18,8 +18,7 @@ from typing import Any
 import dramatiq
 import pytest
 
-from herald.queue import enqueue, enqueue_groups, enqueue_many, queue
-from herald.queue.runtime import get_ledger
+from herald.queue import current_app, enqueue, enqueue_groups, enqueue_many, queue
 from herald.queue.worker import running_worker
 from tests.queue.conftest import HeraldOn, reset_herald, wait_for
 from tests.support.queue.queues import events, prio
@@ -35,13 +34,13 @@ def rabbitmq_away(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    with monkeypatch.context() as patch:
-        patch.setenv("RABBITMQ_URL", f"amqp://guest:guest@127.0.0.1:{port}/")
-        reset_herald()
-        try:
-            yield
-        finally:
+    try:
+        with monkeypatch.context() as patch:
+            patch.setenv("RABBITMQ_URL", f"amqp://guest:guest@127.0.0.1:{port}/")
             reset_herald()
+            yield
+    finally:
+        reset_herald()  # on the real URL again
 
 
 def finished(job_id: str) -> bool:
@@ -126,4 +125,4 @@ def test_a_job_whose_message_did_go_out_still_runs_once_when_enqueued_again(
     run_until_sentinel()
     assert [e["key"] for e in events("start")] == ["twice", "sentinel"]
     assert queue("t-prio").get("job-twice").attempts_started == 1
-    assert get_ledger().metrics("t-prio")["duplicated"] == 1
+    assert current_app().ledger.metrics("t-prio")["duplicated"] == 1

@@ -14,6 +14,7 @@ from sqlalchemy import text
 from herald import db, settings
 from herald.queue import registry
 from herald.queue.registry import SECOND
+from tests.support.queue_app import close_queue_app, follow_settings
 from tests.support.reset import reset_herald
 
 #: The queues the store tests run: issuance, and the notifications an issued order sends.
@@ -50,6 +51,7 @@ def store(monkeypatch: pytest.MonkeyPatch, database: str, redis_url: str) -> Ite
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("HERALD_OPEN_API", "1")  # TestClient's client is not on loopback
     reset_herald()
+    follow_settings()
     import actors.notifications
     import actors.store  # noqa: F401  (declares the queues and their actors)
 
@@ -60,6 +62,7 @@ def store(monkeypatch: pytest.MonkeyPatch, database: str, redis_url: str) -> Ite
     with registry.redeclared(STORE_QUEUES, rate_limit=None, backoff_base=SECOND):
         yield database
     reset_herald()
+    close_queue_app()
 
 
 def seed_catalog() -> None:

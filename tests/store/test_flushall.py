@@ -32,13 +32,13 @@ from sqlalchemy import func, text
 from sqlmodel import select
 
 from herald import db, settings
-from herald.queue import queue, runtime
-from herald.queue import redis as queue_redis
+from herald.queue import queue
 from models.notifications import Notification
 from models.payments import Payment
 from models.store import Order, StoreOrder, StoreOrderStatusEvent
 from providers.esim_mock import CRASH_EXIT_CODE, MockEsimProvider
 from tests.support.processes import spawn_herald
+from tests.support.queue_app import install_queue_app
 from tests.support.waiting import wait_for
 
 #: How many orders of each mock product (200 in all).
@@ -83,8 +83,7 @@ def flushall_store(store: str, monkeypatch: pytest.MonkeyPatch, private_redis_ur
     for name, value in WINDOWS.items():
         monkeypatch.setenv(name, value)
     settings.reset_settings()
-    queue_redis.reset_redis_client()
-    runtime.reset_brokers()
+    install_queue_app()
     with db.get_engine().begin() as connection:
         connection.execute(text("TRUNCATE payments CASCADE"))
     MockEsimProvider.reset()

@@ -12,9 +12,8 @@ import pytest
 from sqlalchemy import text
 
 from herald import db, settings
-from herald.queue import redis as queue_redis
-from herald.queue import runtime
 from tests.support.orders import store_order as store_order
+from tests.support.queue_app import close_queue_app, install_queue_app
 
 
 def use_env(monkeypatch: pytest.MonkeyPatch, **env: str) -> None:
@@ -22,8 +21,7 @@ def use_env(monkeypatch: pytest.MonkeyPatch, **env: str) -> None:
     for name, value in env.items():
         monkeypatch.setenv(name.upper(), value)
     settings.reset_settings()
-    queue_redis.reset_redis_client()
-    runtime.reset_brokers()
+    install_queue_app()
     db.reset_engine()
 
 
@@ -41,8 +39,7 @@ def store(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
                                 "accounts CASCADE"))
     yield
     db.reset_engine()
-    runtime.reset_brokers()
-    queue_redis.reset_redis_client()
+    close_queue_app()
     settings.reset_settings()
 
 

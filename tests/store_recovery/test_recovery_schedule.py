@@ -11,9 +11,9 @@ import pytest
 import redis
 
 import actors.handoffs  # noqa: F401  (an ungated startup job: the clock's sentinel)
+from actors.queues import esim_store_enabled
 from actors.store_recovery import recover_store_orders, start_store_recovery
-from herald.queue import Job, queue
-from herald.queue.redis import redis_client
+from herald.queue import Job, current_app, queue
 from herald.queue.schedules import declared_schedules, fire_schedules
 from herald.queue.sweeps import registered_sweeps
 from herald.queue.worker import running_worker
@@ -46,13 +46,13 @@ def test_the_schedule_runs_every_interval_behind_the_store_feature(store: None) 
     [item] = [s for s in declared_schedules() if s.name == "store-recovery"]
     assert item.actor is recover_store_orders
     assert item.every == timedelta(seconds=60)
-    assert (item.run_at_start, item.feature_gate) == (True, "feature_esim_store")
+    assert (item.run_at_start, item.feature_gate) == (True, esim_store_enabled)
 
 
 def test_a_clock_with_the_store_on_adds_a_recovery_job_at_start(clock: None) -> None:
     [job] = wait_for(lambda: startup_jobs(STORE, "store-recovery"), timeout=10)
     assert job.actor == "recover_store_orders"
-    assert redis_client().zscore(f"{get_settings().queue_prefix}:schedules:next",
+    assert current_app().client.zscore(f"{get_settings().queue_prefix}:schedules:next",
                                  "store-recovery") is not None
 
 
@@ -61,7 +61,7 @@ def test_a_clock_with_the_store_off_adds_no_recovery_and_drops_a_leftover_schedu
     # Given a schedule left in Redis by an earlier store-enabled boot
     use_env(monkeypatch, feature_esim_store="false")
     next_key = f"{get_settings().queue_prefix}:schedules:next"
-    redis_client().zadd(next_key, {"store-recovery": 1})
+    current_app().client.zadd(next_key, {"store-recovery": 1})
     # When a clock starts with the store off
     stop = threading.Event()
     thread = threading.Thread(target=fire_schedules, args=(stop,))
@@ -75,7 +75,7 @@ def test_a_clock_with_the_store_off_adds_no_recovery_and_drops_a_leftover_schedu
         thread.join()
     # Then no recovery job was added and the leftover schedule is gone
     assert startup_jobs(STORE, "store-recovery") == []
-    assert redis_client().zscore(next_key, "store-recovery") is None
+    assert current_app().client.zscore(next_key, "store-recovery") is None
 
 
 def test_a_worker_start_adds_a_recovery_job_that_runs_the_scans(store: None) -> None:

@@ -25,11 +25,11 @@ from sqlalchemy import text
 import actors  # noqa: F401  (herald's queue table: the probe below uses one of its queues)
 from herald import db
 from herald.health import serve_worker_health
-from herald.queue import actor, enqueue, runtime
-from herald.queue.redis import reset_redis_client
-from herald.settings import reset_settings
+from herald.queue import actor, enqueue
+from herald.settings import get_settings, reset_settings
 from herald.web import create_app
 from herald.web.errors import api_error
+from tests.support.queue_app import close_queue_app, install_queue_app
 from tests.support.services import find_free_port
 from tests.support.waiting import wait_for
 
@@ -55,12 +55,15 @@ def configure(monkeypatch: pytest.MonkeyPatch) -> Iterator[Configure]:
             monkeypatch.setenv(name, value)
         reset_settings()
         db.reset_engine()
-        reset_redis_client()
+        if get_settings().embedded_redis:
+            close_queue_app()  # no test starts the embedded Redis
+        else:
+            install_queue_app()
 
     yield apply
     reset_settings()
     db.reset_engine()
-    reset_redis_client()
+    close_queue_app()
 
 
 @pytest.fixture
@@ -402,7 +405,6 @@ def web_process(configure: Configure, database_url: str, redis_url: str,
     anything."""
     configure(DATABASE_URL=database_url, REDIS_URL=redis_url, BROKER="redis",
               QUEUE_PREFIX=f"web{time.monotonic_ns()}", LOG_LEVEL="WARNING")
-    runtime.reset_brokers()  # the test's own enqueues use the new prefix
     port = find_free_port()
     log = tmp_path / "web.log"
     with log.open("wb") as stderr:
@@ -418,7 +420,6 @@ def web_process(configure: Configure, database_url: str, redis_url: str,
     finally:
         process.terminate()
         process.wait(timeout=30)
-        runtime.reset_brokers()
 
 
 def _answers(url: str) -> bool:

@@ -18,8 +18,7 @@ from typing import Any
 import pytest
 
 from herald import settings
-from herald.queue import redis as queue_redis
-from herald.queue import runtime
+from tests.support.queue_app import install_queue_app
 from tests.support.waiting import wait_for
 
 #: The checkout: worker subprocesses import the probe modules from it.
@@ -109,8 +108,7 @@ class Lifecycle:
 def reset_herald() -> None:
     """Forget every cached setting, client and broker of this test process."""
     settings.reset_settings()
-    queue_redis.reset_redis_client()
-    runtime.reset_brokers()
+    install_queue_app()
 
 
 @pytest.fixture

@@ -16,10 +16,17 @@ import redis
 from pydantic import BaseModel
 
 from herald import settings
-from herald.queue import QueueSpec, actor, declare, enqueue, queue, running_worker, runtime
-from herald.queue import redis as queue_redis
-from herald.queue.ledger import now_ms
-from herald.queue.redis import redis_client
+from herald.queue import (
+    QueueSpec,
+    actor,
+    current_app,
+    declare,
+    enqueue,
+    now_ms,
+    queue,
+    running_worker,
+)
+from tests.support.queue_app import install_queue_app
 from tests.support.waiting import wait_for
 
 #: The console tests' queue: one attempt (a failure is final), failures kept.
@@ -79,7 +86,7 @@ def age_failure(job_id: str, age: timedelta) -> None:
     q = queue(QUEUE)
     at = now_ms() - int(age.total_seconds() * 1000)
     base = q.ledger.base(QUEUE)
-    client = redis_client()
+    client = current_app().client
     assert client.zscore(base + "failed", job_id) is not None, f"{job_id} is not failed"
     client.zadd(base + "failed", {job_id: at})
     client.hset(base + "job:" + job_id, "ft", at)
@@ -90,8 +97,7 @@ def point_at_stopped_redis(monkeypatch: pytest.MonkeyPatch, private_url: str) ->
     down: every Redis call herald makes from now on is refused, as in an outage."""
     monkeypatch.setenv("REDIS_URL", private_url)
     settings.reset_settings()
-    queue_redis.reset_redis_client()
-    runtime.reset_brokers()
+    install_queue_app()
     queue(QUEUE).counts()  # herald's client is connected before the outage
     with contextlib.suppress(redis.ConnectionError):  # the server goes away mid-reply
         redis.Redis.from_url(private_url).shutdown(nosave=True)

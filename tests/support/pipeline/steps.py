@@ -10,8 +10,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from herald import db, settings
-from herald.queue import redis as queue_redis
-from herald.queue import runtime
+from tests.support.queue_app import install_queue_app
 
 
 def account(client: TestClient, **fields: object) -> str:
@@ -53,8 +52,7 @@ def use_redis(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
     """Point herald at the Redis at ``url`` for the rest of the test."""
     monkeypatch.setenv("REDIS_URL", url)
     settings.reset_settings()
-    queue_redis.reset_redis_client()
-    runtime.reset_brokers()
+    install_queue_app()
 
 
 def sessions_waiting_on(holder_pid: int) -> int:

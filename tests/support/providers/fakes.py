@@ -24,8 +24,8 @@ from urllib.parse import parse_qs
 import pytest
 
 from herald import settings
-from herald.queue import redis as queue_redis
 from providers import reset_providers
+from tests.support.queue_app import close_queue_app, install_queue_app
 
 #: A valid-looking E.164 number (the fakes accept ``+`` and 8–15 digits).
 E164 = re.compile(r"^\+[1-9]\d{7,14}$")
@@ -301,7 +301,11 @@ def use_herald_env(monkeypatch: pytest.MonkeyPatch, **env: str) -> settings.Sett
 
 
 def forget_herald_state() -> None:
-    """Drop cached settings, the shared Redis client and built providers."""
+    """Drop cached settings and built providers; install a queue App on the settings
+    (when they name a Redis: no test starts the embedded one)."""
     reset_providers()
     settings.reset_settings()
-    queue_redis.reset_redis_client()
+    if settings.get_settings().embedded_redis:
+        close_queue_app()
+    else:
+        install_queue_app()

@@ -13,8 +13,7 @@ import time
 from pydantic import BaseModel
 
 import actors.queues  # noqa: F401  (declares the queues the probes run on)
-from herald.queue import actor, enqueue
-from herald.queue.redis import redis_client
+from herald.queue import actor, current_app, enqueue
 from herald.settings import get_settings
 
 #: How often a gated run looks at its gate (s).
@@ -37,23 +36,23 @@ def _key(name: str) -> str:
 
 def record(kind: str, key: str) -> None:
     """Append ``{"kind", "key"}`` to the event list."""
-    redis_client().rpush(_key("events"), json.dumps({"kind": kind, "key": key}))
+    current_app().client.rpush(_key("events"), json.dumps({"kind": kind, "key": key}))
 
 
 def events(kind: str) -> list[str]:
     """The keys of the runs that recorded ``kind`` (``start``/``done``), in order."""
-    entries = [json.loads(raw) for raw in redis_client().lrange(_key("events"), 0, -1)]
+    entries = [json.loads(raw) for raw in current_app().client.lrange(_key("events"), 0, -1)]
     return [entry["key"] for entry in entries if entry["kind"] == kind]
 
 
 def open_gate(key: str) -> None:
     """Let the gated run ``key`` go on."""
-    redis_client().set(_key(f"gate:{key}"), "1")
+    current_app().client.set(_key(f"gate:{key}"), "1")
 
 
 def _run(job: Probe) -> None:
     record("start", job.key)
-    while job.gated and not redis_client().exists(_key(f"gate:{job.key}")):
+    while job.gated and not current_app().client.exists(_key(f"gate:{job.key}")):
         time.sleep(GATE_POLL_S)
     time.sleep(job.sleep_s)
     if job.then_enqueue:

@@ -14,10 +14,9 @@ from datetime import timedelta
 from dramatiq.middleware import CurrentMessage
 from pydantic import BaseModel
 
-from herald.queue import actor
+from herald.queue import actor, current_app
 from herald.queue.errors import Defer, Permanent
 from herald.queue.middleware import run_token
-from herald.queue.redis import redis_client
 from herald.queue.registry import Backoff, Keep, QueueSpec, Retention, declare
 from herald.queue.schedules import Schedule, schedule
 from herald.settings import get_settings
@@ -74,7 +73,7 @@ def record(kind: str, key: str, **extra: object) -> None:
              "attempts_made": message.options.get("attempts_made") if message else None,
              "attempts_started": message.options.get("attempts_started") if message else None,
              **extra}
-    redis_client().rpush(events_key(), json.dumps(event))
+    current_app().client.rpush(events_key(), json.dumps(event))
 
 
 def gate_key(key: str) -> str:
@@ -84,16 +83,16 @@ def gate_key(key: str) -> str:
 def open_gate(key: str, verdict: str = "pass") -> None:
     """Let gated runs of step ``key`` go on ("pass") or fail ("fail"); :func:`close_gate`
     makes later runs wait again."""
-    redis_client().set(gate_key(key), verdict)
+    current_app().client.set(gate_key(key), verdict)
 
 
 def close_gate(key: str) -> None:
-    redis_client().delete(gate_key(key))
+    current_app().client.delete(gate_key(key))
 
 
 def _wait_at_gate(key: str) -> None:
     deadline = time.monotonic() + 60
-    while (verdict := redis_client().get(gate_key(key))) is None:
+    while (verdict := current_app().client.get(gate_key(key))) is None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"the gate of {key} never opened")
         time.sleep(0.02)
@@ -103,7 +102,7 @@ def _wait_at_gate(key: str) -> None:
 
 def events(kind: str | None = None) -> list[dict]:
     """Every recorded event, oldest first (optionally of one kind)."""
-    raw = redis_client().lrange(events_key(), 0, -1)
+    raw = current_app().client.lrange(events_key(), 0, -1)
     parsed = [json.loads(item) for item in raw]
     return [e for e in parsed if kind is None or e["kind"] == kind]
 
@@ -208,7 +207,7 @@ def aged(job: Step) -> dict:
 schedule(Schedule(name="t-tick", actor=basic, payload={"key": "tick"}, every=SECOND))
 schedule(Schedule(name="t-cron", actor=other, payload={"key": "cron"}, cron="* * * * * */2"))
 schedule(Schedule(name="t-gated", actor=basic, payload={"key": "gated"}, every=SECOND,
-                  feature_gate="feature_esim_store"))
+                  feature_gate=lambda: False))  # a feature that is off
 
 
 @actor(queue="t-plain", payload=Step)

@@ -1,0 +1,70 @@
+"""herald's queue wiring: the one place its ``Settings`` become the queue library's
+:class:`~herald.queue.QueueConfig`, and the App each herald process builds at start
+(``herald worker``, ``herald clock``, ``herald sweep``, each process of ``herald web``,
+the queue commands, ``herald demo``).
+
+On the embedded default (neither REDIS_URL nor REDIS_SENTINELS) herald starts its
+embedded Redis (:mod:`herald.embedded_redis`) and gives the library its socket's
+``unix://`` URL: the library never hears of it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from herald.embedded_redis import embedded_socket_path, ensure_embedded_redis
+from herald.queue import App, QueueConfig
+from herald.queue.app import installed_app
+from herald.settings import Settings, get_settings
+
+
+def queue_config(settings: Settings, *, start_embedded: bool = True) -> QueueConfig:
+    """The queue library's configuration from herald's settings. On the embedded default
+    the embedded Redis is started first (unless ``start_embedded`` is False: a command
+    that only looks, and must not start it)."""
+    def config(**where: Any) -> QueueConfig:
+        return QueueConfig(broker=settings.broker, rabbitmq_url=settings.rabbitmq_url,
+                           prefix=settings.queue_prefix, **where)
+
+    if settings.sentinel_hosts:
+        return config(sentinel_hosts=tuple(settings.sentinel_hosts),
+                      sentinel_name=settings.redis_sentinel_name)
+    if settings.redis_url:
+        return config(redis_url=settings.redis_url)
+    socket_path = ensure_embedded_redis() if start_embedded else embedded_socket_path()
+    return config(redis_url=f"unix://{socket_path}")
+
+
+def build_queue_app(settings: Settings | None = None, *, start_embedded: bool = True) -> App:
+    """A new App on herald's settings (read now when not given), not yet installed.
+    Importing :mod:`actors` first declares herald's queues, actors and schedules."""
+    import actors  # noqa: F401  (herald's queue table)
+
+    return App(queue_config(settings or get_settings(), start_embedded=start_embedded))
+
+
+def start_queue_app(settings: Settings | None = None, *, start_embedded: bool = True) -> App:
+    """Build herald's App and install it as the process's (see :meth:`App.install`)."""
+    return build_queue_app(settings, start_embedded=start_embedded).install()
+
+
+def describe_redis(settings: Settings) -> str:
+    """Where herald's Redis is, for logs and command output, without credentials."""
+    if settings.embedded_redis:
+        return f"embedded {embedded_socket_path()}"
+    return queue_config(settings).describe()
+
+
+def close_installed_app() -> None:
+    """Close the process's installed App, if one is (its clients, before the embedded
+    Redis they talk to is stopped)."""
+    app = installed_app()
+    if app is not None:
+        app.close()
+
+
+def reinstall_queue_app(settings: Settings | None = None) -> App:
+    """Close the installed App (if any) and install a new one on the settings (read now
+    when not given): after a change of the settings the queues run on."""
+    close_installed_app()
+    return start_queue_app(settings)

@@ -1,0 +1,32 @@
+"""A test's own queue App: built from herald's settings as the test set them, installed
+for the test, closed after (the queue library keeps no state a test must reset)."""
+
+from __future__ import annotations
+
+from herald.queue import App
+from herald.queue.app import installed_app
+from herald.queue_app import queue_config
+from herald.settings import get_settings
+
+
+def install_queue_app() -> App:
+    """Close the installed App, if any, and install a new one on the settings as they
+    are now (the test's REDIS_URL, BROKER, QUEUE_PREFIX...)."""
+    close_queue_app()
+    return App(queue_config(get_settings())).install()
+
+
+def close_queue_app() -> None:
+    """Close the installed App, if any: its clients close and no App is installed."""
+    app = installed_app()
+    if app is not None:
+        app.close()
+
+
+def follow_settings() -> App | None:
+    """Install a new App when the settings name a Redis (REDIS_URL, REDIS_SENTINELS);
+    else close the installed one and leave none: no test starts the embedded Redis."""
+    if get_settings().embedded_redis:
+        close_queue_app()
+        return None
+    return install_queue_app()
