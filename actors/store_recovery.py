@@ -193,7 +193,7 @@ def live_order_ids(order_ids: Iterable[str]) -> set[str]:
     store = queue(STORE_QUEUE)
     live: set[str] = set()
     for state in LIVE_STATES:
-        for job_id in store.ledger.job_ids(STORE_QUEUE, state, 0, -1):
+        for job_id in store.queries.job_ids(STORE_QUEUE, state, 0, -1):
             cuts = [i for i, char in enumerate(job_id) if char == "-"]
             live.update(job_id[:i] for i in cuts if job_id[:i] in wanted)
     return live

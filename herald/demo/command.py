@@ -192,7 +192,7 @@ def _run_jobs(jobs: int, console: Console) -> int:
     console.print(table)
 
     finished = counts["completed"] + counts["failed"]
-    retries = int(demo_queue.ledger.metrics(demo.DEMO_QUEUE).get("retried", 0))
+    retries = int(demo_queue.queries.metrics(demo.DEMO_QUEUE).get("retried", 0))
     console.print(f"wall time {run_s:.2f} s · {finished / max(run_s, 1e-9):,.0f} jobs/s · "
                   f"completed {counts['completed']} (planned {want['completed']}) · "
                   f"failed {counts['failed']} (planned {want['failed']}) · "

@@ -1,10 +1,11 @@
 """The one object that holds a process's queue wiring: :class:`App`.
 
 An App is made from a :class:`~herald.queue.config.QueueConfig` and owns what the queues
-run on: the Redis client, each thread's own connection to it, the ledger, its clock, the
-broker (Redis or RabbitMQ, as the config says) and the metrics collector that reads the
-ledger. :meth:`App.install` is the one place that sets Dramatiq's global broker and binds
-the declared actors to it; :meth:`App.close` closes its connections. An application
+run on: the Redis client, each thread's own connection to it, the ledger (with its
+queries and admin operations), its clock, the broker (Redis or RabbitMQ, as the config
+says) and the metrics collector that reads the ledger. :meth:`App.install` is the one
+place that sets Dramatiq's global broker and binds the declared actors to it;
+:meth:`App.close` closes its connections. An application
 builds one App per process, at start (herald's: ``herald/queue_app.py``); a test builds
 its own.
 
@@ -27,6 +28,8 @@ from herald.queue.config import QueueConfig
 from herald.queue.dramatiq_internals import installed_broker, uninstall_broker
 from herald.queue.errors import NoAppInstalled
 from herald.queue.ledger import Ledger
+from herald.queue.ledger_admin import LedgerAdmin
+from herald.queue.ledger_queries import LedgerQueries
 from herald.queue.metrics import LedgerCollector
 from herald.queue.redis import ThreadConnections, new_redis_client
 
@@ -47,9 +50,12 @@ class App:
         self.connections = ThreadConnections(self.client)
         self.ledger = Ledger(self.client, config.prefix, clock=self.clock,
                              connections=self.connections)
+        #: what an operator reads of the ledger, and does to it
+        self.queries = LedgerQueries(self.ledger)
+        self.admin = LedgerAdmin(self.ledger)
         self.broker = self._new_broker()
         setattr(self.broker, _APP_ATTRIBUTE, self)
-        self._collector = LedgerCollector(self.ledger)
+        self._collector = LedgerCollector(self.queries)
         self._lock = threading.Lock()
         self._closed = False
 

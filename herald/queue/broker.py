@@ -26,6 +26,8 @@ from dramatiq.errors import ConnectionClosed, QueueJoinTimeout
 from herald.queue.actor import declared_actor, job_options
 from herald.queue.dramatiq_internals import HookDispatch
 from herald.queue.ledger import Ledger, NewJob, RunEnd, new_token
+from herald.queue.ledger_admin import LedgerAdmin
+from herald.queue.ledger_queries import LedgerQueries
 from herald.queue.middleware import (
     completions_logged,
     default_middleware,
@@ -111,6 +113,9 @@ class LedgerBroker(HookDispatch, dramatiq.Broker):
                  ) -> None:
         super().__init__(middleware=default_middleware() if middleware is None else middleware)
         self.ledger = ledger
+        #: flush drains a queue, join waits on its counts
+        self.admin = LedgerAdmin(ledger)
+        self.queries = LedgerQueries(ledger)
         self.queues: dict[str, QueueSlots] = {}
 
     # -- queues ---------------------------------------------------------------------------
@@ -149,7 +154,7 @@ class LedgerBroker(HookDispatch, dramatiq.Broker):
         return message
 
     def flush(self, queue_name: str) -> None:
-        self.ledger.drain(queue_name)
+        self.admin.drain(queue_name)
 
     def flush_all(self) -> None:
         for queue_name in self.queues:
@@ -159,7 +164,7 @@ class LedgerBroker(HookDispatch, dramatiq.Broker):
         """Wait until the queue has no waiting, delayed or active job (tests)."""
         deadline = None if timeout is None else time.monotonic() + timeout / 1000
         while True:
-            counts = self.ledger.counts(queue_name)
+            counts = self.queries.counts(queue_name)
             if counts["waiting"] + counts["delayed"] + counts["active"] + counts["paused"] == 0:
                 return
             if deadline is not None and time.monotonic() > deadline:

@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 from herald.queue.registry import names
 
 if TYPE_CHECKING:
-    from herald.queue.ledger import Ledger
+    from herald.queue.ledger_queries import LedgerQueries
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +50,8 @@ class Durations:
 class LedgerCollector(Collector):
     """Reads the ledger's counters and counts of every registry queue at scrape time."""
 
-    def __init__(self, ledger: Ledger) -> None:
-        self.ledger = ledger
+    def __init__(self, queries: LedgerQueries) -> None:
+        self.queries = queries
 
     def describe(self) -> Iterator[Metric]:
         """The families :meth:`collect` yields, without values: registering the collector
@@ -72,13 +72,13 @@ class LedgerCollector(Collector):
         (and a warning) when Redis does not answer."""
         jobs_total, dedup_total, depth = self._families()
         try:
-            ledger = self.ledger
+            queries = self.queries
             for queue in names():
-                counters = ledger.metrics(queue)
+                counters = queries.metrics(queue)
                 for outcome in OUTCOMES:
                     jobs_total.add_metric([queue, outcome], counters.get(outcome, 0))
                 dedup_total.add_metric([queue], counters.get("deduplicated", 0))
-                for state, count in ledger.counts(queue).items():
+                for state, count in queries.counts(queue).items():
                     depth.add_metric([queue, state], count)
         except Exception as error:  # a scrape must not fail because Redis is down
             log.warning("ledger metrics unavailable: %s", type(error).__name__)

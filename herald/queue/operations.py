@@ -20,50 +20,50 @@ class Queue:
         self.name = spec.name
         self.app = app
         self.ledger = app.ledger
+        self.queries = app.queries
+        self.admin = app.admin
 
     def counts(self) -> dict[str, int]:
         """Jobs per state: waiting, active, delayed, completed, failed, paused."""
-        return self.ledger.counts(self.name)
+        return self.queries.counts(self.name)
 
     def failed_within(self, window: timedelta = timedelta(hours=24)) -> int:
         """Jobs that failed within the last ``window`` (the failed set paged newest first,
         stopping at the cutoff: older retained failures stay inspectable but do not count)."""
         cutoff = self.ledger.now_ms() - int(window.total_seconds() * 1000)
-        return self.ledger.failed_since(self.name, cutoff)
+        return self.queries.failed_since(self.name, cutoff)
 
     def history(self, minutes: int = HISTORY_MINUTES) -> list[tuple[datetime, int, int]]:
         """``(minute, completed, failed)`` per minute of the last ``minutes`` minutes (at
         most the hour the ledger keeps), oldest first, the current minute last."""
         return [(datetime.fromtimestamp(start / 1000, tz=UTC), completed, failed)
-                for start, completed, failed in self.ledger.history(
+                for start, completed, failed in self.queries.history(
                     self.name, minutes=min(minutes, HISTORY_MINUTES))]
 
     def find(self, id_prefix: str, limit: int = 20) -> list[Job]:
         """This queue's jobs whose id starts with ``id_prefix`` (the exact id first)."""
         exact = self.get(id_prefix)
-        ids = [i for i in self.ledger.find_job_ids(self.name, id_prefix, limit=limit)
+        ids = [i for i in self.queries.find_job_ids(self.name, id_prefix, limit=limit)
                if exact is None or i != exact.id]
         found = [job for job in (self.get(i) for i in ids) if job is not None]
         return ([exact] if exact else []) + found[:limit - (1 if exact else 0)]
 
     def get(self, job_id: str) -> Job | None:
         """One job, or None when absent."""
-        return self.ledger.get(self.name, job_id)
+        return self.queries.get(self.name, job_id)
 
     def dedup_holders(self, dedup_ids: Sequence[str]) -> list[Job]:
         """The jobs holding these dedup ids (docs/queue.md#dedup), in one round trip for
         the ids; an id no live job holds is left out."""
         if not dedup_ids:
             return []
-        base = self.ledger.base(self.name)
-        holders = self.ledger.client.mget([base + "dedup:" + dedup_id for dedup_id in dedup_ids])
-        found = (self.get(holder.decode() if isinstance(holder, bytes) else holder)
-                 for holder in holders if holder)
+        found = (self.get(job_id)
+                 for job_id in self.queries.dedup_holder_ids(self.name, dedup_ids))
         return [job for job in found if job is not None]
 
     def jobs(self, state: str | JobState, page: int = 1, per_page: int = 50) -> list[Job]:
         """Jobs in ``state``, newest first, one page (pages count from 1)."""
-        return self.ledger.jobs(self.name, JobState(state), page=page, per_page=per_page)
+        return self.queries.jobs(self.name, JobState(state), page=page, per_page=per_page)
 
     def retry(self, job_id: str) -> bool:
         """Run a failed job again (counters reset); False for any other state.
@@ -76,24 +76,24 @@ class Queue:
             if job is None or job.state is not JobState.FAILED:
                 return False
             token = new_token()
-            if not self.ledger.retry(self.name, job_id, token):
+            if not self.admin.retry(self.name, job_id, token):
                 return False
             publish(self.app.broker, self.name, job.actor, job.payload, job_id=job_id,
                     token=token, priority=job.priority)
             return True
-        return self.ledger.retry(self.name, job_id)
+        return self.admin.retry(self.name, job_id)
 
     def retry_all_failed(self) -> int:
         """Retry every job that was failed when the call began, once each: one that fails
         again while the call runs is left failed. Returns how many were retried."""
         # a snapshot, not pages of the live set: retried jobs that fail again at once
         # would land on the pages still to come (the set is bounded by the retention)
-        ids = self.ledger.job_ids(self.name, JobState.FAILED, 0, -1)
+        ids = self.queries.job_ids(self.name, JobState.FAILED, 0, -1)
         return sum(self.retry(job_id) for job_id in ids)
 
     def remove(self, job_id: str) -> bool:
         """Remove a job that is not active (releases its dedup key). True if removed."""
-        return self.ledger.remove(self.name, [job_id]) == 1
+        return self.admin.remove(self.name, [job_id]) == 1
 
     def remove_all(self, state: str | JobState) -> int:
         """Remove every job in ``state`` (any but active), a chunk of ids per round trip;
@@ -102,8 +102,8 @@ class Queue:
         if state is JobState.ACTIVE:
             raise ValueError("an active job cannot be removed")
         removed = 0
-        while ids := self.ledger.job_ids(self.name, state, 0, BULK_CHUNK - 1):
-            count = self.ledger.remove(self.name, ids)
+        while ids := self.queries.job_ids(self.name, state, 0, BULK_CHUNK - 1):
+            count = self.admin.remove(self.name, ids)
             removed += count
             if count == 0:  # the chunk turned active meanwhile: leave the rest
                 return removed
@@ -111,11 +111,11 @@ class Queue:
 
     def group_counts(self) -> dict[str, int]:
         """Jobs active now per group key, across every process (docs/queue.md#groups)."""
-        return self.ledger.group_counts(self.name)
+        return self.queries.group_counts(self.name)
 
     def pause(self) -> None:
         """Workers stop taking this queue's jobs (other queues continue)."""
-        self.ledger.set_paused(self.name, True)
+        self.admin.set_paused(self.name, True)
 
     def resume(self) -> None:
         """Workers take this queue's jobs again, in priority order.
@@ -127,10 +127,10 @@ class Queue:
         job's message.
         """
         if not self.app.config.external_broker:
-            self.ledger.set_paused(self.name, False)
+            self.admin.set_paused(self.name, False)
             return
-        rows = self.ledger.reissue_waiting(self.name, new_token())
-        self.ledger.set_paused(self.name, False)
+        rows = self.admin.reissue_waiting(self.name, new_token())
+        self.admin.set_paused(self.name, False)
         broker = self.app.broker
         for job_id, actor_name, data, priority, token in rows:
             publish(broker, self.name, actor_name, json.loads(data), job_id=job_id,
@@ -138,35 +138,35 @@ class Queue:
 
     def is_paused(self) -> bool:
         """True while paused."""
-        return self.ledger.is_paused(self.name)
+        return self.queries.is_paused(self.name)
 
     def drain(self) -> int:
         """Remove every waiting and delayed job; returns how many."""
-        return self.ledger.drain(self.name)
+        return self.admin.drain(self.name)
 
     def clean(self, state: str | JobState, older_than: timedelta = timedelta(0)) -> int:
         """Remove completed/failed/delayed records older than ``older_than``."""
-        return self.ledger.clean(self.name, JobState(state), older_than)
+        return self.admin.clean(self.name, JobState(state), older_than)
 
     def prune(self) -> int:
         """Apply the registry's retention now; returns records removed."""
-        return self.ledger.prune(self.spec)
+        return self.admin.prune(self.spec)
 
     def obliterate(self) -> int:
         """Delete everything the queue holds in Redis."""
-        return self.ledger.obliterate(self.name)
+        return self.admin.obliterate(self.name)
 
 
 def find_jobs(id_prefix: str, limit: int = 50) -> list[Job]:
     """Jobs of every registry queue whose id starts with ``id_prefix``, exact ids first
     (one pass over the keyspace, not one per queue: an operator's search)."""
-    ledger = current_app().ledger
+    queries = current_app().queries
     names = [spec.name for spec in all_specs()]
     # the exact ids are looked up, not left to the scan: it stops at the limit
-    exact = [job for name in names if (job := ledger.get(name, id_prefix)) is not None]
-    refs = ledger.find_job_refs(id_prefix, set(names), limit=limit)
+    exact = [job for name in names if (job := queries.get(name, id_prefix)) is not None]
+    refs = queries.find_job_refs(id_prefix, set(names), limit=limit)
     more = [job for name, job_id in refs if job_id != id_prefix
-            and (job := ledger.get(name, job_id)) is not None]
+            and (job := queries.get(name, job_id)) is not None]
     return (exact + more)[:limit]
 
 

@@ -260,8 +260,8 @@ def next_due_in(names: list[str]) -> float:
 
 def prune_all() -> int:
     """Apply the retention of every registry queue; returns records removed."""
-    ledger = current_app().ledger
-    return sum(ledger.prune(spec) for spec in all_specs())
+    admin = current_app().admin
+    return sum(admin.prune(spec) for spec in all_specs())
 
 
 def fire_schedules(stop: threading.Event) -> None:

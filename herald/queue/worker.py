@@ -206,10 +206,10 @@ class QueueWorker:
         """Apply each queue's retention (a lowered limit takes effect now, not at the
         queue's next terminal event: docs/queue.md#retention), then start consuming;
         returns at once."""
-        ledger = self.app.ledger
+        admin = self.app.admin
         for queue in self.queues:
             try:
-                ledger.prune(get_spec(queue))
+                admin.prune(get_spec(queue))
             except Exception as error:  # Redis away: the consumers will wait for it anyway
                 log.warning("retention at start failed: %s", type(error).__name__,
                             extra={"queue": queue})

@@ -195,11 +195,13 @@ def test_a_worker_with_no_queues_named_runs_the_table_but_never_the_demo_queue(
     consumed = set(started["queues"].split(","))
     assert consumed == {spec.name for spec in herald_queues(Settings())}
     check = ("from herald.queue.ledger import Ledger\n"
+             "from herald.queue.ledger_queries import LedgerQueries\n"
              "from herald.queue_app import queue_config\n"
              "from herald.queue.redis import new_redis_client\n"
              "from herald.settings import get_settings\n"
              "config = queue_config(get_settings())\n"
-             "job = Ledger(new_redis_client(config), config.prefix).get('demo', 'left-over')\n"
+             "ledger = Ledger(new_redis_client(config), config.prefix)\n"
+             "job = LedgerQueries(ledger).get('demo', 'left-over')\n"
              "print(job.state)")
     state = subprocess.run([sys.executable, "-c", check], env=demo_env, cwd=tmp_path,
                            capture_output=True, text=True, timeout=QUICK_S)
@@ -695,6 +697,7 @@ DEMO_40_5_DELIVERIES = 40 // 4 * 8 + 5 * 2
 def test_demo_after_a_user_session_counts_and_touches_only_its_own_rows(
         tmp_path: Path, demo_env: dict[str, str], redis_url: str) -> None:
     from herald.queue.ledger import Ledger
+    from herald.queue.ledger_queries import LedgerQueries
     from models.callbacks import CallbackReceipt
     from models.notifications import Delivery
 
@@ -736,7 +739,7 @@ def test_demo_after_a_user_session_counts_and_touches_only_its_own_rows(
         assert (receipt.processed_at, receipt.queued_at) == (None, receipt_queued_at)
     engine.dispose()
     client = redis.Redis.from_url(redis_url)
-    ledger = Ledger(client, user_prefix)
+    ledger = LedgerQueries(Ledger(client, user_prefix))
     channel_queue = {"email": "notification-email", "sms": "notification-sms"}
     for delivery_id, channel in session.queued.items():
         job = ledger.get(channel_queue[channel], delivery_id)

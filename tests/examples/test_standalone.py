@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from herald.queue.ledger import JobState, Ledger
+from herald.queue.ledger_queries import LedgerQueries
 from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,7 +74,7 @@ def test_the_standalone_app_runs_its_jobs_with_nothing_but_a_redis_url(
         worker: tuple[str, dict[str, str]]) -> None:
     redis_url, env = worker
     client = redis.Redis.from_url(redis_url)
-    ledger = Ledger(client, PREFIX)
+    ledger = LedgerQueries(Ledger(client, PREFIX))
 
     # Given the application's jobs added by a process of its own
     produced = subprocess.run([sys.executable, "-m", "examples.standalone.produce"], cwd=REPO,
@@ -111,6 +112,6 @@ def test_the_standalone_app_runs_its_jobs_with_nothing_but_a_redis_url(
     assert "Traceback" not in clock_stderr, clock_stderr[-3000:]
 
 
-def _completed(ledger: Ledger, queue: str, job_id: str) -> object:
+def _completed(ledger: LedgerQueries, queue: str, job_id: str) -> object:
     job = ledger.get(queue, job_id)
     return job if job is not None and job.state is JobState.COMPLETED else None

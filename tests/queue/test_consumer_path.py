@@ -33,7 +33,7 @@ def test_plain_completion_is_fenced_by_its_token(redis_only: HeraldOn) -> None:
     assert finished == []
     job = queue("t-basic").get("job-fenced")
     assert job.state == "completed" and job.return_value is None
-    assert ledger.metrics("t-basic")["completed"] == 1
+    assert current_app().queries.metrics("t-basic")["completed"] == 1
 
 
 def test_a_fetch_that_empties_the_queue_clears_the_wake_ups_left_for_its_jobs(

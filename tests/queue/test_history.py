@@ -116,18 +116,18 @@ def test_failed_within_counts_across_pages(redis_only: HeraldOn) -> None:
     ages_h = [0, 1, 5, 23, 25, 24 * 6]  # four recent, two retained from long ago
     for job_id, hours in zip(ids, ages_h, strict=True):
         _age(job_id, now_ms() - hours * HOUR)
-    ledger = current_app().ledger
+    queries = current_app().queries
     cutoff = now_ms() - 24 * HOUR
     # pages of 2 end exactly at the cutoff; pages of 3 cross it midway; 1 page per record
     for page_size in (1, 2, 3, 4, 500):
-        assert ledger.failed_since("t-other", cutoff, page_size=page_size) == 4, page_size
+        assert queries.failed_since("t-other", cutoff, page_size=page_size) == 4, page_size
         # nothing older than the cutoff: every page full but the last
-        assert ledger.failed_since("t-other", 0, page_size=page_size) == 6, page_size
+        assert queries.failed_since("t-other", 0, page_size=page_size) == 6, page_size
     assert queue("t-other").failed_within(timedelta(hours=24)) == 4
     # paging stops at the first record past the cutoff: the older retained ones are not
     # read at all (four pages of one recent record, then the page that crossed)
     before = _zrevrange_calls()
-    assert ledger.failed_since("t-other", cutoff, page_size=1) == 4
+    assert queries.failed_since("t-other", cutoff, page_size=1) == 4
     assert _zrevrange_calls() - before == 5
 
 

@@ -23,6 +23,7 @@ from redis.retry import Retry
 
 from herald.queue import App, current_app, enqueue, queue
 from herald.queue.ledger import Ledger, RunEnd, new_token
+from herald.queue.ledger_admin import LedgerAdmin
 from herald.queue.redis import new_redis_client
 from herald.queue.registry import get_spec
 from herald.queue.worker import running_worker
@@ -147,7 +148,7 @@ def test_an_enqueue_sent_again_after_a_lost_reply_is_added_once_and_runs(
         result = enqueue(basic, {"key": "lost"}, job_id="job-lost")
     # Then the call still says the job was added (not a duplicate of itself)
     assert result.status == "added"
-    assert "duplicated" not in current_app().ledger.metrics("t-basic")
+    assert "duplicated" not in current_app().queries.metrics("t-basic")
     # and a worker runs it once (on RabbitMQ: its message was published)
     normal_broker()
     with running_worker(["t-basic"]):
@@ -163,12 +164,12 @@ def test_a_retry_sent_again_after_a_lost_reply_still_says_it_retried(
     enqueue(basic, {"key": "p", "permanent": True}, job_id="job-p")
     with running_worker(["t-basic"]):
         wait_for(lambda: queue("t-basic").get("job-p").state == "failed")
-    ledger = impatient(kind)
-    assert not ledger.retry("t-basic", "job-none")  # the retry script is loaded
+    admin = LedgerAdmin(impatient(kind))
+    assert not admin.retry("t-basic", "job-none")  # the retry script is loaded
     with reply_lost(server):
         # When it is retried in place, as q.retry does (sent, times out, sent again)
         message = new_token() if kind == "rabbitmq" else ""
-        retried = ledger.retry("t-basic", "job-p", message)
+        retried = admin.retry("t-basic", "job-p", message)
     # Then the answer is still True (q.retry publishes the job's message on it), and the
     # job waits for its new life
     assert retried
@@ -209,11 +210,11 @@ def test_a_remove_sent_again_after_a_lost_reply_still_counts_what_it_removed(
     # Given two waiting jobs
     enqueue(basic, {"key": "a"}, job_id="job-a")
     enqueue(basic, {"key": "b"}, job_id="job-b")
-    ledger = impatient(kind)
-    assert ledger.remove("t-basic", ["job-none"]) == 0  # the remove script is loaded
+    admin = LedgerAdmin(impatient(kind))
+    assert admin.remove("t-basic", ["job-none"]) == 0  # the remove script is loaded
     with reply_lost(server):
         # When both are removed (sent, times out, sent again)
-        removed = ledger.remove("t-basic", ["job-a", "job-b"])
+        removed = admin.remove("t-basic", ["job-a", "job-b"])
     # Then the answer counts both (drain and clean add these answers up), and both are gone
     assert removed == 2
     assert (queue("t-basic").get("job-a"), queue("t-basic").get("job-b")) == (None, None)
@@ -241,7 +242,7 @@ def test_a_claim_sent_again_after_a_lost_reply_starts_the_run_it_claimed(
     job = queue("t-basic").get("job-c")
     assert (made, started) == (0, 1)
     assert (job.state, job.attempts_started, job.token) == ("active", 1, token)
-    assert "stalled" not in ledger.metrics("t-basic")
+    assert "stalled" not in current_app().queries.metrics("t-basic")
     # and the run's end, under that token, completes the job
     [end] = ledger.cycle(spec, external=True, finishes=[RunEnd(
         job_id="job-c", token=token, outcome=RunEnd.COMPLETED, value="null")]).finished

@@ -74,7 +74,7 @@ def test_two_clocks_fire_interval_and_cron_schedules_once_per_tick(
     assert all(due % 2000 == 0 for due in crons), crons
     # and no clock ever tried to add a tick the other one had fired
     for name in ("t-basic", "t-other"):
-        assert queue(name).ledger.metrics(name).get("duplicated", 0) == 0
+        assert queue(name).queries.metrics(name).get("duplicated", 0) == 0
 
 
 def test_a_clock_back_after_missed_ticks_fires_the_latest_tick_only(

@@ -125,4 +125,4 @@ def test_a_job_whose_message_did_go_out_still_runs_once_when_enqueued_again(
     run_until_sentinel()
     assert [e["key"] for e in events("start")] == ["twice", "sentinel"]
     assert queue("t-prio").get("job-twice").attempts_started == 1
-    assert current_app().ledger.metrics("t-prio")["duplicated"] == 1
+    assert current_app().queries.metrics("t-prio")["duplicated"] == 1
