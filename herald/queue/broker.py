@@ -54,7 +54,7 @@ class LedgerMessage(MessageProxy):
     """A consumed job. The message's fields are plain attributes: MessageProxy looks each
     one up through ``__getattr__``, and a run reads them about fifteen times."""
 
-    def __init__(self, message: dramatiq.Message) -> None:
+    def __init__(self, message: dramatiq.Message[Any]) -> None:
         super().__init__(message)
         self.queue_name = message.queue_name
         self.actor_name = message.actor_name
@@ -138,8 +138,8 @@ class LedgerBroker(HookDispatch, dramatiq.Broker):
             slots.use(spec)
         return LedgerConsumer(self, slots, timeout)
 
-    def enqueue(self, message: dramatiq.Message, *, delay: int | None = None,
-                ) -> dramatiq.Message:
+    def enqueue(self, message: dramatiq.Message[Any], *, delay: int | None = None,
+                ) -> dramatiq.Message[Any]:
         """Plain ``actor.send`` support: the message becomes a ledger job."""
         self.emit_before("enqueue", message, delay)
         payload = message.args[0] if message.args else dict(message.kwargs)
@@ -411,7 +411,7 @@ class LedgerConsumer(Consumer):
 
 
 def message_for(queue: str, actor: str, payload: dict[str, Any], *, job_id: str,
-                token: str | None = None, priority: int = 5) -> dramatiq.Message:
+                token: str | None = None, priority: int = 5) -> dramatiq.Message[Any]:
     """The Dramatiq message that carries one job (RabbitMQ and ``actor.send``)."""
     return dramatiq.Message(queue_name=queue, actor_name=actor, args=(payload,), kwargs={},
                             options={"job_id": job_id, "priority": priority},

@@ -62,6 +62,12 @@ class Defer(Retry):
     that keeps deferring.
     """
 
+    #: How long until the job runs again. Dramatiq's ``Retry.delay`` holds milliseconds;
+    #: herald's ledger middleware reads this timedelta instead, and Dramatiq's Retries
+    #: middleware, the reader of milliseconds, is not among the brokers' middleware
+    #: (``default_middleware`` in middleware.py).
+    delay: timedelta  # type: ignore[assignment]  # a public delay is a timedelta
+
     def __init__(self, delay: timedelta, reason: str = "deferred") -> None:
         super().__init__(reason, delay=int(delay.total_seconds() * 1000))
         self.delay = delay

@@ -268,7 +268,7 @@ def _group_args(spec: QueueSpec) -> list[Any]:
 def _reissued_result(row: Sequence[Any]) -> AddResult:
     """An add script's row for a duplicate that now awaits a new message (see add.lua)."""
     status, job_id, actor, data, priority, run_at = row
-    return AddResult(status=AddStatus(text_of(status)), job_id=text_of(job_id) or "",
+    return AddResult(status=AddStatus(text_of(status) or ""), job_id=text_of(job_id) or "",
                      reissued=Reissued(actor=text_of(actor) or "", data=text_of(data) or "null",
                                        priority=int(priority), run_at_ms=int(run_at)))
 
@@ -385,9 +385,10 @@ class Ledger:
                              connection=connection)
         finished_raw, started_raw, next_due, limited, _ = raw
         finished = [Verdict(job_id=text_of(f[0]) or "", result=text_of(f[1]) or "",
-                             run_at_ms=int(f[2]), actor=text_of(f[3]) if len(f) > 3 else "",
-                             data=text_of(f[4]) if len(f) > 4 else "",
-                             reason=text_of(f[5]) if len(f) > 5 else "")
+                             run_at_ms=int(f[2]),
+                             actor=text_of(f[3]) or "" if len(f) > 3 else "",
+                             data=text_of(f[4]) or "" if len(f) > 4 else "",
+                             reason=text_of(f[5]) or "" if len(f) > 5 else "")
                     for f in finished_raw]
         started = [StartedJob(id=text_of(s[0]) or "", actor=text_of(s[1]) or "",
                               data=text_of(s[2]) or "null", token=text_of(s[3]) or "",

@@ -15,7 +15,7 @@ import threading
 import time
 import traceback
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import dramatiq
 from dramatiq.middleware import CurrentMessage, Middleware, SkipMessage
@@ -146,8 +146,8 @@ class LedgerMiddleware(Middleware):
 
     # -- both brokers ---------------------------------------------------------------------
     def before_process_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
-        if getattr(broker, "external_ledger", False):
-            self._claim(broker, message)  # type: ignore[arg-type]
+        if getattr(broker, "external_ledger", False):  # the flag says it is one
+            self._claim(cast(ExternalLedgerBroker, broker), message)
         self._started[message.message_id] = time.perf_counter()
 
     def after_process_message(self, broker: dramatiq.Broker, message: MessageProxy, *,
@@ -164,7 +164,7 @@ class LedgerMiddleware(Middleware):
         finish = finish_for(message, result=result, exception=exception)
         message.options["herald_finish"] = finish
         if external:
-            self._settle(broker, message, finish)  # type: ignore[arg-type]
+            self._settle(cast(ExternalLedgerBroker, broker), message, finish)
 
     # -- RabbitMQ -------------------------------------------------------------------------
     def _claim(self, broker: ExternalLedgerBroker, message: MessageProxy) -> None:

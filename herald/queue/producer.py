@@ -15,7 +15,7 @@ import operator
 import os
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol, cast
 
 import dramatiq
 from pydantic import BaseModel
@@ -114,13 +114,21 @@ def _submit(app: App, groups: Sequence[tuple[JobActor[Any], Sequence[NewJob]]],
     return results
 
 
+class Publisher(Protocol):
+    """A broker whose messages live outside the ledger (RabbitMQ): it publishes them."""
+
+    def publish(self, message: dramatiq.Message[Any], *, priority: int,
+                delay_ms: int = 0) -> None:
+        """Publish one job's message with its priority, ``delay_ms`` from now."""
+
+
 def publish(broker: dramatiq.Broker, queue_name: str, actor_name: str, payload: Any, *,
              job_id: str, token: str, priority: int, delay_ms: int = 0) -> None:
     """Publish the message that carries one job under ``token`` (external brokers)."""
     message = message_for(queue_name, actor_name, payload, job_id=job_id, token=token,
                           priority=priority)
-    broker.publish(message, priority=priority,  # type: ignore[attr-defined]
-                   delay_ms=delay_ms)
+    # only an App whose config names an external broker calls this: its broker publishes
+    cast(Publisher, broker).publish(message, priority=priority, delay_ms=delay_ms)
 
 
 def enqueue(target: JobActor[Any], payload: dict[str, Any] | BaseModel, *,

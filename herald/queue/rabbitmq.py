@@ -48,7 +48,7 @@ class HeraldRabbitmqBroker(RabbitmqBroker):
             prefetch = get_spec(queue_name).concurrency
         return super().consume(queue_name, prefetch=prefetch, timeout=timeout)
 
-    def publish(self, message: dramatiq.Message, *, priority: int, delay_ms: int = 0) -> None:
+    def publish(self, message: dramatiq.Message[Any], *, priority: int, delay_ms: int = 0) -> None:
         """Publish one job's message (with its RabbitMQ priority and optional delay)."""
         message.options["broker_priority"] = rabbit_priority(priority)
         self.enqueue(message, delay=delay_ms or None)
@@ -57,11 +57,11 @@ class HeraldRabbitmqBroker(RabbitmqBroker):
         """Publish the message again later, under ``token`` (or the same one)."""
         options = {k: v for k, v in message.options.items()
                    if k not in ("eta", "herald_finish", "herald_token", "redeliveries")}
-        copy = dramatiq.Message(queue_name=message.queue_name.removesuffix(".DQ"),
-                                actor_name=message.actor_name, args=message.args,
-                                kwargs=message.kwargs, options=options,
-                                message_id=token or message.message_id,
-                                message_timestamp=message.message_timestamp)
+        copy: dramatiq.Message[Any] = dramatiq.Message(
+            queue_name=message.queue_name.removesuffix(".DQ"), actor_name=message.actor_name,
+            args=message.args, kwargs=message.kwargs, options=options,
+            message_id=token or message.message_id,
+            message_timestamp=message.message_timestamp)
         self.publish(copy, priority=int(options.get("priority", 5)), delay_ms=delay_ms)
 
 

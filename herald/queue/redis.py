@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -54,7 +54,7 @@ def new_redis_client(config: QueueConfig, *, socket_timeout: float | None = 30.0
 
         sentinel = Sentinel(list(config.sentinel_hosts),
                             socket_connect_timeout=CONNECT_TIMEOUT_S)
-        return sentinel.master_for(config.sentinel_name, **common)
+        return cast(redis.Redis, sentinel.master_for(config.sentinel_name, **common))
     if config.redis_client is not None:
         return config.redis_client
     if config.redis_url.startswith("unix://"):

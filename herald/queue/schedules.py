@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import redis
 from croniter import croniter
@@ -35,6 +35,7 @@ from croniter import croniter
 from herald.queue.actor import JobActor
 from herald.queue.app import App, current_app
 from herald.queue.ledger import LUA_DIR
+from herald.queue.ledger_queries import Scored
 from herald.queue.producer import enqueue
 from herald.queue.registry import all_specs
 
@@ -91,6 +92,7 @@ class Schedule:
         """The due time after ``due_ms``."""
         if self.every is not None:
             return due_ms + self._step_ms()
+        assert self.cron is not None  # exactly one of every and cron (checked at declaration)
         start = datetime.fromtimestamp(due_ms / 1000, tz=UTC)
         return int(croniter(self.cron, start).get_next(datetime).timestamp() * 1000)
 
@@ -192,8 +194,9 @@ class _Ticks:
     def fire_due(self) -> int:
         """Claim every tick that fell due and add its job; returns jobs added."""
         fired = 0
-        for name, score in self.client.zrangebyscore(self.next_key, "-inf", self.now,
-                                                      withscores=True):
+        fallen_due = cast(Scored, self.client.zrangebyscore(self.next_key, "-inf", self.now,
+                                                            withscores=True))
+        for name, score in fallen_due:
             item = self.enabled_schedule(name)
             if item is None:
                 continue
@@ -212,8 +215,9 @@ class _Ticks:
         outlived the lease); returns jobs added."""
         fired = 0
         overdue = self.now - int(CLAIM_LEASE_S * 1000)
-        for tick, score in self.client.zrangebyscore(self.claimed_key, "-inf", overdue,
-                                                      withscores=True):
+        claimed = cast(Scored, self.client.zrangebyscore(self.claimed_key, "-inf", overdue,
+                                                         withscores=True))
+        for tick, score in claimed:
             due, _, name = tick.decode().partition(":")
             item = self.enabled_schedule(name)
             # taking a claim over is a compare-and-set too: one clock retries each tick
@@ -251,7 +255,7 @@ def fire_due(names: list[str]) -> int:
 def next_due_in(names: list[str]) -> float:
     """Seconds until the earliest of ``names`` falls due (capped at the idle wait)."""
     app = current_app()
-    scores = app.client.zrange(next_key(app), 0, -1, withscores=True)
+    scores = cast(Scored, app.client.zrange(next_key(app), 0, -1, withscores=True))
     dues = [int(s) for n, s in scores if n.decode() in names]
     if not dues:
         return CLOCK_IDLE_S
