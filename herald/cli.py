@@ -111,7 +111,7 @@ class _SweepHelp(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: Any, option_string: str | None = None) -> None:
-        from herald.queue.sweeps import registered_sweeps
+        from herald.queue import registered_sweeps
 
         load_actor_modules()
         names = list(registered_sweeps())

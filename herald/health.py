@@ -29,13 +29,13 @@ import pika
 
 from herald.access import has_api_access
 from herald.db import check_database
-from herald.queue import current_app
-from herald.queue.metrics import CONTENT_TYPE as CONTENT_TYPE  # served by the web app too
-from herald.queue.metrics import exposition
+from herald.queue import METRICS_CONTENT_TYPE, current_app, metrics_exposition
 from herald.settings import get_settings
 
 log = logging.getLogger(__name__)
 
+#: The media type of :func:`metrics_text` (the web app serves it too).
+CONTENT_TYPE = METRICS_CONTENT_TYPE
 #: What a passing check reports.
 OK = "ok"
 #: A failed check, as ``/readyz`` names it.
@@ -65,7 +65,7 @@ def _reason(error: BaseException) -> str:
 def metrics_text() -> bytes:
     """This process's metrics and every registry queue's, in the Prometheus text format
     (:data:`CONTENT_TYPE`): what the web app and the worker health servers serve."""
-    return exposition()
+    return metrics_exposition()
 
 
 def check_redis() -> None:

@@ -13,8 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from herald.embedded_redis import embedded_socket_path, ensure_embedded_redis
-from herald.queue import App, QueueConfig
-from herald.queue.app import installed_app
+from herald.queue import App, QueueConfig, installed_app
 from herald.settings import Settings, get_settings
 
 

@@ -40,8 +40,7 @@ from typing import Any, cast
 import redis
 from redis.commands.core import Script
 
-from herald.queue import current_app
-from herald.queue.redis import ThreadConnections
+from herald.queue import ThreadConnections, current_app
 from herald.settings import Settings, get_settings
 from providers.base import (
     CallbackEvent,

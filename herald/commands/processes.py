@@ -36,7 +36,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     start with one line saying why (exit code 1)."""
     from herald.health import PortInUse, serve_worker_health
     from herald.process import schedule_as_batch, tune_garbage_collector
-    from herald.queue.worker import run_worker_process
+    from herald.queue import run_worker_process
     from herald.queue_app import start_queue_app
 
     if args.app:
@@ -84,7 +84,7 @@ def cmd_clock(args: argparse.Namespace, settings: Settings) -> int:
     Schedules are declared by the modules of ``actors`` (and ``--import``); see
     :mod:`herald.queue.schedules` for how several clocks share the work without double-firing.
     """
-    from herald.queue.schedules import fire_schedules, stop_on_signal
+    from herald.queue import fire_schedules, stop_on_signal
     from herald.queue_app import start_queue_app
 
     load_actor_modules(args.imports)

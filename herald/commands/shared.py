@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from herald.queue.errors import UnknownQueue
+from herald.queue import UnknownQueue
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -56,8 +56,7 @@ def fail(message: str, code: int = 1) -> int:
 
 def check_queues(names: Sequence[str]) -> list[str] | None:
     """The queue names checked against the registry (all when none), None on a bad one."""
-    from herald.queue.registry import all_specs
-    from herald.queue.worker import queues_or_all
+    from herald.queue import all_specs, queues_or_all
 
     try:
         return queues_or_all(names)

@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 from herald.commands.shared import USAGE_ERROR, check_queues, console, fail, load_actor_modules
 
 if TYPE_CHECKING:
-    from herald.queue import Queue
-    from herald.queue.registry import Keep, QueueSpec
+    from herald.queue import Keep, Queue, QueueSpec
     from herald.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -45,7 +44,7 @@ def format_keep(keep: Keep) -> str:
 
 def describe_spec(spec: QueueSpec) -> dict[str, str]:
     """The registry columns of ``herald queues`` for one queue."""
-    from herald.queue.registry import Backoff
+    from herald.queue import Backoff
 
     if spec.rate_limit is None:
         rate = "—"
@@ -75,7 +74,7 @@ def _redis_reachable(settings: Settings) -> bool:
     from redis.retry import Retry
 
     from herald.embedded_redis import embedded_socket_path
-    from herald.queue.redis import new_redis_client
+    from herald.queue import new_redis_client
     from herald.queue_app import queue_config
 
     timeout = QUEUES_REDIS_TIMEOUT.total_seconds()
@@ -102,8 +101,7 @@ def cmd_queues(args: argparse.Namespace, settings: Settings) -> int:
     import redis
     from rich.table import Table
 
-    from herald.queue import queue
-    from herald.queue.registry import all_specs
+    from herald.queue import all_specs, queue
     from herald.queue_app import describe_redis, start_queue_app
 
     load_actor_modules(args.imports)
@@ -140,7 +138,7 @@ def cmd_queues(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
     """``herald sweep``: run the registered sweeps (all when none named) once."""
-    from herald.queue.sweeps import registered_sweeps
+    from herald.queue import registered_sweeps
     from herald.queue_app import start_queue_app
 
     load_actor_modules()

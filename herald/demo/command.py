@@ -67,8 +67,10 @@ NON_TERMINAL = ("waiting", "delayed", "active", "paused")
 STATES = ("waiting", "delayed", "active", "paused", "completed", "failed")
 #: Loggers held quiet while the progress bar runs: the planned failures and retries
 #: would otherwise log thousands of lines (the summary table reports them instead).
-QUIET_DURING_RUN = {"herald.jobs": logging.ERROR, "herald.worker": logging.WARNING,
-                    "dramatiq": logging.WARNING, "herald.orchestration": logging.WARNING,
+QUIET_DURING_RUN = {"herald.queue.middleware": logging.ERROR,
+                    "herald.queue.producer": logging.ERROR,
+                    "herald.queue.worker": logging.WARNING, "dramatiq": logging.WARNING,
+                    "herald.orchestration": logging.WARNING,
                     "herald.batches": logging.WARNING, "herald.handoffs": logging.WARNING,
                     "herald.callbacks": logging.WARNING,
                     "herald.store": logging.WARNING, "herald.payments": logging.WARNING,
@@ -135,8 +137,7 @@ def run(jobs: int = DEFAULT_JOBS, *, events: int | None = None, batch_size: int 
 
 def _run_jobs(jobs: int, console: Console) -> int:
     from herald.demo import jobs as demo
-    from herald.queue import enqueue_many, queue
-    from herald.queue.worker import running_worker
+    from herald.queue import enqueue_many, queue, running_worker
 
     if not 1 <= jobs <= demo.MAX_DEMO_JOBS:
         console.print(f"[red]--jobs must be between 1 and {demo.MAX_DEMO_JOBS}[/]")

@@ -23,9 +23,7 @@ from datetime import timedelta
 from dramatiq.middleware import CurrentMessage
 from pydantic import BaseModel, Field
 
-from herald.queue import actor, queue
-from herald.queue.errors import Permanent
-from herald.queue.registry import Keep, QueueSpec, Retention, declare
+from herald.queue import Keep, Permanent, QueueSpec, Retention, actor, declare, queue
 
 #: The demo's queue name.
 DEMO_QUEUE = "demo"

@@ -198,7 +198,7 @@ def run_notifications(events: int, console: Console, *, batch_size: int | None =
     """Run the notification phase; returns 0 when every delivery it made ended final, its
     batch finished, every callback it posted was processed and the provider accepted
     exactly its deliveries recorded as sent or delivered (and nothing else)."""
-    from herald.queue.registry import redeclared
+    from herald.queue import redeclared
 
     with own_namespace() as prefix, redeclared(QUEUES, rate_limit=None):
         return _run(events, console, batch_size or DEFAULT_BATCH_SIZE, prefix)
@@ -213,7 +213,7 @@ def _run(events: int, console: Console, batch_size: int, prefix: str) -> int:
     from actors.handoffs import Scope
     from herald.db import migrate
     from herald.db import session as db_session
-    from herald.queue.worker import running_worker
+    from herald.queue import running_worker
     from herald.web import create_app
     from models.base import utcnow
     from models.callbacks import CallbackReceipt

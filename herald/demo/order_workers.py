@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 import actors.queues  # noqa: F401  (registers herald's queue table)
-from herald.queue.registry import SECOND, declare, get_spec
+from herald.queue import SECOND, declare, get_spec
 
 #: The queues the order phase's worker process runs, and their lock while it does.
 ORDER_QUEUES = ("payment", "store-fulfillment")

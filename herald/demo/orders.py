@@ -288,7 +288,7 @@ def verify_waiting(client: Any, orders: list[OrderRow], verified: set[str]) -> N
 def run_orders(count: int, console: Console) -> int:
     """Run the order phase; returns 0 only when every order ended as its product plans,
     with one charge and one eSIM email per issued order and no charge for a failed one."""
-    from herald.queue.registry import redeclared
+    from herald.queue import redeclared
 
     with own_namespace((*NOTIFICATION_QUEUES, *ORDER_QUEUES)) as prefix, \
             environment(FEATURE_ESIM_STORE="true"), \
@@ -392,7 +392,7 @@ def _settle(client: Any, worker: WorkerProcess, order_ids: list[str], account_id
     """Run until every order is final, each issued one has its eSIM email and no
     delivery of the account is open; restart the worker when it dies (``done`` stays
     False when the deadline came first)."""
-    from herald.queue.worker import running_worker
+    from herald.queue import running_worker
 
     settling = Settling()
     deadline = time.perf_counter() + SETTLE_DEADLINE.total_seconds()

@@ -109,7 +109,7 @@ def run_purchasing(count: int, console: Console) -> int:
     """Run the purchasing phase; returns 0 only when every order, dispatch, file, email
     and the reroute ended as planned."""
     from herald.db import migrate
-    from herald.queue.registry import SECOND, redeclared
+    from herald.queue import SECOND, redeclared
     from providers.pdf import renderer_ready
 
     migrate()
@@ -151,7 +151,7 @@ def run_purchasing(count: int, console: Console) -> int:
 
 def _run(count: int, console: Console, sftp: SftpTestServer, mail: MailSink, work: Path,
          with_kitchen: bool, supplier_ids: dict[str, str]) -> int:
-    from herald.queue.worker import running_worker
+    from herald.queue import running_worker
 
     client = _client()
     items = [item for item in ITEMS if with_kitchen or item.supplier != "kitchen"]

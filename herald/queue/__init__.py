@@ -18,8 +18,8 @@ retention) are described in docs/queue.md. The library knows nothing of notifica
 orders: herald's own queues are declared by ``actors``.
 """
 
-from herald.queue.actor import JobActor, actor
-from herald.queue.app import App, current_app, now_ms
+from herald.queue.actor import JobActor, actor, declared_actors
+from herald.queue.app import App, current_app, installed_app, now_ms
 from herald.queue.config import QueueConfig
 from herald.queue.current import attempts_made, is_last_attempt
 from herald.queue.errors import (
@@ -30,24 +30,57 @@ from herald.queue.errors import (
     Permanent,
     UnknownQueue,
 )
-from herald.queue.ledger import Job, JobState
+from herald.queue.ledger import Job, JobState, Ledger
+from herald.queue.ledger_admin import LedgerAdmin
+from herald.queue.ledger_queries import LedgerQueries
+from herald.queue.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from herald.queue.metrics import exposition as metrics_exposition
 from herald.queue.operations import Queue, find_jobs, queue
 from herald.queue.producer import EnqueueResult, enqueue, enqueue_groups, enqueue_many
+from herald.queue.redis import ThreadConnections, new_redis_client
 from herald.queue.registry import (
+    DAY,
+    HOUR,
+    MINUTE,
     NORMAL_PRIORITY,
+    SECOND,
     URGENT_PRIORITY,
     Backoff,
     Keep,
     QueueSpec,
     Retention,
+    all_specs,
     declare,
     get_spec,
+    provide_queues,
+    redeclared,
 )
-from herald.queue.schedules import Schedule, schedule
-from herald.queue.worker import running_worker
+from herald.queue.schedules import (
+    Schedule,
+    declared_schedules,
+    fire_due,
+    fire_schedules,
+    schedule,
+    stop_on_signal,
+)
+from herald.queue.sweeps import register_sweep, registered_sweeps
+from herald.queue.worker import (
+    OnFailure,
+    QueueWorker,
+    WorkerGroup,
+    declare_groups,
+    queues_or_all,
+    run_worker_process,
+    running_worker,
+)
 
 __all__ = [
+    "DAY",
+    "HOUR",
+    "METRICS_CONTENT_TYPE",
+    "MINUTE",
     "NORMAL_PRIORITY",
+    "SECOND",
     "URGENT_PRIORITY",
     "App",
     "Backoff",
@@ -59,26 +92,49 @@ __all__ = [
     "JobActor",
     "JobState",
     "Keep",
+    "Ledger",
+    "LedgerAdmin",
+    "LedgerQueries",
     "NoAppInstalled",
+    "OnFailure",
     "Permanent",
     "Queue",
     "QueueConfig",
     "QueueSpec",
+    "QueueWorker",
     "Retention",
     "Schedule",
+    "ThreadConnections",
     "UnknownQueue",
+    "WorkerGroup",
     "actor",
+    "all_specs",
     "attempts_made",
     "current_app",
     "declare",
+    "declare_groups",
+    "declared_actors",
+    "declared_schedules",
     "enqueue",
     "enqueue_groups",
     "enqueue_many",
     "find_jobs",
+    "fire_due",
+    "fire_schedules",
     "get_spec",
+    "installed_app",
     "is_last_attempt",
+    "metrics_exposition",
+    "new_redis_client",
     "now_ms",
+    "provide_queues",
     "queue",
+    "queues_or_all",
+    "redeclared",
+    "register_sweep",
+    "registered_sweeps",
+    "run_worker_process",
     "running_worker",
     "schedule",
+    "stop_on_signal",
 ]

@@ -2,7 +2,7 @@
 
 An App is made from a :class:`~herald.queue.config.QueueConfig` and owns what the queues
 run on: the Redis client, each thread's own connection to it, the ledger (with its
-queries and admin operations), its clock, the broker (Redis or RabbitMQ, as the config
+queries and admin operations), its queue time, the broker (Redis or RabbitMQ, as the config
 says) and the metrics collector that reads the ledger. :meth:`App.install` is the one
 place that sets Dramatiq's global broker and binds the declared actors to it;
 :meth:`App.close` closes its connections. An application
@@ -23,7 +23,6 @@ import dramatiq
 from prometheus_client import REGISTRY
 
 from herald.queue.actor import declared_actors
-from herald.queue.clock import Clock
 from herald.queue.config import QueueConfig
 from herald.queue.dramatiq_internals import installed_broker, uninstall_broker
 from herald.queue.errors import NoAppInstalled
@@ -31,6 +30,7 @@ from herald.queue.ledger import Ledger
 from herald.queue.ledger_admin import LedgerAdmin
 from herald.queue.ledger_queries import LedgerQueries
 from herald.queue.metrics import LedgerCollector
+from herald.queue.queue_time import QueueTime
 from herald.queue.redis import ThreadConnections, new_redis_client
 
 #: The attribute of a broker that names the App it belongs to.
@@ -43,7 +43,7 @@ class App:
     def __init__(self, config: QueueConfig) -> None:
         self.config = config
         #: the ledger's "now": the wall clock plus an offset a test may move
-        self.clock = Clock()
+        self.clock = QueueTime()
         #: the producers' client (the application's own when the config gave one)
         self.client = new_redis_client(config)
         #: each thread's own connection to the client's server (the hot paths' scripts)
@@ -133,5 +133,5 @@ def app_of(broker: dramatiq.Broker | None) -> App:
 
 
 def now_ms() -> int:
-    """Milliseconds since the epoch on the installed App's clock (docs/queue.md#the-clock)."""
+    """Milliseconds since the epoch in the installed App's queue time (docs/queue.md#queue-time)."""
     return current_app().clock.now_ms()

@@ -38,7 +38,7 @@ from herald.queue.middleware import (
 from herald.queue.redis import dedicated_connection
 from herald.queue.registry import QueueSpec, get_spec
 
-log = logging.getLogger("herald.broker")
+log = logging.getLogger(__name__)
 
 #: Longest single block on an empty queue (ms); the consumer thread checks for shutdown
 #: between blocks.

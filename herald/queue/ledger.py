@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 import redis
 
-from herald.queue.clock import Clock
+from herald.queue.queue_time import QueueTime
 from herald.queue.redis import ThreadConnections, run_script_on
 from herald.queue.registry import Backoff, Keep, QueueSpec
 
@@ -277,19 +277,19 @@ class Ledger:
     """Job records of every queue under one key prefix, on one Redis client."""
 
     def __init__(self, client: redis.Redis, prefix: str = "herald", *,
-                 clock: Clock | None = None, connections: ThreadConnections | None = None,
+                 clock: QueueTime | None = None, connections: ThreadConnections | None = None,
                  ) -> None:
         self.client = client
         self.prefix = prefix
         #: the "now" of every time this ledger stores or compares
-        self.clock = clock or Clock()
+        self.clock = clock or QueueTime()
         self._scripts = {name: client.register_script(_source(name))
                          for name in ("add", "cycle", "start", "retry", "remove", "reissue")}
         #: each thread's own connection for its script calls (see :meth:`_run_own`)
         self._own = connections or ThreadConnections(client)
 
     def now_ms(self) -> int:
-        """Milliseconds since the epoch on this ledger's clock."""
+        """Milliseconds since the epoch in this ledger's queue time."""
         return self.clock.now_ms()
 
     # -- keys ---------------------------------------------------------------------------

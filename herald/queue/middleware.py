@@ -30,7 +30,7 @@ from herald.queue.registry import QueueSpec, all_specs, get_spec
 if TYPE_CHECKING:
     from dramatiq.broker import MessageProxy
 
-log = logging.getLogger("herald.jobs")
+log = logging.getLogger(__name__)
 
 #: Longest stack trace kept on a job record.
 STACK_LIMIT = 8000

@@ -34,7 +34,7 @@ from herald.queue.ledger import (
 )
 from herald.queue.registry import NORMAL_PRIORITY, PRIORITY_RANGE, get_spec, group_key_problem
 
-log = logging.getLogger("herald.jobs")
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

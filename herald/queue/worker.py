@@ -39,7 +39,7 @@ from herald.queue.app import App, current_app
 from herald.queue.dramatiq_internals import drop_worker_middleware, install_deadline_join
 from herald.queue.registry import all_specs, get_spec
 
-log = logging.getLogger("herald.worker")
+log = logging.getLogger(__name__)
 # Dramatiq logs each failed run with the message's arguments (personal data); the ledger
 # middleware logs every outcome with ids only and the job record keeps the stack.
 logging.getLogger("dramatiq.worker.WorkerThread").setLevel(logging.CRITICAL)

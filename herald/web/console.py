@@ -22,8 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from herald import db
-from herald.queue import Job, JobState, Queue, QueueSpec, UnknownQueue, queue
-from herald.queue.registry import all_specs
+from herald.queue import Job, JobState, Queue, QueueSpec, UnknownQueue, all_specs, queue
 from herald.web.errors import api_error, error_body
 from models.audit import ADMIN_ACTOR, AuditEntry, begin_audit, complete_audit, recent_audit
 

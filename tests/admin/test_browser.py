@@ -28,13 +28,13 @@ from herald.queue import (
     JobState,
     QueueSpec,
     actor,
+    all_specs,
     declare,
     enqueue,
     enqueue_many,
     queue,
     running_worker,
 )
-from herald.queue.registry import all_specs
 from tests.admin.conftest import ADMIN_TOKEN
 from tests.support.admin.browser import EXPECT_MS, launch_chromium, serving, sign_in
 from tests.support.waiting import wait_for

@@ -8,8 +8,7 @@ from datetime import timedelta
 import pytest
 from fastapi.testclient import TestClient
 
-from herald.queue import enqueue, queue
-from herald.queue.registry import all_specs
+from herald.queue import all_specs, enqueue, queue
 from tests.admin.conftest import ADMIN_HEADERS
 from tests.support.admin.workload import QUEUE, age_failure, console_work, run_jobs
 

@@ -30,7 +30,7 @@ from sqlmodel import Session, create_engine, select
 from actors.queues import herald_queues
 from herald.commands.tools import describe_spec, format_keep, format_span
 from herald.embedded_redis import embedded_redis_running, stop_embedded_redis
-from herald.queue.registry import DAY, Keep, QueueSpec, Retention
+from herald.queue import DAY, Keep, QueueSpec, Retention
 from herald.settings import Settings
 from herald.supervisor import exec_form, process_environments
 from tests.support.waiting import wait_for
@@ -131,7 +131,7 @@ def test_invalid_variable_stops_the_command_naming_it(tmp_path: Path) -> None:
 
 def test_sweep_help_names_every_registered_sweep(tmp_path: Path) -> None:
     from herald.commands.shared import load_actor_modules
-    from herald.queue.sweeps import registered_sweeps
+    from herald.queue import registered_sweeps
 
     # Given the sweeps herald's modules register
     load_actor_modules()
@@ -194,10 +194,8 @@ def test_a_worker_with_no_queues_named_runs_the_table_but_never_the_demo_queue(
     assert started is not None, "the worker never said it started"
     consumed = set(started["queues"].split(","))
     assert consumed == {spec.name for spec in herald_queues(Settings())}
-    check = ("from herald.queue.ledger import Ledger\n"
-             "from herald.queue.ledger_queries import LedgerQueries\n"
+    check = ("from herald.queue import Ledger, LedgerQueries, new_redis_client\n"
              "from herald.queue_app import queue_config\n"
-             "from herald.queue.redis import new_redis_client\n"
              "from herald.settings import get_settings\n"
              "config = queue_config(get_settings())\n"
              "ledger = Ledger(new_redis_client(config), config.prefix)\n"
@@ -211,7 +209,7 @@ def test_a_worker_with_no_queues_named_runs_the_table_but_never_the_demo_queue(
 def test_the_procfile_runs_every_queue_that_has_an_actor_and_no_other(tmp_path: Path) -> None:
     # Given the queues herald's actors run on (asked of a fresh process: no test's actors)
     ask = ("from herald.commands.shared import load_actor_modules\n"
-           "from herald.queue.actor import declared_actors\n"
+           "from herald.queue import declared_actors\n"
            "load_actor_modules()\n"
            "print(' '.join(sorted({a.queue for a in declared_actors()})))")
     answer = subprocess.run([sys.executable, "-c", ask], cwd=tmp_path, env=herald_env(),
@@ -696,8 +694,7 @@ DEMO_40_5_DELIVERIES = 40 // 4 * 8 + 5 * 2
 
 def test_demo_after_a_user_session_counts_and_touches_only_its_own_rows(
         tmp_path: Path, demo_env: dict[str, str], redis_url: str) -> None:
-    from herald.queue.ledger import Ledger
-    from herald.queue.ledger_queries import LedgerQueries
+    from herald.queue import Ledger, LedgerQueries
     from models.callbacks import CallbackReceipt
     from models.notifications import Delivery
 

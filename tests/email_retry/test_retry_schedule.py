@@ -1,5 +1,5 @@
 """Layer 3 of the email-retry queue: the ``email-retry`` worker re-attempts on the 5 min →
-30 min → 2 h → 12 h → 24 h schedule, driven by the queue clock instead of real hours."""
+30 min → 2 h → 12 h → 24 h schedule, driven by queue time instead of real hours."""
 
 from __future__ import annotations
 

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from herald.queue.ledger import JobState, Ledger
-from herald.queue.ledger_queries import LedgerQueries
+from herald.queue import JobState, Ledger, LedgerQueries
 from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]

@@ -29,6 +29,7 @@ from dramatiq.broker import MessageProxy
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import IntegrityError
 
+from herald.demo.sftp_server import start_sftp_server
 from herald.queue.middleware import report
 from herald.settings import Settings
 from providers import (
@@ -52,7 +53,6 @@ from tests.support.providers.fakes import (
 )
 from tests.support.providers.smtp_relay import authenticate, start_relay
 from tests.support.services import find_free_port
-from tests.support.sftp_server import start_sftp_server
 from tests.support.waiting import wait_for
 
 # Every value below is unique to this test, so finding it anywhere in a log is a leak.

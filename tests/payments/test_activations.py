@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from actors.activation import enqueue_step
 from herald import settings
 from herald.db import session as db_session
-from herald.queue.worker import running_worker
+from herald.queue import running_worker
 from models.activations import Activation, ActivationStep
 from providers.operator_mock import MockOperator
 from providers.operators import operators

@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from herald.queue import queue
-from herald.queue.worker import running_worker
+from herald.queue import queue, running_worker
 from tests.support.payments.steps import (
     account,
     finished,

@@ -19,8 +19,7 @@ from actors import orchestration
 from actors.locales import SUPPORTED_LOCALES
 from herald import settings
 from herald.db import session as db_session
-from herald.queue import queue
-from herald.queue.worker import running_worker
+from herald.queue import queue, running_worker
 from herald.web import create_app
 from models.notifications import Account, Delivery, Notification
 from providers.mock import MockProvider

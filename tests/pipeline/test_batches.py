@@ -14,9 +14,7 @@ from sqlmodel import select
 from actors.batches import MAX_RECIPIENTS, enqueue_batch_run, run
 from herald import settings
 from herald.db import session as db_session
-from herald.queue import queue
-from herald.queue.errors import Defer
-from herald.queue.worker import running_worker
+from herald.queue import Defer, queue, running_worker
 from herald.web import create_app
 from models.batches import Batch, start_batch
 from models.notifications import Notification

@@ -24,8 +24,7 @@ from actors.callbacks import (
 )
 from herald import db
 from herald.db import session as db_session
-from herald.queue import enqueue, queue
-from herald.queue.worker import running_worker
+from herald.queue import enqueue, queue, running_worker
 from herald.web import create_app
 from models.base import utcnow
 from models.callbacks import CallbackReceipt
@@ -375,7 +374,7 @@ def test_a_job_for_a_receipt_that_does_not_exist_fails_at_once_and_leaves_no_rec
     job_id = "notification-callback-gone"
     enqueue(normalise_callback, {"receipt_id": "no-such-receipt"}, job_id=job_id)
     # When a worker runs it (its record is removed whichever way it ends)
-    with caplog.at_level(logging.WARNING, logger="herald.jobs"), \
+    with caplog.at_level(logging.WARNING, logger="herald.queue.middleware"), \
             running_worker([ORCHESTRATION]):
         wait_for(lambda: any(map(jobs_counted, RUN_ENDS)), what="its first run to end")
     # Then that run failed it for good: not completed, not retried (it has 9 attempts)

@@ -13,8 +13,7 @@ from sqlalchemy import text
 
 from herald import db
 from herald.db import session as db_session
-from herald.queue import queue
-from herald.queue.worker import running_worker
+from herald.queue import queue, running_worker
 from herald.web import create_app
 from models.base import utcnow
 from models.notifications import Claim, ClaimVerdict, Delivery, Notification, claim_delivery

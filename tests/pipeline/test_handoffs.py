@@ -13,8 +13,7 @@ from actors.handoffs import Window, reconcile_handoffs, stale_deliveries
 from actors.notifications import CHANNEL_QUEUES
 from herald import settings
 from herald.db import session as db_session
-from herald.queue import queue
-from herald.queue.worker import running_worker
+from herald.queue import queue, running_worker
 from models.base import utcnow
 from models.batches import Batch
 from models.callbacks import CallbackReceipt
@@ -273,7 +272,7 @@ def test_the_sweep_re_drives_unprocessed_receipts_and_rewrites_their_stamp(
 
 
 def test_the_clock_runs_the_sweep_at_start_and_every_minute(pipeline: None) -> None:
-    from herald.queue.schedules import declared_schedules, fire_schedules
+    from herald.queue import declared_schedules, fire_schedules
 
     sweep = {s.name: s for s in declared_schedules()}["reconcile-handoffs"]
     assert sweep.every == timedelta(minutes=1)

@@ -16,9 +16,7 @@ from sqlalchemy import text
 from actors.notifications import DeliveryJob, deliver
 from herald import db, settings
 from herald.db import session as db_session
-from herald.queue import current_app, queue
-from herald.queue.registry import get_spec
-from herald.queue.worker import running_worker
+from herald.queue import current_app, get_spec, queue, running_worker
 from herald.web import create_app
 from models.notifications import Delivery, Outcome, claim_delivery, record_delivery_outcome
 from providers.mock import MockProvider

@@ -30,7 +30,7 @@ from actors.event_catalogue import (
 )
 from actors.locales import DEFAULT_LOCALE, SUPPORTED_LOCALES, resolve_locale
 from actors.render import SMS_MAX_CHARS, TEMPLATES_DIR, Rendered, RenderError, render
-from herald.queue.errors import Permanent
+from herald.queue import Permanent
 
 ARABIC = re.compile(r"[\u0600-\u06FF]")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

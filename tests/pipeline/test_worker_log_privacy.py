@@ -10,8 +10,7 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from herald.queue import queue
-from herald.queue.worker import running_worker
+from herald.queue import queue, running_worker
 from herald.web import create_app
 from providers.mock import MockProvider
 from tests.support.log_capture import herald_log_buffer, leaks

@@ -12,6 +12,7 @@ from pathlib import Path
 import asyncssh
 import pytest
 
+from herald.demo.sftp_server import SftpTestServer, start_sftp_server
 from providers.sftp import (
     SftpConfigError,
     SftpFileTooLarge,
@@ -21,7 +22,6 @@ from providers.sftp import (
     sftp_session,
 )
 from providers.suppliers import is_permanent_failure
-from tests.support.sftp_server import SftpTestServer, start_sftp_server
 from tests.support.waiting import wait_for
 
 EDI = b"ISA*00*          *00*          *ZZ*HERALD~GS*PO~ST*850*0001~SE*2*0001~GE*1*1~IEA*1*1~"

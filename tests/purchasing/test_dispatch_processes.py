@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from herald.demo.sftp_server import SftpTestServer
 from herald.queue import JobState, queue
 from providers.x12 import parse_envelope
 from tests.purchasing.conftest import Mailbox, make_item, make_supplier, place_order
@@ -24,7 +25,6 @@ from tests.support.purchasing.dispatching import (
     enqueue_dispatch,
     files_under,
 )
-from tests.support.sftp_server import SftpTestServer
 from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,8 +8,8 @@ import asyncssh
 import pytest
 
 from herald import settings
-from herald.queue import JobState, queue, running_worker
-from herald.queue.registry import SECOND, redeclared
+from herald.demo.sftp_server import SftpTestServer
+from herald.queue import SECOND, JobState, queue, redeclared, running_worker
 from providers.mock import MockProvider
 from providers.select import reset_providers
 from tests.purchasing.conftest import Mailbox, make_item, make_supplier, place_order
@@ -22,7 +22,6 @@ from tests.support.purchasing.dispatching import (
     line_statuses,
     order_row,
 )
-from tests.support.sftp_server import SftpTestServer
 from tests.support.waiting import wait_for
 
 QUEUE = "supplier-dispatch"

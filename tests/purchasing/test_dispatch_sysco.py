@@ -8,6 +8,7 @@ import re
 from decimal import Decimal
 
 from herald import db
+from herald.demo.sftp_server import SftpTestServer, start_sftp_server
 from herald.queue import JobState, running_worker
 from herald.settings import get_settings
 from models.purchasing import DispatchStatus, Supplier, transition_dispatch
@@ -23,7 +24,6 @@ from tests.support.purchasing.dispatching import (
     order_row,
     supplier_row,
 )
-from tests.support.sftp_server import SftpTestServer, start_sftp_server
 
 QUEUES = ["supplier-dispatch"]
 

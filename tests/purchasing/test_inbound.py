@@ -17,8 +17,17 @@ from sqlmodel import select
 
 from actors.sysco_inbound import SCHEDULE_NAME, poll_inbound, poll_sysco_inbound
 from herald import db, settings
-from herald.queue import Job, current_app, enqueue, now_ms, queue, running_worker
-from herald.queue.schedules import declared_schedules, fire_due
+from herald.demo.sftp_server import SftpTestServer
+from herald.queue import (
+    Job,
+    current_app,
+    declared_schedules,
+    enqueue,
+    fire_due,
+    now_ms,
+    queue,
+    running_worker,
+)
 from herald.web.app import create_app
 from models.purchasing import (
     DispatchStatus,
@@ -35,7 +44,6 @@ from models.purchasing import (
 from providers.mock import MockProvider
 from tests.purchasing.conftest import Placed, make_item, make_supplier, place_order
 from tests.support.queue_app import install_queue_app
-from tests.support.sftp_server import SftpTestServer
 from tests.support.waiting import wait_for
 
 REROUTE = "backorder-reroute"

@@ -19,13 +19,13 @@ from sqlalchemy import func, text
 from sqlmodel import select
 
 from herald import db
+from herald.demo.sftp_server import SftpTestServer
 from herald.queue import queue, running_worker
 from herald.web import create_app
 from models.purchasing import DispatchOutbox, PurchaseOrder, PurchaseOrderLine, SupplierDispatch
 from tests.purchasing.conftest import Mailbox, make_item, make_supplier
 from tests.support.idempotency import client_without_keys
 from tests.support.purchasing.dispatching import files_under
-from tests.support.sftp_server import SftpTestServer
 from tests.support.waiting import wait_for
 
 RESTAURANT = {"id": str(uuid.uuid4()), "name": "Bistro Nord", "location": "12 Quai Nord"}

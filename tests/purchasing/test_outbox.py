@@ -25,6 +25,7 @@ from sqlmodel import col, select
 
 from actors.purchasing import EnqueueCounts, relay_outbox
 from herald import db
+from herald.demo.sftp_server import SftpTestServer
 from herald.queue import queue, running_worker
 from models.purchasing import DispatchOutbox, PurchaseOrder, SupplierDispatch
 from tests.purchasing.conftest import Mailbox, make_item, make_supplier, place_order
@@ -32,7 +33,6 @@ from tests.support.processes import REPO
 from tests.support.queue_app import follow_settings
 from tests.support.reset import reset_herald
 from tests.support.services import find_free_port
-from tests.support.sftp_server import SftpTestServer
 from tests.support.waiting import wait_for
 
 LIVE_STATES = ("waiting", "delayed", "active", "paused")

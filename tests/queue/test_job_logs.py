@@ -32,7 +32,7 @@ def _restore_logging() -> Iterator[None]:
 def run_jobs_logged(monkeypatch: pytest.MonkeyPatch, level: str) -> list[dict[str, Any]]:
     """Run two jobs that complete (one with a return value, one without), one that fails
     once then completes, and one that fails for good, in a worker logging JSON at
-    ``LOG_LEVEL=level``; the herald.jobs lines."""
+    ``LOG_LEVEL=level``; the lines of its runs (logger herald.queue.middleware)."""
     monkeypatch.setenv("LOG_LEVEL", level)
     monkeypatch.setenv("LOG_FORMAT", "json")
     settings.reset_settings()
@@ -49,7 +49,7 @@ def run_jobs_logged(monkeypatch: pytest.MonkeyPatch, level: str) -> list[dict[st
                  what="3 jobs completed and 1 failed")
     # the worker has stopped: every end it wrote has been reported
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
-    return [line for line in lines if line["logger"] == "herald.jobs"]
+    return [line for line in lines if line["logger"] == "herald.queue.middleware"]
 
 
 def test_at_the_default_info_only_failures_and_retries_are_logged_per_job(

@@ -12,8 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from herald import db, settings
-from herald.queue import registry
-from herald.queue.registry import SECOND
+from herald.queue import SECOND, redeclared
 from tests.support.queue_app import close_queue_app, follow_settings
 from tests.support.reset import reset_herald
 
@@ -59,7 +58,7 @@ def store(monkeypatch: pytest.MonkeyPatch, database: str, redis_url: str) -> Ite
         with db.get_engine().begin() as connection:
             connection.execute(text(f"TRUNCATE {_TABLES} CASCADE"))
     seed_catalog()
-    with registry.redeclared(STORE_QUEUES, rate_limit=None, backoff_base=SECOND):
+    with redeclared(STORE_QUEUES, rate_limit=None, backoff_base=SECOND):
         yield database
     reset_herald()
     close_queue_app()

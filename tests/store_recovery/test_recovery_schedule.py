@@ -13,10 +13,15 @@ import redis
 import actors.handoffs  # noqa: F401  (an ungated startup job: the clock's sentinel)
 from actors.queues import esim_store_enabled
 from actors.store_recovery import recover_store_orders, start_store_recovery
-from herald.queue import Job, current_app, queue
-from herald.queue.schedules import declared_schedules, fire_schedules
-from herald.queue.sweeps import registered_sweeps
-from herald.queue.worker import running_worker
+from herald.queue import (
+    Job,
+    current_app,
+    declared_schedules,
+    fire_schedules,
+    queue,
+    registered_sweeps,
+    running_worker,
+)
 from herald.settings import get_settings
 from tests.store_recovery.conftest import ago, reload, store_order, use_env
 from tests.support.waiting import wait_for

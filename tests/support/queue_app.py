@@ -3,8 +3,7 @@ for the test, closed after (the queue library keeps no state a test must reset).
 
 from __future__ import annotations
 
-from herald.queue import App
-from herald.queue.app import installed_app
+from herald.queue import App, installed_app
 from herald.queue_app import queue_config
 from herald.settings import get_settings
 

@@ -28,9 +28,8 @@ from actors.purchasing import dispatch_dedup_of
 from actors.store import issue_store_order
 from actors.supplier_dispatch import dispatch_to_supplier
 from herald import db
-from herald.queue import queue
-from herald.queue.ledger import Job
-from herald.queue.operations import find_jobs as jobs_by_id_prefix
+from herald.queue import Job, queue
+from herald.queue import find_jobs as jobs_by_id_prefix
 from herald.settings import email_address_problem
 from herald.web.auth import admin_router
 from herald.web.errors import api_error

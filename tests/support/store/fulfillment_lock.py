@@ -9,8 +9,8 @@ import dataclasses
 from datetime import timedelta
 
 import actors  # noqa: F401  (registers herald's queue table)
-from herald.queue import registry
+from herald.queue import declare, get_spec
 
 for _name in ("payment", "store-fulfillment"):
-    registry.declare(dataclasses.replace(registry.get_spec(_name),
+    declare(dataclasses.replace(get_spec(_name),
                                          lock_duration=timedelta(seconds=3)))
