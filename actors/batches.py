@@ -37,9 +37,7 @@ from actors.orchestration import (
     trigger_event,
 )
 from herald.db import session as db_session
-from herald.queue import actor, enqueue, queue
-from herald.queue.errors import Defer
-from herald.queue.registry import NORMAL_PRIORITY
+from herald.queue import NORMAL_PRIORITY, Defer, actor, enqueue, queue
 from models import batches as transitions
 from models.base import ID_LENGTH, utcnow
 from models.batches import UNFINISHED_BATCH, Batch, BatchStatus

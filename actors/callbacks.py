@@ -28,9 +28,7 @@ from pydantic import BaseModel, Field
 from sqlmodel import Session, col, select
 
 from herald.db import session as db_session
-from herald.queue import actor, enqueue
-from herald.queue.errors import Defer, Permanent
-from herald.queue.registry import NORMAL_PRIORITY, SECOND
+from herald.queue import NORMAL_PRIORITY, SECOND, Defer, Permanent, actor, enqueue
 from models.base import utcnow
 from models.callbacks import (
     RESULT_APPLIED,

@@ -39,10 +39,7 @@ from actors.batches import enqueue_batch_run
 from actors.callbacks import enqueue_normalisation
 from actors.notifications import CHANNEL_QUEUES, enqueue_delivery
 from herald.db import session as db_session
-from herald.queue import actor
-from herald.queue.registry import NORMAL_PRIORITY
-from herald.queue.schedules import Schedule, schedule
-from herald.queue.sweeps import register_sweep
+from herald.queue import NORMAL_PRIORITY, Schedule, actor, register_sweep, schedule
 from herald.settings import get_settings
 from models.base import utcnow
 from models.batches import UNFINISHED_BATCH, Batch, BatchStatus

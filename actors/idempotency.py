@@ -11,9 +11,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict
 
 from herald.db import autocommit
-from herald.queue import actor
-from herald.queue.schedules import Schedule, schedule
-from herald.queue.sweeps import register_sweep
+from herald.queue import Schedule, actor, register_sweep, schedule
 from models.idempotency import expire_keys
 
 #: How often the clock sweeps expired keys.

@@ -34,7 +34,7 @@ from typing import Any
 
 from actors.render import NOTIFICATIONS_DIR, environment
 from actors.store_recovery import start_store_recovery
-from herald.queue.worker import OnFailure, WorkerGroup, declare_groups
+from herald.queue import OnFailure, WorkerGroup, declare_groups
 from herald.settings import get_settings
 from providers.esim import esim_providers
 from providers.operators import operators

@@ -21,9 +21,15 @@ from sqlalchemy import Connection
 from actors.render import RenderError, render
 from herald.db import autocommit
 from herald.db import session as db_session
-from herald.queue import actor, enqueue, enqueue_groups, is_last_attempt
-from herald.queue.errors import Defer, Permanent
-from herald.queue.ledger import ADD_CHUNK
+from herald.queue import (
+    ADD_CHUNK,
+    Defer,
+    Permanent,
+    actor,
+    enqueue,
+    enqueue_groups,
+    is_last_attempt,
+)
 from models.base import FieldReader
 from models.notifications import (
     ClaimVerdict,

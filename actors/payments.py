@@ -34,9 +34,15 @@ from sqlmodel import Session, col, select
 from actors import activation as activations
 from actors import orchestration, store
 from herald.db import session as db_session
-from herald.queue import EnqueueResult, Permanent, actor, enqueue
-from herald.queue.schedules import Schedule, schedule
-from herald.queue.sweeps import register_sweep
+from herald.queue import (
+    EnqueueResult,
+    Permanent,
+    Schedule,
+    actor,
+    enqueue,
+    register_sweep,
+    schedule,
+)
 from herald.settings import get_settings
 from models.activations import Activation, ActivationStatus
 from models.base import ID_LENGTH, money, utcnow

@@ -34,9 +34,7 @@ from sqlmodel import Session, col, select
 
 from actors.supplier_dispatch import document_of, enqueue_supplier_dispatch
 from herald.db import session as db_session
-from herald.queue import actor
-from herald.queue.schedules import Schedule, schedule
-from herald.queue.sweeps import register_sweep
+from herald.queue import Schedule, actor, register_sweep, schedule
 from herald.settings import get_settings
 from models.base import utcnow
 from models.purchasing import (

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from herald.queue.registry import (
+from herald.queue import (
     DAY,
     HOUR,
     MINUTE,

@@ -52,9 +52,7 @@ from sqlmodel import col, select
 from actors.queues import esim_store_enabled
 from actors.store import Trigger, enqueue_issuance
 from herald.db import session as db_session
-from herald.queue import JobState, actor, enqueue, now_ms, queue
-from herald.queue.schedules import Schedule, schedule
-from herald.queue.sweeps import register_sweep
+from herald.queue import JobState, Schedule, actor, enqueue, now_ms, queue, register_sweep, schedule
 from herald.settings import get_settings
 from models.base import utcnow
 from models.store import IssuanceState, Order, OrderStatus, StoreOrder

@@ -31,8 +31,7 @@ from actors import queues as _queues  # noqa: F401  (declares the queue)
 from actors.backorder_reroute import enqueue_backorder_reroute
 from actors.email_retry import send_admin_alert
 from herald.db import session as db_session
-from herald.queue import Permanent, actor
-from herald.queue.schedules import Schedule, schedule
+from herald.queue import Permanent, Schedule, actor, schedule
 from herald.settings import get_settings
 from models.base import new_id, table_of, utcnow
 from models.purchasing import (

@@ -41,8 +41,7 @@ def _setup(url: str, prefix: str, grouped: bool) -> Any:
     from pydantic import BaseModel
 
     from herald import settings
-    from herald.queue import actor
-    from herald.queue.registry import Keep, QueueSpec, Retention, declare
+    from herald.queue import Keep, QueueSpec, Retention, actor, declare
 
     settings.reset_settings()
     reinstall_queue_app()

@@ -96,8 +96,8 @@ def _herald_setup(url: str, prefix: str):
                        "BROKER": "redis"})
     from pydantic import BaseModel
 
-    from herald import jobs, settings
-    from herald.queue.registry import Keep, QueueSpec, Retention, declare
+    from herald import settings
+    from herald.queue import Keep, QueueSpec, Retention, actor, declare
 
     settings.reset_settings()
     reinstall_queue_app()
@@ -107,7 +107,7 @@ def _herald_setup(url: str, prefix: str):
     class Noop(BaseModel):
         n: int
 
-    @jobs.actor(queue="bench-herald", payload=Noop, name="noop")
+    @actor(queue="bench-herald", payload=Noop, name="noop")
     def noop(job: Noop) -> None:
         return None
 
@@ -119,7 +119,7 @@ def _herald_worker(url: str, prefix: str, seconds_limit: float) -> None:
 
     _herald_setup(url, prefix)
     logging.disable(logging.INFO)
-    from herald.queue.worker import running_worker
+    from herald.queue import running_worker
 
     with running_worker(["bench-herald"]):
         time.sleep(seconds_limit)

@@ -197,7 +197,7 @@ def lost(accepted: list[str]) -> int:
     """How many of these accepted notifications miss their row, or a job or the handoff
     stamp of one of their email and SMS deliveries."""
     from herald.db import get_engine
-    from herald.jobs import queue
+    from herald.queue import queue
 
     queues = {"email": queue("notification-email"), "sms": queue("notification-sms")}
     missing = 0

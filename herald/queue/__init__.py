@@ -18,7 +18,6 @@ retention) are described in docs/queue.md. The library knows nothing of notifica
 orders: herald's own queues are declared by ``actors``.
 """
 
-from herald.queue.actor import JobActor, actor, declared_actors
 from herald.queue.app import App, current_app, installed_app, now_ms
 from herald.queue.config import QueueConfig
 from herald.queue.current import attempts_made, is_last_attempt
@@ -30,7 +29,8 @@ from herald.queue.errors import (
     Permanent,
     UnknownQueue,
 )
-from herald.queue.ledger import Job, JobState, Ledger
+from herald.queue.job_actor import JobActor, actor, declared_actors
+from herald.queue.ledger import ADD_CHUNK, Job, JobState, Ledger
 from herald.queue.ledger_admin import LedgerAdmin
 from herald.queue.ledger_queries import LedgerQueries
 from herald.queue.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -75,6 +75,7 @@ from herald.queue.worker import (
 )
 
 __all__ = [
+    "ADD_CHUNK",
     "DAY",
     "HOUR",
     "METRICS_CONTENT_TYPE",

@@ -22,10 +22,10 @@ import threading
 import dramatiq
 from prometheus_client import REGISTRY
 
-from herald.queue.actor import declared_actors
 from herald.queue.config import QueueConfig
 from herald.queue.dramatiq_internals import installed_broker, uninstall_broker
 from herald.queue.errors import NoAppInstalled
+from herald.queue.job_actor import declared_actors
 from herald.queue.ledger import Ledger
 from herald.queue.ledger_admin import LedgerAdmin
 from herald.queue.ledger_queries import LedgerQueries

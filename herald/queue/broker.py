@@ -23,8 +23,8 @@ import redis
 from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.errors import ConnectionClosed, QueueJoinTimeout
 
-from herald.queue.actor import declared_actor, job_options
 from herald.queue.dramatiq_internals import HookDispatch
+from herald.queue.job_actor import declared_actor, job_options
 from herald.queue.ledger import Ledger, NewJob, RunEnd, new_token
 from herald.queue.ledger_admin import LedgerAdmin
 from herald.queue.ledger_queries import LedgerQueries

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dramatiq.middleware import CurrentMessage
 
-from herald.queue.actor import declared_actor
+from herald.queue.job_actor import declared_actor
 from herald.queue.registry import get_spec
 
 

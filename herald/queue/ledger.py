@@ -31,7 +31,7 @@ from herald.queue.registry import Backoff, Keep, QueueSpec
 LUA_DIR = Path(__file__).parent / "lua"
 #: How often (at most) one queue's stalled jobs are looked for.
 STALL_CHECK_MS = 1000
-#: Jobs per ``add`` round trip in :meth:`Ledger.add_many`.
+#: Jobs per ``add`` round trip of :func:`~herald.queue.enqueue_many`.
 ADD_CHUNK = 1000
 #: Records touched per script call by drain, clean and obliterate.
 BULK_CHUNK = 1000

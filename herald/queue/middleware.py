@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import dramatiq
 from dramatiq.middleware import CurrentMessage, Middleware, SkipMessage
 
-from herald.queue.actor import exhausted_hook
 from herald.queue.dramatiq_internals import NO_TIME_LIMIT_MS, QueueTimeLimit
 from herald.queue.errors import Defer, Permanent
+from herald.queue.job_actor import exhausted_hook
 from herald.queue.ledger import Ledger, RunEnd, new_token
 from herald.queue.metrics import Durations
 from herald.queue.registry import QueueSpec, all_specs, get_spec

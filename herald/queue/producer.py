@@ -20,10 +20,10 @@ from typing import Any, Protocol, cast
 import dramatiq
 from pydantic import BaseModel
 
-from herald.queue.actor import JobActor, job_options
 from herald.queue.app import App, app_of
 from herald.queue.broker import message_for
 from herald.queue.errors import InvalidPayload
+from herald.queue.job_actor import JobActor, job_options
 from herald.queue.ledger import (
     ADD_CHUNK,
     AddResult,

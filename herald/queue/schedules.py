@@ -32,8 +32,8 @@ from typing import Any, cast
 import redis
 from croniter import croniter
 
-from herald.queue.actor import JobActor
 from herald.queue.app import App, current_app
+from herald.queue.job_actor import JobActor
 from herald.queue.ledger import LUA_DIR
 from herald.queue.ledger_queries import Scored
 from herald.queue.producer import enqueue

@@ -34,9 +34,9 @@ from typing import Protocol
 
 import dramatiq
 
-from herald.queue.actor import declared_actors
 from herald.queue.app import App, current_app
 from herald.queue.dramatiq_internals import drop_worker_middleware, install_deadline_join
+from herald.queue.job_actor import declared_actors
 from herald.queue.registry import all_specs, get_spec
 
 log = logging.getLogger(__name__)
