@@ -18,11 +18,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 from sqlalchemy import Connection
 
+from actors.queues import registry
 from actors.render import RenderError, render
 from herald.db import autocommit
 from herald.db import session as db_session
-from herald.queue import actor, enqueue, enqueue_groups, is_last_attempt
-from herald.queue.errors import Defer, Permanent
+from herald.queue import Defer, Permanent, enqueue, enqueue_groups, is_last_attempt
 from herald.queue.ledger import ADD_CHUNK
 from models.base import FieldReader
 from models.notifications import (
@@ -171,19 +171,19 @@ def record_exhausted(job: DeliveryJob, reason: str) -> None:
                                 error=reason)
 
 
-@actor(queue="notification-email", payload=DeliveryJob, on_exhausted=record_exhausted)
+@registry.actor(queue="notification-email", payload=DeliveryJob, on_exhausted=record_exhausted)
 def send_email(job: DeliveryJob) -> dict[str, Any]:
     """Send one persisted email delivery."""
     return deliver(job)
 
 
-@actor(queue="notification-sms", payload=DeliveryJob, on_exhausted=record_exhausted)
+@registry.actor(queue="notification-sms", payload=DeliveryJob, on_exhausted=record_exhausted)
 def send_sms(job: DeliveryJob) -> dict[str, Any]:
     """Send one persisted SMS delivery."""
     return deliver(job)
 
 
-@actor(queue="notification-push", payload=DeliveryJob, on_exhausted=record_exhausted)
+@registry.actor(queue="notification-push", payload=DeliveryJob, on_exhausted=record_exhausted)
 def send_push(job: DeliveryJob) -> dict[str, Any]:
     """Send one persisted push delivery."""
     return deliver(job)

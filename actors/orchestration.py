@@ -32,7 +32,7 @@ from actors.event_catalogue import EVENT_TYPES, event_type, validate_event_data
 from actors.locales import SUPPORTED_LOCALES
 from actors.render import template_channel
 from herald.db import session as db_session
-from herald.queue.registry import NORMAL_PRIORITY, URGENT_PRIORITY
+from herald.queue import NORMAL_PRIORITY, URGENT_PRIORITY
 from herald.settings import email_address_problem, get_settings
 from herald.write_behind import WriteBehind
 from models.base import FieldReader, new_id, snapshot, utcnow

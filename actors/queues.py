@@ -2,8 +2,9 @@
 
 The values and what each queue is for are listed in docs/queue.md#the-queue-table.
 The environment overrides a value where a setting names it (``DISPATCH_ATTEMPTS``,
-``DISPATCH_BACKOFF_MS``, ``EMAIL_WORKER_CONCURRENCY``). Importing this module registers
-the table; every module of ``actors`` that uses one of these queues imports it.
+``DISPATCH_BACKOFF_MS``, ``EMAIL_WORKER_CONCURRENCY``). The table is on herald's
+:class:`~herald.queue.Registry` (``registry``, here), which every module of ``actors``
+declares its actors, schedules, sweeps and worker groups on, and herald's App reads.
 """
 
 from __future__ import annotations
@@ -11,17 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from herald.queue.registry import (
-    DAY,
-    HOUR,
-    MINUTE,
-    SECOND,
-    Backoff,
-    Keep,
-    QueueSpec,
-    Retention,
-    provide_queues,
-)
+from herald.queue import DAY, HOUR, MINUTE, SECOND, Backoff, Keep, QueueSpec, Registry, Retention
 from herald.settings import Settings, get_settings
 
 #: Retention the notification queues share: 500 completed; failed 7 days or 5,000.
@@ -78,7 +69,10 @@ def herald_queues(settings: Settings | None = None) -> list[QueueSpec]:
     ]
 
 
-provide_queues(herald_queues)
+#: herald's declarations: this queue table, and every actor, schedule, sweep and worker
+#: group of ``actors`` (each module declares its own on it when imported).
+registry = Registry()
+registry.provide(herald_queues)
 
 
 def esim_store_enabled() -> bool:

@@ -43,7 +43,7 @@ from actors.esim_qr import esim_qr_attachments
 from actors.event_catalogue import EventType, validate_event_data
 from actors.locales import resolve_locale
 from actors.template_filters import format_money, http_url
-from herald.queue.errors import Permanent
+from herald.queue import Permanent
 from providers.base import Attachment
 
 #: The template directory beside the ``actors`` package: the checkout's ``templates/``, or

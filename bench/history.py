@@ -103,8 +103,7 @@ def script_once(url: str, jobs: int, counting: bool) -> dict[str, float]:
     prefix = f"hist{os.getpid()}script{'on' if counting else 'off'}"
     noop = _herald_setup(url, prefix)
     logging.disable(logging.INFO)
-    from herald.queue import enqueue_many
-    from herald.queue.registry import get_spec
+    from herald.queue import enqueue_many, get_spec
 
     client = redis.Redis.from_url(url)
     client.flushall()

@@ -6,7 +6,6 @@ from herald.queue import (
     EnqueueResult,
     JobActor,
     Queue,
-    actor,
     current_app,
     enqueue,
     enqueue_groups,
@@ -14,5 +13,5 @@ from herald.queue import (
     queue,
 )
 
-__all__ = ["App", "EnqueueResult", "JobActor", "Queue", "actor", "current_app", "enqueue",
+__all__ = ["App", "EnqueueResult", "JobActor", "Queue", "current_app", "enqueue",
            "enqueue_groups", "enqueue_many", "queue"]

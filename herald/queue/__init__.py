@@ -2,24 +2,25 @@
 
 One import line serves an application::
 
-    from herald.queue import App, QueueConfig, QueueSpec, actor, declare, enqueue, queue
+    from herald.queue import App, QueueConfig, QueueSpec, Registry, enqueue, queue
 
-    declare(QueueSpec(name="thumbnails", concurrency=2, attempts=3))
+    registry = Registry()
+    registry.declare(QueueSpec(name="thumbnails", concurrency=2, attempts=3))
 
-    @actor(queue="thumbnails", payload=ThumbnailJob)
+    @registry.actor(queue="thumbnails", payload=ThumbnailJob)
     def make_thumbnail(job: ThumbnailJob) -> dict | None: ...
 
-    App(QueueConfig(redis_url="redis://localhost:6379/0")).install()
+    App(QueueConfig(redis_url="redis://localhost:6379/0"), registry).install()
     enqueue(make_thumbnail, {"image_id": 7}, job_id="img-7", priority=1)
     queue("thumbnails").counts()
 
 The semantics (ids, deduplication, retries, stalls, priorities, rate limits, schedules,
 retention) are described in docs/queue.md. The library knows nothing of notifications or
-orders: herald's own queues are declared by ``actors``.
+orders: herald's own queues are declared by ``actors`` on its registry.
 """
 
-from herald.queue.actor import JobActor, actor
-from herald.queue.app import App, current_app, now_ms
+from herald.queue.actor import JobActor
+from herald.queue.app import App, current_app, get_spec, installed_app, now_ms
 from herald.queue.config import QueueConfig
 from herald.queue.current import attempts_made, is_last_attempt
 from herald.queue.errors import (
@@ -30,24 +31,34 @@ from herald.queue.errors import (
     Permanent,
     UnknownQueue,
 )
+from herald.queue.groups import OnFailure, WorkerGroup
 from herald.queue.ledger import Job, JobState
 from herald.queue.operations import Queue, find_jobs, queue
 from herald.queue.producer import EnqueueResult, enqueue, enqueue_groups, enqueue_many
 from herald.queue.registry import (
+    DAY,
+    HOUR,
+    MINUTE,
     NORMAL_PRIORITY,
+    SECOND,
     URGENT_PRIORITY,
     Backoff,
     Keep,
     QueueSpec,
+    QueueTable,
+    Registry,
     Retention,
-    declare,
-    get_spec,
 )
-from herald.queue.schedules import Schedule, schedule
+from herald.queue.schedule_spec import Schedule
+from herald.queue.schedules import fire_schedules, stop_on_signal
 from herald.queue.worker import running_worker
 
 __all__ = [
+    "DAY",
+    "HOUR",
+    "MINUTE",
     "NORMAL_PRIORITY",
+    "SECOND",
     "URGENT_PRIORITY",
     "App",
     "Backoff",
@@ -60,25 +71,29 @@ __all__ = [
     "JobState",
     "Keep",
     "NoAppInstalled",
+    "OnFailure",
     "Permanent",
     "Queue",
     "QueueConfig",
     "QueueSpec",
+    "QueueTable",
+    "Registry",
     "Retention",
     "Schedule",
     "UnknownQueue",
-    "actor",
+    "WorkerGroup",
     "attempts_made",
     "current_app",
-    "declare",
     "enqueue",
     "enqueue_groups",
     "enqueue_many",
     "find_jobs",
+    "fire_schedules",
     "get_spec",
+    "installed_app",
     "is_last_attempt",
     "now_ms",
     "queue",
     "running_worker",
-    "schedule",
+    "stop_on_signal",
 ]

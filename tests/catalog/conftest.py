@@ -13,8 +13,8 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text
 
+from actors.queues import registry
 from herald import db
-from herald.queue import registry
 from tests.support.catalog import plugins
 from tests.support.catalog.plugins import FakeCatalog
 from tests.support.queue_app import close_queue_app, follow_settings

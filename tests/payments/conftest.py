@@ -12,8 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
+from actors.queues import registry
 from herald import db, settings
-from herald.queue import registry
 from herald.web import create_app
 from tests.support.queue_app import close_queue_app, install_queue_app
 

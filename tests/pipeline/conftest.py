@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import text
 
+from actors.queues import registry
 from herald import db, settings
-from herald.queue import registry
 from tests.support.queue_app import close_queue_app, install_queue_app
 
 NOTIFICATION_QUEUES = ("notification-email", "notification-sms", "notification-push")

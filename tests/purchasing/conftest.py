@@ -15,8 +15,8 @@ import pytest
 from aiosmtpd.controller import Controller
 from sqlalchemy import text
 
+from actors.queues import registry
 from herald import db
-from herald.queue import registry
 from herald.queue.registry import SECOND
 from tests.support.providers.smtp_relay import Relay, start_relay
 from tests.support.queue_app import close_queue_app, follow_settings

@@ -18,7 +18,7 @@ from sqlmodel import select
 from actors.sysco_inbound import SCHEDULE_NAME, poll_inbound, poll_sysco_inbound
 from herald import db, settings
 from herald.queue import Job, current_app, enqueue, now_ms, queue, running_worker
-from herald.queue.schedules import declared_schedules, fire_due
+from herald.queue.schedules import fire_due
 from herald.web.app import create_app
 from models.purchasing import (
     DispatchStatus,
@@ -289,7 +289,7 @@ def test_a_rejected_order_backorders_every_line_and_is_not_confirmed(sysco: Sysc
 
 # -- the schedule -----------------------------------------------------------------------------
 def test_the_poll_runs_on_its_schedule_in_the_sysco_group_one_at_a_time(sysco: Sysco) -> None:
-    [item] = [s for s in declared_schedules() if s.name == SCHEDULE_NAME]
+    [item] = [s for s in current_app().schedules().values() if s.name == SCHEDULE_NAME]
     assert item.actor is poll_sysco_inbound
     assert item.every is not None and item.every.total_seconds() == 900
     sysco.drop("855_0001.edi", ack_855("PO-2001", [["IA"], ["IA"], ["IA"]]))

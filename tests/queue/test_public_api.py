@@ -11,9 +11,9 @@ import herald.queue
 
 #: Old module → names it exported that now live in herald.queue.
 OLD_PATHS = {
-    "herald.jobs": ["enqueue", "enqueue_many", "enqueue_groups", "queue", "actor", "Queue",
+    "herald.jobs": ["enqueue", "enqueue_many", "enqueue_groups", "queue", "Queue",
                     "EnqueueResult", "JobActor"],
-    "herald.registry": ["QueueSpec", "declare", "get_spec", "Keep", "Retention", "Backoff",
+    "herald.registry": ["QueueSpec", "Registry", "Keep", "Retention", "Backoff",
                         "NORMAL_PRIORITY", "URGENT_PRIORITY"],
     "herald.errors": ["Permanent", "Defer", "InvalidPayload", "InvalidMessage", "UnknownQueue"],
 }

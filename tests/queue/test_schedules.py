@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import pytest
 import redis
 
-import tests.support.queue.queues  # noqa: F401  (declares the test schedules)
 from herald.queue import current_app, now_ms, queue
 from herald.queue.schedules import fire_due, fire_schedules, sync_schedules
 from herald.settings import get_settings

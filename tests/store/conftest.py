@@ -11,8 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
+from actors.queues import registry
 from herald import db, settings
-from herald.queue import registry
 from herald.queue.registry import SECOND
 from tests.support.queue_app import close_queue_app, follow_settings
 from tests.support.reset import reset_herald

@@ -8,9 +8,10 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import update
 
+from actors.queues import registry
 from actors.store import Trigger, enqueue_issuance, issuance_job_id
 from herald import db
-from herald.queue import registry, running_worker
+from herald.queue import running_worker
 from herald.settings import get_settings
 from models.base import utcnow
 from models.store import EventSource, IssuanceState, StoreOrder, transition_store_order

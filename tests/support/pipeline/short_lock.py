@@ -5,7 +5,7 @@ that kill workers on purpose)."""
 import dataclasses
 from datetime import timedelta
 
-from herald.queue import registry
+from actors.queues import registry
 
-registry.declare(dataclasses.replace(registry.get_spec("notification-email"),
+registry.declare(dataclasses.replace(registry.spec("notification-email"),
                                      lock_duration=timedelta(seconds=1), rate_limit=None))
