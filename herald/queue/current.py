@@ -29,7 +29,7 @@ def is_last_attempt() -> bool:
         return False
     try:
         override = declarations_of().actor(message.actor_name).options.attempts
-    except KeyError:  # a Dramatiq actor declared without herald's @actor
+    except KeyError:  # a Dramatiq actor no registry of the App declared
         override = None
     attempts = override or declarations_of().spec(message.queue_name).attempts
     return attempts_made() + 1 >= attempts

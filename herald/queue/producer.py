@@ -84,7 +84,7 @@ _NEW_RUN = frozenset({AddStatus.ADDED, AddStatus.RETRIED, AddStatus.REPLAYED})
 
 def _check_target(target: object) -> None:
     if not isinstance(target, JobActor):
-        raise TypeError(f"enqueue takes an @actor function, not {type(target).__name__}")
+        raise TypeError(f"enqueue takes a registry's actor, not {type(target).__name__}")
 
 
 def _submit(app: App, groups: Sequence[tuple[JobActor[Any], Sequence[NewJob]]],

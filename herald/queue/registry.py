@@ -17,7 +17,7 @@ import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import timedelta
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from herald.queue.actor import ActorOptions, JobActor, M
 from herald.queue.dramatiq_internals import installed_broker
@@ -363,5 +363,5 @@ def declarations_of(broker: object = None) -> Declarations:
     for candidate in (broker, installed_broker()):
         app = getattr(candidate, APP_ATTRIBUTE, None)
         if app is not None:
-            return app  # type: ignore[no-any-return]  # set by App only: an App
+            return cast(Declarations, app)  # only an App sets the attribute
     raise NoAppInstalled(NO_APP)
