@@ -24,8 +24,9 @@ from pydantic.alias_generators import to_camel
 from sqlmodel import Session, col, select
 
 from actors.orchestration import E164
+from actors.queues import registry
 from herald.db import session as db_session
-from herald.queue import EnqueueResult, Permanent, actor, enqueue, is_last_attempt
+from herald.queue import EnqueueResult, Permanent, enqueue, is_last_attempt
 from models.activations import (
     NEXT_STEP,
     Activation,
@@ -232,7 +233,7 @@ def _call(activation: Activation, step: ActivationStep) -> StepResult:
     return method(request)
 
 
-@actor(queue=ACTIVATION_QUEUE, payload=ActivationJob)
+@registry.actor(queue=ACTIVATION_QUEUE, payload=ActivationJob)
 def run_activation_step(job: ActivationJob) -> dict[str, Any]:
     """Run one step of one activation (see the module's docstring)."""
     step = ActivationStep(job.step)

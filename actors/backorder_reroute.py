@@ -26,8 +26,9 @@ from sqlmodel import Session, col, select
 from actors import queues as _queues  # noqa: F401  (declares the queue)
 from actors.email_retry import send_admin_alert
 from actors.purchasing import relay_outbox
+from actors.queues import registry
 from herald.db import session as db_session
-from herald.queue import EnqueueResult, Permanent, actor, enqueue
+from herald.queue import EnqueueResult, Permanent, enqueue
 from models.audit import ADMIN_ACTOR, record_audit
 from models.purchasing import (
     DispatchLine,
@@ -74,7 +75,7 @@ class _Line:
     dispatches: list[SupplierDispatch]
 
 
-@actor(queue=QUEUE, payload=BackorderRerouteJob)
+@registry.actor(queue=QUEUE, payload=BackorderRerouteJob)
 def reroute_backorder(job: BackorderRerouteJob) -> dict[str, Any]:
     """Decide what becomes of the back-ordered line ``job.line_item_id``, at most once per
     (line, original supplier): rerouted to one alternate, reported once as having none,

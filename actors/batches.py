@@ -36,8 +36,9 @@ from actors.orchestration import (
     flush_handoff_stamps,
     trigger_event,
 )
+from actors.queues import registry
 from herald.db import session as db_session
-from herald.queue import NORMAL_PRIORITY, Defer, actor, enqueue, queue
+from herald.queue import NORMAL_PRIORITY, Defer, enqueue, queue
 from models import batches as transitions
 from models.base import ID_LENGTH, utcnow
 from models.batches import UNFINISHED_BATCH, Batch, BatchStatus
@@ -246,7 +247,7 @@ def batch_view(report: BatchReport) -> dict[str, Any]:
 
 
 # -- running -----------------------------------------------------------------------------
-@actor(queue=ORCHESTRATION_QUEUE, payload=BatchRunJob)
+@registry.actor(queue=ORCHESTRATION_QUEUE, payload=BatchRunJob)
 def run_batch(job: BatchRunJob) -> dict[str, Any]:
     """Turn a persisted batch into notifications (see :func:`run`)."""
     return run(job.batch_id)

@@ -27,8 +27,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 from sqlmodel import Session, col, select
 
+from actors.queues import registry
 from herald.db import session as db_session
-from herald.queue import NORMAL_PRIORITY, SECOND, Defer, Permanent, actor, enqueue
+from herald.queue import NORMAL_PRIORITY, SECOND, Defer, Permanent, enqueue
 from models.base import utcnow
 from models.callbacks import (
     RESULT_APPLIED,
@@ -198,7 +199,7 @@ def correlated_delivery(session: Session, receipt: CallbackReceipt) -> str | Non
         .order_by(col(Delivery.created_at)).limit(1)).first()
 
 
-@actor(queue="notification-orchestration", payload=CallbackJob, attempts=9,
+@registry.actor(queue="notification-orchestration", payload=CallbackJob, attempts=9,
        backoff_base=10 * SECOND, max_started_attempts=MAX_STARTS,
        remove_on_complete=True, remove_on_fail=True)
 def normalise_callback(job: CallbackJob) -> dict[str, Any]:

@@ -31,9 +31,9 @@ from pydantic import BaseModel, ConfigDict
 from sqlmodel import Session, col, select
 
 from actors.fx import UnratedCurrency, convert, current_rates
-from actors.queues import esim_store_enabled
+from actors.queues import esim_store_enabled, registry
 from herald.db import session as db_session
-from herald.queue import Schedule, actor, schedule
+from herald.queue import Schedule
 from herald.settings import get_settings
 from models.base import new_id, utcnow
 from models.catalog import (
@@ -306,20 +306,20 @@ class SyncJob(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-@actor(queue="esim-product-sync", payload=SyncJob)
+@registry.actor(queue="esim-product-sync", payload=SyncJob)
 def sync_esim_products_job(job: SyncJob) -> dict[str, Any]:
     """One eSIM catalog sync and health refresh as a job (:func:`sync_esim_products`)."""
     return sync_esim_products()
 
 
-@actor(queue="package-sync", payload=SyncJob)
+@registry.actor(queue="package-sync", payload=SyncJob)
 def sync_operator_packages_job(job: SyncJob) -> dict[str, Any]:
     """One operator package sync as a job (:func:`sync_operator_packages`)."""
     return sync_operator_packages()
 
 
 _every = timedelta(seconds=get_settings().catalog_sync_interval_s)
-schedule(Schedule(name="esim-product-sync", actor=sync_esim_products_job, every=_every,
-                  feature_gate=esim_store_enabled, run_at_start=True))
-schedule(Schedule(name="package-sync", actor=sync_operator_packages_job, every=_every,
-                  run_at_start=True))
+registry.schedule(Schedule(name="esim-product-sync", actor=sync_esim_products_job, every=_every,
+                           feature_gate=esim_store_enabled, run_at_start=True))
+registry.schedule(Schedule(name="package-sync", actor=sync_operator_packages_job, every=_every,
+                           run_at_start=True))

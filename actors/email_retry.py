@@ -39,8 +39,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from sqlmodel import col, select
 
+from actors.queues import registry
 from herald.db import session as db_session
-from herald.queue import Permanent, actor, enqueue
+from herald.queue import Permanent, enqueue
 from herald.settings import email_address_problem, get_settings
 from models.audit import SYSTEM_ACTOR, AuditEntry, record_audit
 from providers.base import Channel, OutboundMessage, SendResult
@@ -233,7 +234,7 @@ def _first_job(envelope: EmailEnvelope | dict[str, Any], idempotency_key: str
     return EmailRetryJob.model_validate_json(retry_email.validate(payload))
 
 
-@actor(queue=QUEUE, payload=EmailRetryJob)
+@registry.actor(queue=QUEUE, payload=EmailRetryJob)
 def retry_email(job: EmailRetryJob) -> dict[str, Any]:
     """One queue attempt: send; on failure enqueue the next attempt, or after the last
     one record ``email_delivery_failed`` and fail for good."""

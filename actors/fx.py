@@ -25,9 +25,9 @@ from decimal import ROUND_HALF_UP, Decimal
 from pydantic import BaseModel, ConfigDict
 from sqlmodel import Session
 
-from actors.queues import esim_store_enabled
+from actors.queues import esim_store_enabled, registry
 from herald.db import session as db_session
-from herald.queue import Permanent, Schedule, actor, schedule
+from herald.queue import Permanent, Schedule
 from herald.settings import Settings, get_settings
 from models.base import utcnow
 from models.catalog import replace_rates, stored_rates
@@ -140,12 +140,12 @@ class FxJob(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-@actor(queue="fx-refresh", payload=FxJob)
+@registry.actor(queue="fx-refresh", payload=FxJob)
 def refresh_fx_rates(job: FxJob) -> dict[str, object]:
     """One refresh as a job; its return value is :func:`refresh_rates`'s."""
     return refresh_rates()
 
 
-schedule(Schedule(name="fx-refresh", actor=refresh_fx_rates,
-                  every=timedelta(milliseconds=get_settings().fx_refresh_interval_ms),
-                  feature_gate=esim_store_enabled, run_at_start=True))
+registry.schedule(Schedule(name="fx-refresh", actor=refresh_fx_rates,
+                           every=timedelta(milliseconds=get_settings().fx_refresh_interval_ms),
+                           feature_gate=esim_store_enabled, run_at_start=True))

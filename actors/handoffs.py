@@ -38,8 +38,9 @@ from sqlmodel import Session, col, select
 from actors.batches import enqueue_batch_run
 from actors.callbacks import enqueue_normalisation
 from actors.notifications import CHANNEL_QUEUES, enqueue_delivery
+from actors.queues import registry
 from herald.db import session as db_session
-from herald.queue import NORMAL_PRIORITY, Schedule, actor, register_sweep, schedule
+from herald.queue import NORMAL_PRIORITY, Schedule
 from herald.settings import get_settings
 from models.base import utcnow
 from models.batches import UNFINISHED_BATCH, Batch, BatchStatus
@@ -230,13 +231,13 @@ class SweepJob(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-@actor(queue="notification-orchestration", payload=SweepJob)
+@registry.actor(queue="notification-orchestration", payload=SweepJob)
 def reconcile_handoffs_job(job: SweepJob) -> dict[str, int]:
     """One sweep run as a job on the orchestration queue."""
     return dataclasses.asdict(reconcile_handoffs())  # the job's return value
 
 
-schedule(Schedule(name="reconcile-handoffs", actor=reconcile_handoffs_job,
-                  every=timedelta(seconds=get_settings().handoff_sweep_interval_s),
-                  run_at_start=True))
-register_sweep("handoffs", lambda: reconcile_handoffs().total)
+registry.schedule(Schedule(name="reconcile-handoffs", actor=reconcile_handoffs_job,
+                           every=timedelta(seconds=get_settings().handoff_sweep_interval_s),
+                           run_at_start=True))
+registry.sweep("handoffs", lambda: reconcile_handoffs().total)

@@ -10,8 +10,9 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
 
+from actors.queues import registry
 from herald.db import autocommit
-from herald.queue import Schedule, actor, register_sweep, schedule
+from herald.queue import Schedule
 from models.idempotency import expire_keys
 
 #: How often the clock sweeps expired keys.
@@ -31,12 +32,12 @@ class ExpiryJob(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-@actor(queue="notification-orchestration", payload=ExpiryJob)
+@registry.actor(queue="notification-orchestration", payload=ExpiryJob)
 def expire_idempotency_keys_job(job: ExpiryJob) -> dict[str, int]:
     """One expiry sweep as a job; its return value counts the keys deleted."""
     return {"expired": expire_idempotency_keys()}
 
 
-schedule(Schedule(name="expire-idempotency-keys", actor=expire_idempotency_keys_job,
-                  every=EXPIRY_INTERVAL, run_at_start=True))
-register_sweep("idempotency-keys", expire_idempotency_keys)
+registry.schedule(Schedule(name="expire-idempotency-keys", actor=expire_idempotency_keys_job,
+                           every=EXPIRY_INTERVAL, run_at_start=True))
+registry.sweep("idempotency-keys", expire_idempotency_keys)

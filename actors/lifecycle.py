@@ -32,9 +32,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from actors.queues import registry
 from actors.render import NOTIFICATIONS_DIR, environment
 from actors.store_recovery import start_store_recovery
-from herald.queue import OnFailure, WorkerGroup, declare_groups
+from herald.queue import OnFailure, WorkerGroup
 from herald.settings import get_settings
 from providers.esim import esim_providers
 from providers.operators import operators
@@ -116,4 +117,4 @@ SUPPLIER_GROUP = WorkerGroup(name="supplier queues", queues=SUPPLIER_QUEUES,
                              startup=start_supplier_queues, on_failure=OnFailure.STOP_GROUP,
                              readiness=renderer_ready)
 
-declare_groups(NOTIFICATION_GROUP, BUSINESS_GROUP, STORE_RECOVERY_GROUP, SUPPLIER_GROUP)
+registry.declare_groups(NOTIFICATION_GROUP, BUSINESS_GROUP, STORE_RECOVERY_GROUP, SUPPLIER_GROUP)

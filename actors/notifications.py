@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 from sqlalchemy import Connection
 
+from actors.queues import registry
 from actors.render import RenderError, render
 from herald.db import autocommit
 from herald.db import session as db_session
@@ -25,7 +26,6 @@ from herald.queue import (
     ADD_CHUNK,
     Defer,
     Permanent,
-    actor,
     enqueue,
     enqueue_groups,
     is_last_attempt,
@@ -177,19 +177,19 @@ def record_exhausted(job: DeliveryJob, reason: str) -> None:
                                 error=reason)
 
 
-@actor(queue="notification-email", payload=DeliveryJob, on_exhausted=record_exhausted)
+@registry.actor(queue="notification-email", payload=DeliveryJob, on_exhausted=record_exhausted)
 def send_email(job: DeliveryJob) -> dict[str, Any]:
     """Send one persisted email delivery."""
     return deliver(job)
 
 
-@actor(queue="notification-sms", payload=DeliveryJob, on_exhausted=record_exhausted)
+@registry.actor(queue="notification-sms", payload=DeliveryJob, on_exhausted=record_exhausted)
 def send_sms(job: DeliveryJob) -> dict[str, Any]:
     """Send one persisted SMS delivery."""
     return deliver(job)
 
 
-@actor(queue="notification-push", payload=DeliveryJob, on_exhausted=record_exhausted)
+@registry.actor(queue="notification-push", payload=DeliveryJob, on_exhausted=record_exhausted)
 def send_push(job: DeliveryJob) -> dict[str, Any]:
     """Send one persisted push delivery."""
     return deliver(job)

@@ -33,15 +33,13 @@ from sqlmodel import Session, col, select
 
 from actors import activation as activations
 from actors import orchestration, store
+from actors.queues import registry
 from herald.db import session as db_session
 from herald.queue import (
     EnqueueResult,
     Permanent,
     Schedule,
-    actor,
     enqueue,
-    register_sweep,
-    schedule,
 )
 from herald.settings import get_settings
 from models.activations import Activation, ActivationStatus
@@ -347,7 +345,7 @@ def resettle_lost_payments(now: datetime | None = None) -> int:
     return added
 
 
-@actor(queue=PAYMENT_QUEUE, payload=PaymentJob)
+@registry.actor(queue=PAYMENT_QUEUE, payload=PaymentJob)
 def settle_payment(job: PaymentJob) -> dict[str, Any]:
     """Settle one payment and hand off (see the module's docstring)."""
     payment = _settle_rows(job.payment_id)
@@ -357,7 +355,7 @@ def settle_payment(job: PaymentJob) -> dict[str, Any]:
     return {"payment_id": payment.id, "handoff": handoff, "receipt": receipt}
 
 
-@actor(queue=PAYMENT_QUEUE, payload=PaymentJob)
+@registry.actor(queue=PAYMENT_QUEUE, payload=PaymentJob)
 def send_receipt(job: PaymentJob) -> dict[str, Any]:
     """Send the payer the ``payment.receipt`` notification of a settled payment, once
     (its occurrence ``payment:{id}`` is the durable dedupe key)."""
@@ -383,13 +381,13 @@ class ResettleJob(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-@actor(queue=PAYMENT_QUEUE, payload=ResettleJob)
+@registry.actor(queue=PAYMENT_QUEUE, payload=ResettleJob)
 def resettle_lost_payments_job(job: ResettleJob) -> dict[str, int]:
     """One run of :func:`resettle_lost_payments` as a job on the payment queue."""
     return {"added": resettle_lost_payments()}
 
 
-schedule(Schedule(name="resettle-lost-payments", actor=resettle_lost_payments_job,
-                  every=timedelta(seconds=get_settings().handoff_sweep_interval_s),
-                  run_at_start=True))
-register_sweep("payments", resettle_lost_payments)
+registry.schedule(Schedule(name="resettle-lost-payments", actor=resettle_lost_payments_job,
+                           every=timedelta(seconds=get_settings().handoff_sweep_interval_s),
+                           run_at_start=True))
+registry.sweep("payments", resettle_lost_payments)

@@ -32,9 +32,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
+from actors.queues import registry
 from actors.supplier_dispatch import document_of, enqueue_supplier_dispatch
 from herald.db import session as db_session
-from herald.queue import Schedule, actor, register_sweep, schedule
+from herald.queue import Schedule
 from herald.settings import get_settings
 from models.base import utcnow
 from models.purchasing import (
@@ -266,21 +267,21 @@ class SweepJob(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-@actor(queue=SWEEP_QUEUE, payload=SweepJob)
+@registry.actor(queue=SWEEP_QUEUE, payload=SweepJob)
 def relay_dispatch_outbox(job: SweepJob) -> dict[str, int]:
     """One relay run as a job; its return value counts what it did."""
     return dataclasses.asdict(relay_outbox())
 
 
-@actor(queue=SWEEP_QUEUE, payload=SweepJob)
+@registry.actor(queue=SWEEP_QUEUE, payload=SweepJob)
 def sweep_stale_dispatches_job(job: SweepJob) -> dict[str, int]:
     """One stale-dispatch sweep as a job; its return value counts what it did."""
     return dataclasses.asdict(sweep_stale_dispatches())
 
 
-schedule(Schedule(name="relay-dispatch-outbox", actor=relay_dispatch_outbox,
-                  every=RELAY_INTERVAL, run_at_start=True))
-schedule(Schedule(name="stale-dispatches", actor=sweep_stale_dispatches_job,
-                  every=STALE_SWEEP_INTERVAL, run_at_start=True))
-register_sweep("supplier-outbox", lambda: relay_outbox().total)
-register_sweep("supplier-stale-dispatches", lambda: sweep_stale_dispatches().total)
+registry.schedule(Schedule(name="relay-dispatch-outbox", actor=relay_dispatch_outbox,
+                           every=RELAY_INTERVAL, run_at_start=True))
+registry.schedule(Schedule(name="stale-dispatches", actor=sweep_stale_dispatches_job,
+                           every=STALE_SWEEP_INTERVAL, run_at_start=True))
+registry.sweep("supplier-outbox", lambda: relay_outbox().total)
+registry.sweep("supplier-stale-dispatches", lambda: sweep_stale_dispatches().total)

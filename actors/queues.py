@@ -2,8 +2,9 @@
 
 The values and what each queue is for are listed in docs/queue.md#the-queue-table.
 The environment overrides a value where a setting names it (``DISPATCH_ATTEMPTS``,
-``DISPATCH_BACKOFF_MS``, ``EMAIL_WORKER_CONCURRENCY``). Importing this module registers
-the table; every module of ``actors`` that uses one of these queues imports it.
+``DISPATCH_BACKOFF_MS``, ``EMAIL_WORKER_CONCURRENCY``). The table is on herald's
+:class:`~herald.queue.Registry` (``registry``, here), which every module of ``actors``
+declares its actors, schedules, sweeps and worker groups on, and herald's App reads.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from herald.queue import (
     Backoff,
     Keep,
     QueueSpec,
+    Registry,
     Retention,
-    provide_queues,
 )
 from herald.settings import Settings, get_settings
 
@@ -78,7 +79,10 @@ def herald_queues(settings: Settings | None = None) -> list[QueueSpec]:
     ]
 
 
-provide_queues(herald_queues)
+#: herald's declarations: this queue table, and every actor, schedule, sweep and worker
+#: group of ``actors`` (each module declares its own on it when imported).
+registry = Registry()
+registry.provide(herald_queues)
 
 
 def esim_store_enabled() -> bool:

@@ -48,8 +48,9 @@ from sqlmodel import Session, col
 from actors.catalog import product_price
 from actors.fx import current_rates
 from actors.orchestration import trigger_event
+from actors.queues import registry
 from herald.db import session as db_session
-from herald.queue import EnqueueResult, Permanent, actor, enqueue, is_last_attempt
+from herald.queue import EnqueueResult, Permanent, enqueue, is_last_attempt
 from herald.settings import get_settings
 from models.base import money, utcnow
 from models.catalog import StoreProduct, unavailable_reason
@@ -511,7 +512,7 @@ def run_issuance(job: StoreJob) -> dict[str, Any]:
     return _reconcile(plugin, Run(order, job.trigger, run_label(job.trigger, reconcile=True)))
 
 
-@actor(queue="store-fulfillment", payload=StoreJob)
+@registry.actor(queue="store-fulfillment", payload=StoreJob)
 def issue_store_order(job: StoreJob) -> dict[str, Any]:
     """Issue or reconcile one order (see the module's docstring)."""
     return run_issuance(job)

@@ -49,10 +49,10 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import ColumnElement, and_, func, or_, update
 from sqlmodel import col, select
 
-from actors.queues import esim_store_enabled
+from actors.queues import esim_store_enabled, registry
 from actors.store import Trigger, enqueue_issuance
 from herald.db import session as db_session
-from herald.queue import JobState, Schedule, actor, enqueue, now_ms, queue, register_sweep, schedule
+from herald.queue import JobState, Schedule, enqueue, now_ms, queue
 from herald.settings import get_settings
 from models.base import utcnow
 from models.store import IssuanceState, Order, OrderStatus, StoreOrder
@@ -253,7 +253,7 @@ class RecoveryJob(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-@actor(queue=STORE_QUEUE, payload=RecoveryJob)
+@registry.actor(queue=STORE_QUEUE, payload=RecoveryJob)
 def recover_store_orders(job: RecoveryJob) -> dict[str, int]:
     """One recovery run as a job; its return value counts what each scan re-drove."""
     return dataclasses.asdict(recover_orders())
@@ -262,10 +262,10 @@ def recover_store_orders(job: RecoveryJob) -> dict[str, int]:
 #: The schedule's name; the startup jobs' ids start ``startup:store-recovery:``.
 SCHEDULE_NAME = "store-recovery"
 
-schedule(Schedule(name=SCHEDULE_NAME, actor=recover_store_orders,
-                  every=timedelta(seconds=get_settings().store_recovery_interval_s),
-                  run_at_start=True, feature_gate=esim_store_enabled))
-register_sweep(SCHEDULE_NAME, lambda: recover_orders().total)
+registry.schedule(Schedule(name=SCHEDULE_NAME, actor=recover_store_orders,
+                           every=timedelta(seconds=get_settings().store_recovery_interval_s),
+                           run_at_start=True, feature_gate=esim_store_enabled))
+registry.sweep(SCHEDULE_NAME, lambda: recover_orders().total)
 
 
 def start_store_recovery() -> None:

@@ -25,11 +25,11 @@ from sqlmodel import Session
 
 from actors import queues as _queues  # noqa: F401  (declares the queue)
 from actors.email_retry import send_admin_alert
+from actors.queues import registry
 from herald import db
 from herald.queue import (
     EnqueueResult,
     Permanent,
-    actor,
     attempts_made,
     current_app,
     enqueue,
@@ -87,7 +87,7 @@ class _Target:
     supplier: Supplier
 
 
-@actor(queue=QUEUE, payload=SupplierDispatchJob)
+@registry.actor(queue=QUEUE, payload=SupplierDispatchJob)
 def dispatch_to_supplier(job: SupplierDispatchJob) -> dict[str, Any]:
     """Transmit the dispatch ``job.dispatch_id`` to its supplier, at most once per
     successful run: a dispatch already submitted or confirmed is skipped without

@@ -30,8 +30,9 @@ from sqlmodel import Session, col, select
 from actors import queues as _queues  # noqa: F401  (declares the queue)
 from actors.backorder_reroute import enqueue_backorder_reroute
 from actors.email_retry import send_admin_alert
+from actors.queues import registry
 from herald.db import session as db_session
-from herald.queue import Permanent, Schedule, actor, schedule
+from herald.queue import Permanent, Schedule
 from herald.settings import get_settings
 from models.base import new_id, table_of, utcnow
 from models.purchasing import (
@@ -396,7 +397,7 @@ class PollJob(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-@actor(queue=POLL_QUEUE, payload=PollJob)
+@registry.actor(queue=POLL_QUEUE, payload=PollJob)
 def poll_sysco_inbound(job: PollJob) -> dict[str, Any]:
     """One poll of every active Sysco supplier; its return value is the report. A
     systemic failure (a directory out of reach, or whose files all failed) fails the job
@@ -407,6 +408,6 @@ def poll_sysco_inbound(job: PollJob) -> dict[str, Any]:
     return report.as_dict()
 
 
-schedule(Schedule(name=SCHEDULE_NAME, actor=poll_sysco_inbound,
-                  every=timedelta(seconds=get_settings().sysco_poll_interval_s),
-                  group=POLL_GROUP, dedup_id=SCHEDULE_NAME))
+registry.schedule(Schedule(name=SCHEDULE_NAME, actor=poll_sysco_inbound,
+                           every=timedelta(seconds=get_settings().sysco_poll_interval_s),
+                           group=POLL_GROUP, dedup_id=SCHEDULE_NAME))

@@ -41,22 +41,23 @@ def _setup(url: str, prefix: str, grouped: bool) -> Any:
     from pydantic import BaseModel
 
     from herald import settings
-    from herald.queue import Keep, QueueSpec, Retention, actor, declare
+    from herald.queue import Keep, QueueSpec, Registry, Retention
 
     settings.reset_settings()
-    reinstall_queue_app()
-    declare(QueueSpec(name=QUEUE, concurrency=4 if grouped else 1, attempts=1,
-                      lock_duration=timedelta(seconds=30),
-                      retention=Retention(completed=Keep(count=100_000)),
-                      group_limits={"sysco": 1} if grouped else {}))
+    registry = Registry()
+    registry.declare(QueueSpec(name=QUEUE, concurrency=4 if grouped else 1, attempts=1,
+                               lock_duration=timedelta(seconds=30),
+                               retention=Retention(completed=Keep(count=100_000)),
+                               group_limits={"sysco": 1} if grouped else {}))
 
     class Sleep(BaseModel):
         seconds: float
 
-    @actor(queue=QUEUE, payload=Sleep, name="bench_sleep")
+    @registry.actor(queue=QUEUE, payload=Sleep, name="bench_sleep")
     def sleep(job: Sleep) -> None:
         time.sleep(job.seconds)
 
+    reinstall_queue_app(extra=(registry,))
     return sleep
 
 

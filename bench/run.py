@@ -97,20 +97,21 @@ def _herald_setup(url: str, prefix: str):
     from pydantic import BaseModel
 
     from herald import settings
-    from herald.queue import Keep, QueueSpec, Retention, actor, declare
+    from herald.queue import Keep, QueueSpec, Registry, Retention
 
     settings.reset_settings()
-    reinstall_queue_app()
-    declare(QueueSpec(name="bench-herald", concurrency=THREADS, attempts=1,
-                      retention=Retention(completed=Keep(count=1000))))
+    registry = Registry()
+    registry.declare(QueueSpec(name="bench-herald", concurrency=THREADS, attempts=1,
+                               retention=Retention(completed=Keep(count=1000))))
 
     class Noop(BaseModel):
         n: int
 
-    @actor(queue="bench-herald", payload=Noop, name="noop")
+    @registry.actor(queue="bench-herald", payload=Noop, name="noop")
     def noop(job: Noop) -> None:
         return None
 
+    reinstall_queue_app(extra=(registry,))
     return noop
 
 

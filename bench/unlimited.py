@@ -3,8 +3,7 @@ lifted, so the end-to-end benchmark measures herald rather than the 30/min email
 
 import dataclasses
 
-import actors  # noqa: F401  (registers herald's queue table)
-from herald.queue import declare, get_spec
+from actors.queues import registry
 
 for _name in ("notification-email", "notification-sms"):
-    declare(dataclasses.replace(get_spec(_name), rate_limit=None))
+    registry.declare(dataclasses.replace(registry.spec(_name), rate_limit=None))

@@ -111,10 +111,10 @@ class _SweepHelp(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: Any, option_string: str | None = None) -> None:
-        from herald.queue import registered_sweeps
+        from actors.queues import registry
 
         load_actor_modules()
-        names = list(registered_sweeps())
+        names = list(registry.sweeps())
         parser.epilog = "\n  ".join([f"sweeps ({len(names)}):", *names])
         parser.print_help()
         parser.exit()

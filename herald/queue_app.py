@@ -10,10 +10,11 @@ embedded Redis (:mod:`herald.embedded_redis`) and gives the library its socket's
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from herald.embedded_redis import embedded_socket_path, ensure_embedded_redis
-from herald.queue import App, QueueConfig, installed_app
+from herald.queue import App, QueueConfig, Registry, installed_app
 from herald.settings import Settings, get_settings
 
 
@@ -34,17 +35,21 @@ def queue_config(settings: Settings, *, start_embedded: bool = True) -> QueueCon
     return config(redis_url=f"unix://{socket_path}")
 
 
-def build_queue_app(settings: Settings | None = None, *, start_embedded: bool = True) -> App:
-    """A new App on herald's settings (read now when not given), not yet installed.
-    Importing :mod:`actors` first declares herald's queues, actors and schedules."""
-    import actors  # noqa: F401  (herald's queue table)
+def build_queue_app(settings: Settings | None = None, *, start_embedded: bool = True,
+                    extra: Sequence[Registry] = ()) -> App:
+    """A new App on herald's settings (read now when not given), herald's registry
+    (``actors.queues.registry``: its queue table is read now) and the ``extra``
+    registries of an application's own modules, not yet installed."""
+    from actors.queues import registry
 
-    return App(queue_config(settings or get_settings(), start_embedded=start_embedded))
+    return App(queue_config(settings or get_settings(), start_embedded=start_embedded),
+               registry, *extra)
 
 
-def start_queue_app(settings: Settings | None = None, *, start_embedded: bool = True) -> App:
+def start_queue_app(settings: Settings | None = None, *, start_embedded: bool = True,
+                    extra: Sequence[Registry] = ()) -> App:
     """Build herald's App and install it as the process's (see :meth:`App.install`)."""
-    return build_queue_app(settings, start_embedded=start_embedded).install()
+    return build_queue_app(settings, start_embedded=start_embedded, extra=extra).install()
 
 
 def describe_redis(settings: Settings) -> str:
@@ -62,8 +67,10 @@ def close_installed_app() -> None:
         app.close()
 
 
-def reinstall_queue_app(settings: Settings | None = None) -> App:
+def reinstall_queue_app(settings: Settings | None = None, *,
+                        extra: Sequence[Registry] = ()) -> App:
     """Close the installed App (if any) and install a new one on the settings (read now
-    when not given): after a change of the settings the queues run on."""
+    when not given) and the ``extra`` registries: after a change of the settings the
+    queues run on."""
     close_installed_app()
-    return start_queue_app(settings)
+    return start_queue_app(settings, extra=extra)

@@ -1,4 +1,5 @@
-"""The application: two queues, two actors, one schedule, and the App that wires them.
+"""The application: two queues, two actors and one schedule declared on its registry,
+and the App that wires them.
 
 Nothing of herald but its queue library is used: no herald settings, no database. The
 only configuration read is ``REDIS_URL``. Run it under Dramatiq's own CLI::
@@ -23,22 +24,22 @@ from herald.queue import (
     Backoff,
     QueueConfig,
     QueueSpec,
+    Registry,
     Schedule,
-    actor,
     attempts_made,
     current_app,
-    declare,
-    schedule,
 )
 
 #: The key prefix of everything this application keeps in Redis.
 PREFIX = "standalone"
 #: The wait before each retry of a thumbnail: fixed, so its time is exact.
 RETRY_AFTER = timedelta(seconds=2)
+#: Everything this application declares: queues, actors, the schedule.
+registry = Registry()
 
-declare(QueueSpec(name="thumbnails", concurrency=2, attempts=3, backoff=Backoff.FIXED,
-                  backoff_base=RETRY_AFTER))
-declare(QueueSpec(name="reports", concurrency=1, attempts=1))
+registry.declare(QueueSpec(name="thumbnails", concurrency=2, attempts=3, backoff=Backoff.FIXED,
+                           backoff_base=RETRY_AFTER))
+registry.declare(QueueSpec(name="reports", concurrency=1, attempts=1))
 
 
 class Thumbnail(BaseModel):
@@ -59,7 +60,7 @@ def attempts_key(image_id: int) -> str:
     return f"{PREFIX}:attempts:{image_id}"
 
 
-@actor(queue="thumbnails", payload=Thumbnail)
+@registry.actor(queue="thumbnails", payload=Thumbnail)
 def make_thumbnail(job: Thumbnail) -> dict[str, int]:
     """Record when this attempt started, fail while asked to, then return the result."""
     current_app().client.rpush(attempts_key(job.image_id), int(time.time() * 1000))
@@ -68,14 +69,14 @@ def make_thumbnail(job: Thumbnail) -> dict[str, int]:
     return {"image_id": job.image_id, "attempt": attempts_made() + 1}
 
 
-@actor(queue="reports", payload=Report)
+@registry.actor(queue="reports", payload=Report)
 def build_report(job: Report) -> dict[str, str]:
     """Build the report (here: say which one)."""
     return {"built": job.kind}
 
 
-schedule(Schedule(name="every-second-report", actor=build_report,
-                  payload={"kind": "every-second"}, every=timedelta(seconds=1)))
+registry.schedule(Schedule(name="every-second-report", actor=build_report,
+                           payload={"kind": "every-second"}, every=timedelta(seconds=1)))
 
 #: The process's wiring; installing it makes its broker Dramatiq's global one.
-app = App(QueueConfig(redis_url=os.environ["REDIS_URL"], prefix=PREFIX)).install()
+app = App(QueueConfig(redis_url=os.environ["REDIS_URL"], prefix=PREFIX), registry).install()

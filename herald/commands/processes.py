@@ -36,18 +36,21 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     start with one line saying why (exit code 1)."""
     from herald.health import PortInUse, serve_worker_health
     from herald.process import schedule_as_batch, tune_garbage_collector
-    from herald.queue import run_worker_process
-    from herald.queue_app import start_queue_app
+    from herald.queue import current_app, run_worker_process
+    from herald.queue_app import build_queue_app, start_queue_app
 
     if args.app:
         _install_app(args.app)
+        queues = check_queues(args.queues, current_app())
     else:
-        load_actor_modules(args.imports)
-    queues = check_queues(args.queues)
+        extra = load_actor_modules(args.imports)
+        # the queues are checked before herald's Redis is started: a typo starts nothing
+        queues = check_queues(args.queues, build_queue_app(settings, start_embedded=False,
+                                                           extra=extra))
     if queues is None:
         return USAGE_ERROR
     if not args.app:
-        start_queue_app(settings)
+        start_queue_app(settings, extra=extra)
     tune_garbage_collector()
     if settings.worker_batch_scheduling:
         # before any thread of the worker starts: threads inherit the policy
@@ -87,8 +90,7 @@ def cmd_clock(args: argparse.Namespace, settings: Settings) -> int:
     from herald.queue import fire_schedules, stop_on_signal
     from herald.queue_app import start_queue_app
 
-    load_actor_modules(args.imports)
-    start_queue_app(settings)
+    start_queue_app(settings, extra=load_actor_modules(args.imports))
     fire_schedules(stop_on_signal())
     return 0
 

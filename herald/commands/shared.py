@@ -14,6 +14,8 @@ from herald.queue import UnknownQueue
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from herald.queue import App, Registry
+
 #: Exit code of a usage mistake (argparse's own, also used for unknown queue names).
 USAGE_ERROR = 2
 #: Width of tables written to a pipe or file (a terminal uses its own width).
@@ -33,19 +35,20 @@ def console(max_width: int | None = None) -> Console:
     return default
 
 
-def load_actor_modules(extra: Sequence[str] = ()) -> None:
+def load_actor_modules(extra: Sequence[str] = ()) -> list[Registry]:
     """Import every module of the ``actors`` package (herald's queue table and the actors
-    on it), then ``extra`` (an application's own modules).
+    on it), then ``extra`` (an application's own modules); returns the registries of
+    ``extra`` (for the App, beside herald's).
 
-    The registry then holds every queue herald ships, so ``herald worker``, ``herald
-    queues`` and ``herald clean`` all see the same queues.
+    herald's registry then holds every queue herald ships, so ``herald worker``,
+    ``herald queues`` and ``herald clean`` all see the same queues.
     """
     import actors
+    from herald.queue import import_modules
 
     for module in pkgutil.iter_modules(actors.__path__, prefix="actors."):
         importlib.import_module(module.name)
-    for name in extra:
-        importlib.import_module(name)
+    return import_modules(extra)
 
 
 def fail(message: str, code: int = 1) -> int:
@@ -54,12 +57,12 @@ def fail(message: str, code: int = 1) -> int:
     return code
 
 
-def check_queues(names: Sequence[str]) -> list[str] | None:
-    """The queue names checked against the registry (all when none), None on a bad one."""
-    from herald.queue import all_specs, queues_or_all
+def check_queues(names: Sequence[str], app: App) -> list[str] | None:
+    """The queue names checked against ``app``'s (all when none), None on a bad one."""
+    from herald.queue import queues_or_all
 
     try:
-        return queues_or_all(names)
+        return queues_or_all(names, app)
     except UnknownQueue as error:
-        fail(f"{error}; the queues: {', '.join(spec.name for spec in all_specs())}")
+        fail(f"{error}; the queues: {', '.join(spec.name for spec in app.specs())}")
         return None

@@ -101,12 +101,12 @@ def cmd_queues(args: argparse.Namespace, settings: Settings) -> int:
     import redis
     from rich.table import Table
 
-    from herald.queue import all_specs, queue
+    from herald.queue import queue
     from herald.queue_app import describe_redis, start_queue_app
 
-    load_actor_modules(args.imports)
-    start_queue_app(settings, start_embedded=False)  # counts only when Redis answers
-    specs = all_specs()
+    extra = load_actor_modules(args.imports)
+    # counts only when Redis answers
+    specs = start_queue_app(settings, start_embedded=False, extra=extra).specs()
     where = describe_redis(settings)
     counts: dict[str, dict[str, int]] | None = None
     if _redis_reachable(settings):
@@ -138,12 +138,10 @@ def cmd_queues(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
     """``herald sweep``: run the registered sweeps (all when none named) once."""
-    from herald.queue import registered_sweeps
     from herald.queue_app import start_queue_app
 
     load_actor_modules()
-    start_queue_app(settings)
-    sweeps = registered_sweeps()
+    sweeps = start_queue_app(settings).sweeps()
     if not sweeps:
         print("no sweeps registered yet")
         return 0
@@ -175,13 +173,15 @@ def _each_queue(args: argparse.Namespace, settings: Settings, done: str,
     import redis
 
     from herald.queue import queue
-    from herald.queue_app import describe_redis, start_queue_app
+    from herald.queue_app import build_queue_app, describe_redis, start_queue_app
 
-    load_actor_modules(args.imports)
-    names = check_queues(args.queues)
+    extra = load_actor_modules(args.imports)
+    # the queues are checked before herald's Redis is started: a typo starts nothing
+    names = check_queues(args.queues, build_queue_app(settings, start_embedded=False,
+                                                      extra=extra))
     if names is None:
         return USAGE_ERROR
-    start_queue_app(settings)
+    start_queue_app(settings, extra=extra)
     total = 0
     try:
         for name in names:

@@ -23,7 +23,8 @@ from datetime import timedelta
 from dramatiq.middleware import CurrentMessage
 from pydantic import BaseModel, Field
 
-from herald.queue import Keep, Permanent, QueueSpec, Retention, actor, declare, queue
+from actors.queues import registry
+from herald.queue import Keep, Permanent, QueueSpec, Retention, queue
 
 #: The demo's queue name.
 DEMO_QUEUE = "demo"
@@ -39,7 +40,7 @@ EXHAUSTED_EVERY = 250
 #: Every this-many-th job fails transiently on its first one or two attempts.
 FLAKY_EVERY = 20
 
-DEMO_SPEC = declare(QueueSpec(
+DEMO_SPEC = registry.declare(QueueSpec(
     name=DEMO_QUEUE,
     concurrency=8,
     attempts=3,
@@ -109,7 +110,7 @@ def _attempts_made() -> int:
     return int(made)
 
 
-@actor(queue=DEMO_QUEUE, payload=DemoJob)
+@registry.actor(queue=DEMO_QUEUE, payload=DemoJob)
 def crunch(job: DemoJob) -> dict[str, object]:
     """Hash the job's number a few hundred times; misbehave as planned."""
     digest = hashlib.sha256(str(job.n).encode())

@@ -198,9 +198,9 @@ def run_notifications(events: int, console: Console, *, batch_size: int | None =
     """Run the notification phase; returns 0 when every delivery it made ended final, its
     batch finished, every callback it posted was processed and the provider accepted
     exactly its deliveries recorded as sent or delivered (and nothing else)."""
-    from herald.queue import redeclared
+    from actors.queues import registry
 
-    with own_namespace() as prefix, redeclared(QUEUES, rate_limit=None):
+    with own_namespace() as prefix, registry.redeclared(QUEUES, rate_limit=None):
         return _run(events, console, batch_size or DEFAULT_BATCH_SIZE, prefix)
 
 

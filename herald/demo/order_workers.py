@@ -16,11 +16,12 @@ from __future__ import annotations
 import dataclasses
 
 import actors.queues  # noqa: F401  (registers herald's queue table)
-from herald.queue import SECOND, declare, get_spec
+from actors.queues import registry
+from herald.queue import SECOND
 
 #: The queues the order phase's worker process runs, and their lock while it does.
 ORDER_QUEUES = ("payment", "store-fulfillment")
 DEMO_LOCK = SECOND
 
 for _name in ORDER_QUEUES:
-    declare(dataclasses.replace(get_spec(_name), lock_duration=DEMO_LOCK))
+    registry.declare(dataclasses.replace(registry.spec(_name), lock_duration=DEMO_LOCK))

@@ -288,11 +288,11 @@ def verify_waiting(client: Any, orders: list[OrderRow], verified: set[str]) -> N
 def run_orders(count: int, console: Console) -> int:
     """Run the order phase; returns 0 only when every order ended as its product plans,
     with one charge and one eSIM email per issued order and no charge for a failed one."""
-    from herald.queue import redeclared
+    from actors.queues import registry
 
     with own_namespace((*NOTIFICATION_QUEUES, *ORDER_QUEUES)) as prefix, \
             environment(FEATURE_ESIM_STORE="true"), \
-            redeclared(NOTIFICATION_QUEUES, rate_limit=None):
+            registry.redeclared(NOTIFICATION_QUEUES, rate_limit=None):
         MockEsimProvider.reset()
         return _run(count, console, prefix)
 

@@ -108,8 +108,9 @@ class Outcome:
 def run_purchasing(count: int, console: Console) -> int:
     """Run the purchasing phase; returns 0 only when every order, dispatch, file, email
     and the reroute ended as planned."""
+    from actors.queues import registry
     from herald.db import migrate
-    from herald.queue import SECOND, redeclared
+    from herald.queue import SECOND
     from providers.pdf import renderer_ready
 
     migrate()
@@ -124,7 +125,7 @@ def run_purchasing(count: int, console: Console) -> int:
             SMTP_USE_TLS="false", SMTP_USERNAME="", SMTP_PASSWORD="",
             SUPPLIER_PDF_DIR=str(work / "pdfs"), SUPPLIER_PDF_BASE_URL="",
             ADMIN_ALERT_EMAIL=""))
-        stack.enter_context(redeclared(("supplier-dispatch",), backoff_base=SECOND))
+        stack.enter_context(registry.redeclared(("supplier-dispatch",), backoff_base=SECOND))
         with_kitchen = renderer_ready() is True
         how = {"sysco": f"X12 850 over SFTP at 127.0.0.1:{sftp.port}",
                "costco": "email", "kitchen": "email with a PDF",

@@ -2,23 +2,24 @@
 
 One import line serves an application::
 
-    from herald.queue import App, QueueConfig, QueueSpec, actor, declare, enqueue, queue
+    from herald.queue import App, QueueConfig, QueueSpec, Registry, enqueue, queue
 
-    declare(QueueSpec(name="thumbnails", concurrency=2, attempts=3))
+    registry = Registry()
+    registry.declare(QueueSpec(name="thumbnails", concurrency=2, attempts=3))
 
-    @actor(queue="thumbnails", payload=ThumbnailJob)
+    @registry.actor(queue="thumbnails", payload=ThumbnailJob)
     def make_thumbnail(job: ThumbnailJob) -> dict | None: ...
 
-    App(QueueConfig(redis_url="redis://localhost:6379/0")).install()
+    App(QueueConfig(redis_url="redis://localhost:6379/0"), registry).install()
     enqueue(make_thumbnail, {"image_id": 7}, job_id="img-7", priority=1)
     queue("thumbnails").counts()
 
 The semantics (ids, deduplication, retries, stalls, priorities, rate limits, schedules,
 retention) are described in docs/queue.md. The library knows nothing of notifications or
-orders: herald's own queues are declared by ``actors``.
+orders: herald's own queues are declared by ``actors`` on its registry.
 """
 
-from herald.queue.app import App, current_app, installed_app, now_ms
+from herald.queue.app import App, current_app, get_spec, installed_app, now_ms
 from herald.queue.config import QueueConfig
 from herald.queue.current import attempts_made, is_last_attempt
 from herald.queue.errors import (
@@ -29,7 +30,8 @@ from herald.queue.errors import (
     Permanent,
     UnknownQueue,
 )
-from herald.queue.job_actor import JobActor, actor, declared_actors
+from herald.queue.groups import OnFailure, WorkerGroup
+from herald.queue.job_actor import JobActor
 from herald.queue.ledger import ADD_CHUNK, Job, JobState, Ledger
 from herald.queue.ledger_admin import LedgerAdmin
 from herald.queue.ledger_queries import LedgerQueries
@@ -48,27 +50,15 @@ from herald.queue.registry import (
     Backoff,
     Keep,
     QueueSpec,
+    QueueTable,
+    Registry,
     Retention,
-    all_specs,
-    declare,
-    get_spec,
-    provide_queues,
-    redeclared,
 )
-from herald.queue.schedules import (
-    Schedule,
-    declared_schedules,
-    fire_due,
-    fire_schedules,
-    schedule,
-    stop_on_signal,
-)
-from herald.queue.sweeps import register_sweep, registered_sweeps
+from herald.queue.schedule_spec import Schedule
+from herald.queue.schedules import fire_due, fire_schedules, stop_on_signal
 from herald.queue.worker import (
-    OnFailure,
     QueueWorker,
-    WorkerGroup,
-    declare_groups,
+    import_modules,
     queues_or_all,
     run_worker_process,
     running_worker,
@@ -102,20 +92,16 @@ __all__ = [
     "Queue",
     "QueueConfig",
     "QueueSpec",
+    "QueueTable",
     "QueueWorker",
+    "Registry",
     "Retention",
     "Schedule",
     "ThreadConnections",
     "UnknownQueue",
     "WorkerGroup",
-    "actor",
-    "all_specs",
     "attempts_made",
     "current_app",
-    "declare",
-    "declare_groups",
-    "declared_actors",
-    "declared_schedules",
     "enqueue",
     "enqueue_groups",
     "enqueue_many",
@@ -123,19 +109,15 @@ __all__ = [
     "fire_due",
     "fire_schedules",
     "get_spec",
+    "import_modules",
     "installed_app",
     "is_last_attempt",
     "metrics_exposition",
     "new_redis_client",
     "now_ms",
-    "provide_queues",
     "queue",
     "queues_or_all",
-    "redeclared",
-    "register_sweep",
-    "registered_sweeps",
     "run_worker_process",
     "running_worker",
-    "schedule",
     "stop_on_signal",
 ]

@@ -24,7 +24,6 @@ from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.errors import ConnectionClosed, QueueJoinTimeout
 
 from herald.queue.dramatiq_internals import HookDispatch
-from herald.queue.job_actor import declared_actor, job_options
 from herald.queue.ledger import Ledger, NewJob, RunEnd, new_token
 from herald.queue.ledger_admin import LedgerAdmin
 from herald.queue.ledger_queries import LedgerQueries
@@ -36,7 +35,7 @@ from herald.queue.middleware import (
     run_exhausted_hook,
 )
 from herald.queue.redis import dedicated_connection
-from herald.queue.registry import QueueSpec, get_spec
+from herald.queue.registry import QueueSpec, declarations_of, job_options
 
 log = logging.getLogger(__name__)
 
@@ -128,12 +127,12 @@ class LedgerBroker(HookDispatch, dramatiq.Broker):
     def declare_queue(self, queue_name: str) -> None:
         if queue_name not in self.queues:
             self.emit_before("declare_queue", queue_name)
-            self.queues[queue_name] = QueueSlots(get_spec(queue_name))
+            self.queues[queue_name] = QueueSlots(declarations_of(self).spec(queue_name))
             self.emit_after("declare_queue", queue_name)
 
     def consume(self, queue_name: str, prefetch: int = 1, timeout: int = BLOCK_MS) -> Consumer:
         slots = self.slots(queue_name)
-        spec = get_spec(queue_name)
+        spec = declarations_of(self).spec(queue_name)
         if spec is not slots.spec:
             slots.use(spec)
         return LedgerConsumer(self, slots, timeout)
@@ -147,8 +146,8 @@ class LedgerBroker(HookDispatch, dramatiq.Broker):
                      actor=message.actor_name, data=json.dumps(payload),
                      priority=message.options.get("priority", 5),
                      run_at_ms=self.ledger.now_ms() + delay if delay else 0,
-                     **job_options(declared_actor(message.actor_name).options,
-                                     get_spec(message.queue_name)))
+                     **job_options(declarations_of(self).actor(message.actor_name).options,
+                                     declarations_of(self).spec(message.queue_name)))
         self.ledger.add(message.queue_name, [job])
         self.emit_after("enqueue", message, delay)
         return message
@@ -352,7 +351,7 @@ class LedgerConsumer(Consumer):
             if result == "exhausted":
                 actor = _str(row[3])
                 report(queue, job_id, "failed", actor)
-                run_exhausted_hook(actor, _str(row[4]), _str(row[5]))
+                run_exhausted_hook(declarations_of(self.broker), actor, _str(row[4]), _str(row[5]))
             elif result != "released":
                 finish = by_id.get(job_id)
                 if finish is None:  # a plain completion that arrived too late

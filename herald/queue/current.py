@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dramatiq.middleware import CurrentMessage
 
-from herald.queue.job_actor import declared_actor
-from herald.queue.registry import get_spec
+from herald.queue.registry import declarations_of
 
 
 def attempts_made() -> int:
@@ -29,8 +28,8 @@ def is_last_attempt() -> bool:
     if message is None:
         return False
     try:
-        override = declared_actor(message.actor_name).options.attempts
-    except KeyError:  # a Dramatiq actor declared without herald's @actor
+        override = declarations_of().actor(message.actor_name).options.attempts
+    except KeyError:  # a Dramatiq actor no registry of the App declared
         override = None
-    attempts = override or get_spec(message.queue_name).attempts
+    attempts = override or declarations_of().spec(message.queue_name).attempts
     return attempts_made() + 1 >= attempts

@@ -1,13 +1,12 @@
-"""Job functions: ``@actor`` declares one on a queue with the pydantic model of its payload.
-
-Declared actors are kept here, by name; installing an :class:`~herald.queue.app.App` binds
-each of them to its broker, and an actor declared after that is bound at once.
+"""Job functions: a :class:`JobActor` runs one job of a queue, with the pydantic model of
+its payload. ``@registry.actor(...)`` (:meth:`~herald.queue.registry.Registry.actor`)
+declares one; installing an :class:`~herald.queue.app.App` binds its registries' actors to
+its broker.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
@@ -16,15 +15,10 @@ import dramatiq
 from dramatiq.middleware import CurrentMessage
 from pydantic import BaseModel, ValidationError
 
-from herald.queue.dramatiq_internals import installed_broker
 from herald.queue.errors import InvalidMessage, InvalidPayload
 from herald.queue.pydantic_internals import dump_json, validate
-from herald.queue.registry import QueueSpec, get_spec
 
 M = TypeVar("M", bound=BaseModel)
-
-_lock = threading.RLock()
-_actors: dict[str, JobActor[Any]] = {}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -88,73 +82,17 @@ class JobActor(Generic[M]):
         if message is not None and result is not None:
             message.options["herald_result"] = result
 
-    def bind(self, broker: dramatiq.Broker) -> dramatiq.Actor[Any, Any]:
-        """Declare this actor on a Dramatiq broker; its jobs go to that broker from now on."""
-        spec = get_spec(self.queue)
-        time_limit = {} if spec.time_limit is None else {
-            "time_limit": int(spec.time_limit.total_seconds() * 1000)}
+    def bind(self, broker: dramatiq.Broker, time_limit: timedelta | None
+             ) -> dramatiq.Actor[Any, Any]:
+        """Declare this actor on a Dramatiq broker, each run bounded by ``time_limit`` (its
+        queue's; None: unbounded); its jobs go to that broker from now on."""
+        options = {} if time_limit is None else {
+            "time_limit": int(time_limit.total_seconds() * 1000)}
         self.broker = broker
         return dramatiq.Actor(self.run_message, broker=broker, actor_name=self.name,
-                              queue_name=self.queue, priority=0, options=time_limit)
+                              queue_name=self.queue, priority=0, options=options)
 
-
-def actor(*, queue: str, payload: type[M], name: str | None = None,
-          attempts: int | None = None, backoff_base: timedelta | None = None,
-          max_started_attempts: int | None = None, remove_on_complete: bool = False,
-          remove_on_fail: bool = False, on_exhausted: Callable[[M, str], None] | None = None,
-          ) -> Callable[[Callable[[M], Any]], JobActor[M]]:
-    """Declare a job function on ``queue`` whose payload is validated by ``payload``.
-
-    The queue must be in the registry (:func:`herald.queue.registry.declare`); the keyword
-    overrides replace the queue's values for this actor's jobs only. ``on_exhausted(job,
-    reason)`` runs when a job fails for good without running, because it was started more
-    than ``max_started_attempts`` times (stalls, deferrals).
-    """
-    get_spec(queue)  # fail now on an undeclared queue
-
-    def decorate(fn: Callable[[M], Any]) -> JobActor[M]:
-        job_actor = JobActor(fn, queue=queue, payload=payload, name=name or fn.__name__,
-                             options=ActorOptions(attempts=attempts, backoff_base=backoff_base,
-                                                  max_started_attempts=max_started_attempts,
-                                                  remove_on_complete=remove_on_complete,
-                                                  remove_on_fail=remove_on_fail),
-                             on_exhausted=on_exhausted)
-        with _lock:
-            _actors[job_actor.name] = job_actor
-            broker = installed_broker()
-            if broker is not None:
-                job_actor.bind(broker)
-        return job_actor
-
-    return decorate
-
-
-def exhausted_hook(actor_name: str, payload: Any, reason: str) -> None:
-    """Run the named actor's ``on_exhausted`` hook, if it has one."""
-    with _lock:
-        job_actor = _actors.get(actor_name)
-    if job_actor is not None and job_actor.on_exhausted is not None:
-        job_actor.on_exhausted(job_actor.model.model_validate(payload), reason)
-
-
-def declared_actors() -> list[JobActor[Any]]:
-    """Every actor declared so far in this process."""
-    with _lock:
-        return list(_actors.values())
-
-
-def job_options(options: ActorOptions, spec: QueueSpec) -> dict[str, Any]:
-    """The retry and retention values a new job carries: the actor's overrides, else the
-    queue's."""
-    base = options.backoff_base or spec.backoff_base
-    return {"attempts": options.attempts or spec.attempts, "backoff": spec.backoff,
-            "backoff_base_ms": int(base.total_seconds() * 1000),
-            "max_started_attempts": options.max_started_attempts or spec.max_started_attempts,
-            "remove_on_complete": options.remove_on_complete or spec.retention.completed.remove,
-            "remove_on_fail": options.remove_on_fail or spec.retention.failed.remove}
-
-
-def declared_actor(name: str) -> JobActor[Any]:
-    """The actor declared under ``name`` (KeyError when none is)."""
-    with _lock:
-        return _actors[name]
+    def run_exhausted(self, payload: Any, reason: str) -> None:
+        """Run the ``on_exhausted`` hook, if the actor has one, on the job's payload."""
+        if self.on_exhausted is not None:
+            self.on_exhausted(self.model.model_validate(payload), reason)

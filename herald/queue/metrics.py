@@ -9,14 +9,12 @@ durations are measured where they happen, per process.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-
-from herald.queue.registry import names
 
 if TYPE_CHECKING:
     from herald.queue.ledger_queries import LedgerQueries
@@ -48,10 +46,12 @@ class Durations:
 
 
 class LedgerCollector(Collector):
-    """Reads the ledger's counters and counts of every registry queue at scrape time."""
+    """Reads the ledger's counters and counts of the queues ``names()`` lists (every
+    queue of the App) at scrape time."""
 
-    def __init__(self, queries: LedgerQueries) -> None:
+    def __init__(self, queries: LedgerQueries, names: Callable[[], Iterable[str]]) -> None:
         self.queries = queries
+        self.names = names
 
     def describe(self) -> Iterator[Metric]:
         """The families :meth:`collect` yields, without values: registering the collector
@@ -73,7 +73,7 @@ class LedgerCollector(Collector):
         jobs_total, dedup_total, depth = self._families()
         try:
             queries = self.queries
-            for queue in names():
+            for queue in self.names():
                 counters = queries.metrics(queue)
                 for outcome in OUTCOMES:
                     jobs_total.add_metric([queue, outcome], counters.get(outcome, 0))

@@ -9,6 +9,7 @@ is acked.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -22,10 +23,9 @@ from dramatiq.middleware import CurrentMessage, Middleware, SkipMessage
 
 from herald.queue.dramatiq_internals import NO_TIME_LIMIT_MS, QueueTimeLimit
 from herald.queue.errors import Defer, Permanent
-from herald.queue.job_actor import exhausted_hook
 from herald.queue.ledger import Ledger, RunEnd, new_token
 from herald.queue.metrics import Durations
-from herald.queue.registry import QueueSpec, all_specs, get_spec
+from herald.queue.registry import Declarations, QueueSpec, declarations_of
 
 if TYPE_CHECKING:
     from dramatiq.broker import MessageProxy
@@ -112,12 +112,13 @@ def completions_logged() -> bool:
     return log.isEnabledFor(COMPLETED_LEVEL)
 
 
-def run_exhausted_hook(actor: str, data: str | Any, reason: str) -> None:
-    """Tell the actor that one of its jobs failed for good without running (too many
-    starts), so it can record that durably; a failing hook is logged, never raised."""
+def run_exhausted_hook(app: Declarations, actor: str, data: str | Any, reason: str) -> None:
+    """Tell ``app``'s actor that one of its jobs failed for good without running (too
+    many starts), so it can record that durably; a failing hook is logged, never raised."""
     try:
         payload = json.loads(data) if isinstance(data, str) else data
-        exhausted_hook(actor, payload, reason)
+        with contextlib.suppress(KeyError):  # not an actor of the App's registries
+            app.actor(actor).run_exhausted(payload, reason)
     except Exception:
         log.exception("exhausted hook failed", extra={"actor": actor})
 
@@ -168,7 +169,7 @@ class LedgerMiddleware(Middleware):
 
     # -- RabbitMQ -------------------------------------------------------------------------
     def _claim(self, broker: ExternalLedgerBroker, message: MessageProxy) -> None:
-        spec = get_spec(message.queue_name)
+        spec = declarations_of(broker).spec(message.queue_name)
         job_id = message.options.get("job_id")
         if not job_id:
             raise SkipMessage("message without a job id")
@@ -184,7 +185,7 @@ class LedgerMiddleware(Middleware):
             reason, token = detail
             finish = RunEnd(job_id=job_id, token=token, outcome=RunEnd.EXCEEDED, value=reason)
             self._settle(broker, message, finish)
-            run_exhausted_hook(message.actor_name, message.args[0], reason)
+            run_exhausted_hook(declarations_of(broker), message.actor_name, message.args[0], reason)
             raise SkipMessage(reason)
         made, started, token = detail
         message.options.update(attempts_made=made, attempts_started=started,
@@ -194,7 +195,7 @@ class LedgerMiddleware(Middleware):
 
     def _settle(self, broker: ExternalLedgerBroker, message: MessageProxy,
                 finish: RunEnd) -> None:
-        spec = get_spec(message.queue_name)
+        spec = declarations_of(broker).spec(message.queue_name)
         key = (spec.name, finish.job_id)
         with self._running_lock:
             # a run that outlived its lock must not stop the heartbeat of the run after it
@@ -212,8 +213,9 @@ class LedgerMiddleware(Middleware):
         if getattr(broker, "external_ledger", False):
             stop = self._heartbeats[id(worker)] = threading.Event()
             consumed = set(worker.consumer_whitelist or ())
-            specs = [spec for spec in all_specs() if not consumed or spec.name in consumed]
-            interval = extend_interval(specs or all_specs())
+            every = declarations_of(broker).specs()
+            specs = [spec for spec in every if not consumed or spec.name in consumed]
+            interval = extend_interval(specs or every)
             threading.Thread(target=self._extend_locks, args=(broker, interval, stop, consumed),
                              name="herald-lock-heartbeat", daemon=True).start()
 
@@ -236,7 +238,8 @@ class LedgerMiddleware(Middleware):
                 by_queue.setdefault(queue, []).append((job_id, token))
             for queue, entries in by_queue.items():
                 try:
-                    broker.ledger.cycle(get_spec(queue), extend=entries, external=True)
+                    broker.ledger.cycle(declarations_of(broker).spec(queue), extend=entries,
+                                        external=True)
                 except Exception:  # the next beat tries again; a stall is the fallback
                     log.warning("lock extension failed", extra={"queue": queue})
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from herald.queue.app import App, current_app
 from herald.queue.ledger import BULK_CHUNK, HISTORY_MINUTES, Job, JobState, new_token
 from herald.queue.producer import publish
-from herald.queue.registry import QueueSpec, all_specs, get_spec
+from herald.queue.registry import QueueSpec
 
 
 class Queue:
@@ -161,7 +161,7 @@ def find_jobs(id_prefix: str, limit: int = 50) -> list[Job]:
     """Jobs of every registry queue whose id starts with ``id_prefix``, exact ids first
     (one pass over the keyspace, not one per queue: an operator's search)."""
     queries = current_app().queries
-    names = [spec.name for spec in all_specs()]
+    names = [spec.name for spec in current_app().specs()]
     # the exact ids are looked up, not left to the scan: it stops at the limit
     exact = [job for name in names if (job := queries.get(name, id_prefix)) is not None]
     refs = queries.find_job_refs(id_prefix, set(names), limit=limit)
@@ -173,4 +173,5 @@ def find_jobs(id_prefix: str, limit: int = 50) -> list[Job]:
 def queue(name: str) -> Queue:
     """Operations on a registry queue of the installed App; an unknown name raises
     KeyError (UnknownQueue)."""
-    return Queue(get_spec(name), current_app())
+    app = current_app()
+    return Queue(app.spec(name), app)

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from herald.queue.app import App, app_of
 from herald.queue.broker import message_for
 from herald.queue.errors import InvalidPayload
-from herald.queue.job_actor import JobActor, job_options
+from herald.queue.job_actor import JobActor
 from herald.queue.ledger import (
     ADD_CHUNK,
     AddResult,
@@ -32,7 +32,7 @@ from herald.queue.ledger import (
     Reissued,
     new_token,
 )
-from herald.queue.registry import NORMAL_PRIORITY, PRIORITY_RANGE, get_spec, group_key_problem
+from herald.queue.registry import NORMAL_PRIORITY, PRIORITY_RANGE, group_key_problem, job_options
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def _new_job(app: App, target: JobActor[Any], payload: dict[str, Any] | BaseMode
                   run_at_ms=0 if delay is None and at is None else _run_at(app, delay, at),
                   dedup_id=dedup_id,
                   retry_failed=retry_failed, replay_completed=replay_completed, token=token,
-                  group=group, **(options or job_options(target.options, get_spec(target.queue))))
+                  group=group, **(options or job_options(target.options, app.spec(target.queue))))
 
 
 #: Add statuses after which the job awaits a run under the add's own message (RabbitMQ).
@@ -84,7 +84,7 @@ _NEW_RUN = frozenset({AddStatus.ADDED, AddStatus.RETRIED, AddStatus.REPLAYED})
 
 def _check_target(target: object) -> None:
     if not isinstance(target, JobActor):
-        raise TypeError(f"enqueue takes an @actor function, not {type(target).__name__}")
+        raise TypeError(f"enqueue takes a registry's actor, not {type(target).__name__}")
 
 
 def _submit(app: App, groups: Sequence[tuple[JobActor[Any], Sequence[NewJob]]],
@@ -186,7 +186,7 @@ def enqueue_groups(groups: Sequence[tuple[JobActor[Any], Iterable[Any]]], *,
     external = app.config.external_broker
     validated: list[tuple[JobActor[Any], list[NewJob]]] = []
     for target, items in groups:
-        shared = job_options(target.options, get_spec(target.queue))
+        shared = job_options(target.options, app.spec(target.queue))
         jobs = []
         for item in items:
             payload, options = item if isinstance(item, tuple) else (item, {})

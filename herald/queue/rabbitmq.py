@@ -16,7 +16,7 @@ from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
 from herald.queue.ledger import Ledger, new_token
 from herald.queue.middleware import default_middleware
-from herald.queue.registry import get_spec
+from herald.queue.registry import declarations_of
 
 #: RabbitMQ priorities run 0..MAX_PRIORITY (higher first); herald's run 1 (urgent)..10.
 MAX_PRIORITY = 10
@@ -45,7 +45,7 @@ class HeraldRabbitmqBroker(RabbitmqBroker):
         Delay queues keep Dramatiq's large prefetch: they hold messages until their eta.
         """
         if not queue_name.endswith((".DQ", ".XQ")):
-            prefetch = get_spec(queue_name).concurrency
+            prefetch = declarations_of(self).spec(queue_name).concurrency
         return super().consume(queue_name, prefetch=prefetch, timeout=timeout)
 
     def publish(self, message: dramatiq.Message[Any], *, priority: int, delay_ms: int = 0) -> None:

@@ -1,9 +1,11 @@
-"""The queue registry: every queue declared once, with all of its values.
+"""Queue specs and the :class:`Registry` an application declares on.
 
-Producers, workers, the clock, the CLI and the operator views read queues from here and
-nothing else. An application lists its queues in a queue table (:func:`provide_queues`,
-herald's own is ``actors/queues.py``) or declares them one by one (:func:`declare`); the
-library itself declares none.
+A :class:`QueueSpec` is one queue with all of its values. A :class:`Registry` holds an
+application's declarations: its queues (listed in a queue table, :meth:`Registry.provide`
+— herald's own is ``actors/queues.py`` — or declared one by one, :meth:`Registry.declare`),
+actors, schedules, sweeps and worker groups. The App built with it is what producers,
+workers, the clock, the CLI and the operator views read them from; the library itself
+declares none.
 """
 
 from __future__ import annotations
@@ -15,14 +17,23 @@ import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol, cast
 
-from herald.queue.errors import UnknownQueue
+from herald.queue.dramatiq_internals import installed_broker
+from herald.queue.errors import NoAppInstalled, UnknownQueue
+from herald.queue.groups import WorkerGroup, group_owners
+from herald.queue.job_actor import ActorOptions, JobActor, M
+from herald.queue.schedule_spec import Schedule
+
+#: The attribute of a broker that names the App it belongs to.
+APP_ATTRIBUTE = "herald_app"
+#: Why a library function that needs the wiring failed outside an App.
+NO_APP = ("no herald.queue App is installed in this process: build one from a QueueConfig "
+          "and call its install() (docs/queue.md#the-app)")
 
 __all__ = ["DAY", "HOUR", "MAX_GROUP_LENGTH", "MINUTE", "NORMAL_PRIORITY", "PRIORITY_RANGE",
            "SECOND", "URGENT_PRIORITY", "Backoff", "Keep", "QueueSpec", "QueueTable",
-           "Retention", "all_specs", "declare", "get_spec", "group_key_problem", "names",
-           "provide_queues", "redeclared", "reset_registry"]
+           "Registry", "Retention", "group_key_problem"]
 
 SECOND = timedelta(seconds=1)
 MINUTE = timedelta(minutes=1)
@@ -158,82 +169,199 @@ def _group_problems(limits: Mapping[str, int], default: int | None) -> list[str]
     return problems
 
 
-#: Lists an application's queues (see :func:`provide_queues`); it reads the application's
-#: own configuration, which the library never sees.
+def job_options(options: ActorOptions, spec: QueueSpec) -> dict[str, Any]:
+    """The retry and retention values a new job carries: the actor's overrides, else the
+    queue's."""
+    base = options.backoff_base or spec.backoff_base
+    return {"attempts": options.attempts or spec.attempts, "backoff": spec.backoff,
+            "backoff_base_ms": int(base.total_seconds() * 1000),
+            "max_started_attempts": options.max_started_attempts or spec.max_started_attempts,
+            "remove_on_complete": options.remove_on_complete or spec.retention.completed.remove,
+            "remove_on_fail": options.remove_on_fail or spec.retention.failed.remove}
+
+
+#: Lists an application's queues (see :meth:`Registry.provide`); it reads the
+#: application's own configuration, which the library never sees.
 QueueTable = Callable[[], Iterable[QueueSpec]]
 
-_lock = threading.Lock()
-_declared: dict[str, QueueSpec] = {}
-_tables: list[QueueTable] = []
-_tabled: dict[str, QueueSpec] | None = None
 
+class Registry:
+    """An application's declarations, without I/O: its queues (declared one by one or
+    listed by queue tables), its actors, its schedules, its sweeps and its worker groups.
 
-def provide_queues(table: QueueTable) -> QueueTable:
-    """Register an application's queue table: ``table()`` lists its queues, called again
-    after :func:`reset_registry`. A queue given to
-    :func:`declare` under the same name replaces the table's. Registering the same table
-    twice is harmless."""
-    global _tabled
-    with _lock:
-        if table not in _tables:
-            _tables.append(table)
-            _tabled = None
-    return table
+    An :class:`~herald.queue.app.App` built with registries reads them: the queue tables
+    once, when the App is built; everything else as it is at each use, so a queue
+    declared (or an actor added) later is seen at once (docs/queue.md#registry).
+    """
 
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._declared: dict[str, QueueSpec] = {}
+        self._tables: list[QueueTable] = []
+        self._actors: dict[str, JobActor[Any]] = {}
+        self._schedules: dict[str, Schedule] = {}
+        self._sweeps: dict[str, Callable[[], int]] = {}
+        self._groups: dict[str, WorkerGroup] = {}
 
-def _from_tables() -> dict[str, QueueSpec]:
-    global _tabled
-    if _tabled is None:
-        _tabled = {spec.name: spec for table in _tables for spec in table()}
-    return _tabled
+    # -- queues ---------------------------------------------------------------------
+    def provide(self, table: QueueTable) -> QueueTable:
+        """Add a queue table: ``table()`` lists queues, called by each App built with
+        this registry. A queue given to :meth:`declare` under the same name replaces the
+        table's. Adding the same table twice is harmless."""
+        with self._lock:
+            if table not in self._tables:
+                self._tables.append(table)
+        return table
 
+    def declare(self, spec: QueueSpec) -> QueueSpec:
+        """Declare (or redeclare) a queue; returns the spec."""
+        with self._lock:
+            self._declared[spec.name] = spec
+        return spec
 
-def declare(spec: QueueSpec) -> QueueSpec:
-    """Declare (or redeclare) a queue; returns the spec. Builtins can be overridden too."""
-    with _lock:
-        _declared[spec.name] = spec
-    return spec
+    def table_specs(self) -> dict[str, QueueSpec]:
+        """The queues the tables list now, by name (each table is called)."""
+        with self._lock:
+            tables = list(self._tables)
+        return {spec.name: spec for table in tables for spec in table()}
 
+    def declared_specs(self) -> dict[str, QueueSpec]:
+        """The queues given to :meth:`declare`, by name."""
+        with self._lock:
+            return dict(self._declared)
 
-@contextlib.contextmanager
-def redeclared(names: Iterable[str], **changes: Any) -> Iterator[None]:
-    """Run the block with these queues' specs changed (``rate_limit=None`` lifts their
-    rate limits, say), in this process; the specs before it are declared again after."""
-    saved = [get_spec(name) for name in names]
-    for spec in saved:
-        declare(dataclasses.replace(spec, **changes))
-    try:
-        yield
-    finally:
+    def spec(self, name: str) -> QueueSpec:
+        """Queue ``name`` as declared, else as the tables list it now;
+        :class:`UnknownQueue` (a KeyError) when neither has it."""
+        spec = self.declared_specs().get(name) or self.table_specs().get(name)
+        if spec is None:
+            raise UnknownQueue(name)
+        return spec
+
+    def knows(self, name: str) -> bool:
+        """True when queue ``name`` is declared here or listed by a table."""
+        return name in self.declared_specs() or name in self.table_specs()
+
+    @contextlib.contextmanager
+    def redeclared(self, names: Iterable[str], **changes: Any) -> Iterator[None]:
+        """Run the block with these queues' specs changed (``rate_limit=None`` lifts
+        their rate limits, say); the specs before it are declared again after."""
+        saved = [self.spec(name) for name in names]
         for spec in saved:
-            declare(spec)
+            self.declare(dataclasses.replace(spec, **changes))
+        try:
+            yield
+        finally:
+            for spec in saved:
+                self.declare(spec)
+
+    # -- actors ---------------------------------------------------------------------
+    def actor(self, *, queue: str, payload: type[M], name: str | None = None,
+              attempts: int | None = None, backoff_base: timedelta | None = None,
+              max_started_attempts: int | None = None, remove_on_complete: bool = False,
+              remove_on_fail: bool = False,
+              on_exhausted: Callable[[M, str], None] | None = None,
+              ) -> Callable[[Callable[[M], Any]], JobActor[M]]:
+        """Declare a job function on ``queue`` whose payload is validated by ``payload``.
+
+        The queue must be known here (:meth:`declare`, :meth:`provide`) or to the
+        installed App; the keyword overrides replace the queue's values for this actor's
+        jobs only. ``on_exhausted(job, reason)`` runs when a job fails for good without
+        running, because it was started more than ``max_started_attempts`` times (stalls,
+        deferrals). An actor declared while an App that reads this registry is installed
+        is bound to its broker at once.
+        """
+        self._check_queue(queue)  # fail now on an undeclared queue
+
+        def decorate(fn: Callable[[M], Any]) -> JobActor[M]:
+            options = ActorOptions(attempts=attempts, backoff_base=backoff_base,
+                                   max_started_attempts=max_started_attempts,
+                                   remove_on_complete=remove_on_complete,
+                                   remove_on_fail=remove_on_fail)
+            job_actor = JobActor(fn, queue=queue, payload=payload, name=name or fn.__name__,
+                                 options=options, on_exhausted=on_exhausted)
+            with self._lock:
+                self._actors[job_actor.name] = job_actor
+            app: Declarations | None = getattr(installed_broker(), APP_ATTRIBUTE, None)
+            if app is not None and app.reads(self):
+                app.bind(job_actor)
+            return job_actor
+
+        return decorate
+
+    def _check_queue(self, queue: str) -> None:
+        if self.knows(queue):
+            return
+        app: Declarations | None = getattr(installed_broker(), APP_ATTRIBUTE, None)
+        if app is None:
+            raise UnknownQueue(queue)
+        app.spec(queue)  # an actor of this registry on a queue of another one
+
+    def actors(self) -> dict[str, JobActor[Any]]:
+        """Every actor declared here, by name, in declaration order."""
+        with self._lock:
+            return dict(self._actors)
+
+    # -- schedules, sweeps, worker groups -------------------------------------------
+    def schedule(self, item: Schedule) -> Schedule:
+        """Declare (or redeclare) a schedule; returns it."""
+        with self._lock:
+            self._schedules[item.name] = item
+        return item
+
+    def schedules(self) -> dict[str, Schedule]:
+        """Every schedule declared here, by name, in declaration order."""
+        with self._lock:
+            return dict(self._schedules)
+
+    def sweep(self, name: str, run: Callable[[], int]) -> Callable[[], int]:
+        """Make ``run`` available to ``herald sweep`` as ``name`` (redeclaring replaces
+        it); ``run()`` returns how many items it handled."""
+        with self._lock:
+            self._sweeps[name] = run
+        return run
+
+    def sweeps(self) -> dict[str, Callable[[], int]]:
+        """Every sweep declared here, by name, in declaration order."""
+        with self._lock:
+            return dict(self._sweeps)
+
+    def declare_groups(self, *groups: WorkerGroup) -> None:
+        """Declare worker groups (a group of the same name is replaced); a queue already
+        in another group is refused with ``ValueError`` and nothing is declared."""
+        with self._lock:
+            merged = dict(self._groups)
+            for group in groups:
+                merged[group.name] = group
+            group_owners(merged.values())
+            self._groups = merged
+
+    def groups(self) -> dict[str, WorkerGroup]:
+        """Every worker group declared here, by name, in declaration order."""
+        with self._lock:
+            return dict(self._groups)
 
 
-def get_spec(name: str) -> QueueSpec:
-    """The spec of queue ``name``; :class:`UnknownQueue` (a KeyError) when undeclared."""
-    with _lock:
-        spec = _declared.get(name) or _from_tables().get(name)
-    if spec is None:
-        raise UnknownQueue(name)
-    return spec
+class Declarations(Protocol):
+    """What the broker, its middleware and its consumers read of an App: its registries'
+    declarations merged (:class:`~herald.queue.app.App` is one)."""
+
+    def spec(self, name: str) -> QueueSpec: ...
+
+    def specs(self) -> list[QueueSpec]: ...
+
+    def actor(self, name: str) -> JobActor[Any]: ...
+
+    def reads(self, registry: Registry) -> bool: ...
+
+    def bind(self, job_actor: JobActor[Any]) -> None: ...
 
 
-def all_specs() -> list[QueueSpec]:
-    """Every queue: the queue tables' first, in their order, then those declared."""
-    with _lock:
-        merged = dict(_from_tables())
-        merged.update(_declared)
-    return list(merged.values())
-
-
-def names() -> Iterator[str]:
-    """The names of every declared queue."""
-    return (spec.name for spec in all_specs())
-
-
-def reset_registry() -> None:
-    """Forget declared queues; the queue tables are called again on next use (tests)."""
-    global _tabled
-    with _lock:
-        _declared.clear()
-        _tabled = None
+def declarations_of(broker: object = None) -> Declarations:
+    """The declarations of the App ``broker`` belongs to, else of the installed App;
+    :class:`NoAppInstalled` when there is neither."""
+    for candidate in (broker, installed_broker()):
+        app = getattr(candidate, APP_ATTRIBUTE, None)
+        if app is not None:
+            return cast(Declarations, app)  # only an App sets the attribute
+    raise NoAppInstalled(NO_APP)

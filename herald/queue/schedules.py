@@ -20,26 +20,21 @@ of that time (``tick.lua``), and the job it adds has the deterministic id
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import cast
 
 import redis
-from croniter import croniter
 
 from herald.queue.app import App, current_app
-from herald.queue.job_actor import JobActor
 from herald.queue.ledger import LUA_DIR
 from herald.queue.ledger_queries import Scored
 from herald.queue.producer import enqueue
-from herald.queue.registry import all_specs
+from herald.queue.schedule_spec import Schedule
 
-log = logging.getLogger("herald.clock")
+log = logging.getLogger(__name__)
 
 #: Longest the clock sleeps between looks at the schedule (s).
 CLOCK_IDLE_S = 0.5
@@ -49,90 +44,6 @@ PRUNE_EVERY_S = 60.0
 RESYNC_EVERY_S = 5.0
 #: Age of a claim after which another clock adds the tick's job (its clock died) (s).
 CLAIM_LEASE_S = 30.0
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Schedule:
-    """A job that repeats: every ``every`` or per ``cron`` (exactly one of them)."""
-
-    name: str
-    actor: JobActor[Any]
-    payload: dict[str, Any] = dataclasses.field(default_factory=dict)
-    every: timedelta | None = None
-    cron: str | None = None
-    #: Asked at each sync: the schedule exists only while it returns True (None: always
-    #: on). The application's own switch, read from its own configuration.
-    feature_gate: Callable[[], bool] | None = None
-    #: Also add one job when the clock starts.
-    run_at_start: bool = False
-    #: The jobs' group key (docs/queue.md#groups): the queue's limit for it bounds them.
-    group: str | None = None
-    #: Held by a tick's job until it ends: a tick that falls due while the previous one's
-    #: job is still waiting or running adds nothing (runs never overlap or pile up).
-    dedup_id: str | None = None
-
-    def enqueue_options(self) -> dict[str, Any]:
-        """The options every job of the schedule is added with (its group, its dedup id)."""
-        return {"group": self.group, "dedup_id": self.dedup_id}
-
-    def __post_init__(self) -> None:
-        if (self.every is None) == (self.cron is None):
-            raise ValueError(f"schedule {self.name!r}: give every or cron, exactly one")
-        if self.every is not None and self.every < timedelta(milliseconds=100):
-            raise ValueError(f"schedule {self.name!r}: every must be at least 100 ms")
-        if self.cron is not None and not croniter.is_valid(self.cron):
-            raise ValueError(f"schedule {self.name!r}: invalid cron {self.cron!r}")
-        self.actor.validate(self.payload)  # a bad payload fails at declaration
-
-    def enabled(self) -> bool:
-        """True unless its feature gate is off."""
-        return self.feature_gate is None or bool(self.feature_gate())
-
-    def following(self, due_ms: int) -> int:
-        """The due time after ``due_ms``."""
-        if self.every is not None:
-            return due_ms + self._step_ms()
-        assert self.cron is not None  # exactly one of every and cron (checked at declaration)
-        start = datetime.fromtimestamp(due_ms / 1000, tz=UTC)
-        return int(croniter(self.cron, start).get_next(datetime).timestamp() * 1000)
-
-    def first(self, now: int) -> int:
-        """The first due time from ``now`` (intervals align to multiples of ``every``)."""
-        if self.every is not None:
-            return (now // self._step_ms() + 1) * self._step_ms()
-        return self.following(now)
-
-    def latest(self, due_ms: int, now: int) -> tuple[int, int]:
-        """The latest tick at or after ``due_ms`` that is due by ``now``, and how many
-        due ticks came before it (ticks no clock fired)."""
-        if self.every is not None:
-            skipped = max(0, (now - due_ms) // self._step_ms())
-            return due_ms + skipped * self._step_ms(), skipped
-        skipped = 0
-        while (following := self.following(due_ms)) <= now:
-            due_ms, skipped = following, skipped + 1
-        return due_ms, skipped
-
-    def _step_ms(self) -> int:
-        assert self.every is not None
-        return int(self.every.total_seconds() * 1000)
-
-
-_lock = threading.Lock()
-_schedules: dict[str, Schedule] = {}
-
-
-def schedule(item: Schedule) -> Schedule:
-    """Declare (or redeclare) a schedule."""
-    with _lock:
-        _schedules[item.name] = item
-    return item
-
-
-def declared_schedules() -> list[Schedule]:
-    """Every schedule declared in this process."""
-    with _lock:
-        return list(_schedules.values())
 
 
 def next_key(app: App) -> str:
@@ -154,7 +65,7 @@ def sync_schedules() -> list[str]:
     client = app.client
     key = next_key(app)
     enabled = []
-    for item in declared_schedules():
+    for item in app.schedules().values():
         if not item.enabled():
             try:
                 if client.zrem(key, item.name):
@@ -178,6 +89,7 @@ class _Ticks:
     """One round of a clock over the schedules named ``names``."""
 
     def __init__(self, app: App, names: list[str]) -> None:
+        self.schedules = app.schedules()
         self.client = app.client
         self.claim = self.client.register_script(_tick_source())
         self.next_key, self.claimed_key = next_key(app), _claimed_key(app)
@@ -187,8 +99,7 @@ class _Ticks:
     def enabled_schedule(self, name: bytes | str) -> Schedule | None:
         """The declared, enabled schedule of that name (None: not this clock's)."""
         name = name.decode() if isinstance(name, bytes) else name
-        with _lock:
-            item = _schedules.get(name)
+        item = self.schedules.get(name)
         return item if item is not None and name in self.names else None
 
     def fire_due(self) -> int:
@@ -264,15 +175,16 @@ def next_due_in(names: list[str]) -> float:
 
 def prune_all() -> int:
     """Apply the retention of every registry queue; returns records removed."""
-    admin = current_app().admin
-    return sum(admin.prune(spec) for spec in all_specs())
+    app = current_app()
+    return sum(app.admin.prune(spec) for spec in app.specs())
 
 
 def fire_schedules(stop: threading.Event) -> None:
     """Fire schedules until ``stop`` is set; the startup jobs go first."""
     names = sync_schedules()
-    boot = current_app().clock.now_ms()
-    for item in declared_schedules():
+    app = current_app()
+    boot = app.clock.now_ms()
+    for item in app.schedules().values():
         if item.run_at_start and item.name in names:
             enqueue(item.actor, item.payload, job_id=f"startup:{item.name}:{boot}",
                     **item.enqueue_options())

@@ -5,7 +5,7 @@ A worker process runs the queues it is given, each with the registry's concurren
 independent of the others: the process gets as many threads as its queues' concurrencies
 add up to, and each queue's consumer fetches only up to its own free slots.
 
-An application sorts its queues into :class:`WorkerGroup` s (:func:`declare_groups`).
+An application sorts its queues into :class:`WorkerGroup` s (``registry.declare_groups``).
 A group has a startup step (build what its actors need), a failure policy for that step
 and a drain bound (its queues' ``shutdown_timeout``). At start every group of the process
 runs its step, in declaration order, before any queue is consumed; then the groups that
@@ -26,9 +26,8 @@ import importlib
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
-from enum import StrEnum
 from types import FrameType
 from typing import Protocol
 
@@ -36,8 +35,8 @@ import dramatiq
 
 from herald.queue.app import App, current_app
 from herald.queue.dramatiq_internals import drop_worker_middleware, install_deadline_join
-from herald.queue.job_actor import declared_actors
-from herald.queue.registry import all_specs, get_spec
+from herald.queue.groups import OnFailure, WorkerGroup, plan_groups
+from herald.queue.registry import Registry
 
 log = logging.getLogger(__name__)
 # Dramatiq logs each failed run with the message's arguments (personal data); the ledger
@@ -59,114 +58,35 @@ READY = "ok"
 install_deadline_join()
 
 
-def queues_or_all(queues: Sequence[str] | None) -> list[str]:
-    """The queues asked for, checked against the registry; every queue when none given."""
+def queues_or_all(queues: Sequence[str] | None, app: App | None = None) -> list[str]:
+    """The queues asked for, checked against ``app``'s (the installed App's when not
+    given); every queue when none given. :class:`UnknownQueue` on an unknown name."""
+    app = app or current_app()
     if not queues:
-        return [spec.name for spec in all_specs()]
-    return [get_spec(name).name for name in queues]
+        return [spec.name for spec in app.specs()]
+    return [app.spec(name).name for name in queues]
 
 
-def import_modules(modules: Sequence[str]) -> None:
-    """Import modules that declare queues and actors (``herald worker --import``)."""
+def import_modules(modules: Sequence[str]) -> list[Registry]:
+    """Import modules that declare queues and actors (``herald worker --import``);
+    returns the :class:`Registry` each names ``registry``, for those that have one."""
+    registries = []
     for module in modules:
-        importlib.import_module(module)
+        registry = getattr(importlib.import_module(module), "registry", None)
+        if isinstance(registry, Registry):
+            registries.append(registry)
+    return registries
 
 
-def drain_bound(queues: Sequence[str]) -> timedelta | None:
-    """How long a graceful stop of these queues waits before forcing their runs: the
-    longest ``shutdown_timeout`` among them, or None (no deadline) when one has none."""
-    bounds = [get_spec(queue).shutdown_timeout for queue in queues]
+def drain_bound(queues: Sequence[str], app: App | None = None) -> timedelta | None:
+    """How long a graceful stop of these queues of ``app`` (the installed App when not
+    given) waits before forcing their runs: the longest ``shutdown_timeout`` among them,
+    or None (no deadline) when one has none."""
+    app = app or current_app()
+    bounds = [app.spec(queue).shutdown_timeout for queue in queues]
     if not bounds or any(bound is None for bound in bounds):
         return None
     return max(b for b in bounds if b is not None)
-
-
-# -- groups ---------------------------------------------------------------------------
-class OnFailure(StrEnum):
-    """What a failed startup step of a group does to its process."""
-
-    #: Nothing of the process runs: every group's workers stop, the producer clients
-    #: close, and the process exits with :data:`STARTUP_FAILED`.
-    STOP_ALL = "stop_all"
-    #: Only this group's queues stay unconsumed; the others run on, the producer
-    #: clients stay open, and the worker's ``/readyz`` names the group.
-    STOP_GROUP = "stop_group"
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class WorkerGroup:
-    """Queues a worker process starts together, after one startup step, and drains with
-    one bound (the longest ``shutdown_timeout`` of its queues; none if one has none)."""
-
-    name: str
-    #: The group's queues; a queue belongs to one group at most.
-    queues: tuple[str, ...] = ()
-    #: A group without queues of its own (a startup step only) runs in a process that
-    #: runs any of these queues.
-    runs_with: tuple[str, ...] = ()
-    #: Builds what the group's actors need; raising is a startup failure.
-    startup: Callable[[], None] | None = None
-    on_failure: OnFailure = OnFailure.STOP_ALL
-    #: Asked by every readiness probe while the group runs: True, or why the group cannot
-    #: do its work now (a missing renderer); it should answer from a cache, quickly.
-    readiness: Callable[[], bool | str] | None = None
-
-    def __post_init__(self) -> None:
-        if not self.name.strip():
-            raise ValueError("WorkerGroup needs a name")
-        if isinstance(self.queues, str) or isinstance(self.runs_with, str):
-            raise TypeError(f"WorkerGroup {self.name!r}: queues and runs_with are "
-                            "tuples of queue names")
-        object.__setattr__(self, "on_failure", OnFailure(self.on_failure))
-
-
-_groups_lock = threading.Lock()
-_groups: dict[str, WorkerGroup] = {}
-
-
-def declare_groups(*groups: WorkerGroup) -> None:
-    """Declare worker groups (a group of the same name is replaced); a queue already in
-    another group is refused with ``ValueError`` and nothing is declared."""
-    with _groups_lock:
-        merged = dict(_groups)
-        for group in groups:
-            merged[group.name] = group
-        _owners(merged.values())
-        _groups.clear()
-        _groups.update(merged)
-
-
-def declared_groups() -> list[WorkerGroup]:
-    """Every declared group, in declaration order."""
-    with _groups_lock:
-        return list(_groups.values())
-
-
-def _owners(groups: Iterable[WorkerGroup]) -> dict[str, WorkerGroup]:
-    owners: dict[str, WorkerGroup] = {}
-    for group in groups:
-        for queue in group.queues:
-            if queue in owners:
-                raise ValueError(f"queue {queue!r} is in worker groups "
-                                 f"{owners[queue].name!r} and {group.name!r}")
-            owners[queue] = group
-    return owners
-
-
-def plan_groups(queues: Sequence[str], groups: Sequence[WorkerGroup],
-                ) -> list[tuple[WorkerGroup, list[str]]]:
-    """The groups a process running ``queues`` starts, in order, each with its queues of
-    the process; queues of no group form a last group with no startup step."""
-    owners = _owners(groups)
-    planned = []
-    for group in groups:
-        mine = [queue for queue in queues if owners.get(queue) is group]
-        if mine or any(queue in queues for queue in group.runs_with):
-            planned.append((group, mine))
-    rest = [queue for queue in queues if queue not in owners]
-    if rest:
-        planned.append((WorkerGroup(name="ungrouped queues", queues=tuple(rest)), rest))
-    return planned
 
 
 class StartupFailed(Exception):
@@ -197,7 +117,7 @@ class QueueWorker:
         self.broker = self.app.broker
         for queue in self.queues:
             self.broker.declare_queue(queue)
-        threads = sum(get_spec(queue).concurrency for queue in self.queues)
+        threads = sum(self.app.spec(queue).concurrency for queue in self.queues)
         self.worker = dramatiq.Worker(self.broker, queues=set(self.queues),
                                       worker_threads=threads, worker_timeout=1000)
         self.started = False
@@ -209,7 +129,7 @@ class QueueWorker:
         admin = self.app.admin
         for queue in self.queues:
             try:
-                admin.prune(get_spec(queue))
+                admin.prune(self.app.spec(queue))
             except Exception as error:  # Redis away: the consumers will wait for it anyway
                 log.warning("retention at start failed: %s", type(error).__name__,
                             extra={"queue": queue})
@@ -229,7 +149,7 @@ class QueueWorker:
         their locks until those run out, then they are restarted: docs/queue.md#stalls)."""
         if not self.started:
             return 0
-        bound = timeout if timeout is not None else drain_bound(self.queues)
+        bound = timeout if timeout is not None else drain_bound(self.queues, self.app)
         bound_ms = _NO_DEADLINE_MS if bound is None else int(bound.total_seconds() * 1000)
         self.worker.stop(timeout=bound_ms)
         self.started = False
@@ -273,7 +193,7 @@ class WorkerProcess:
     def __init__(self, queues: Sequence[str] | None = None) -> None:
         self.queues = queues_or_all(queues)
         self.runs = [_GroupRun(group, QueueWorker(mine) if mine else None)
-                     for group, mine in plan_groups(self.queues, declared_groups())]
+                     for group, mine in plan_groups(self.queues, current_app().groups())]
 
     def start(self) -> None:
         """Run every group's startup step in order, then start the groups that succeeded.
@@ -295,7 +215,7 @@ class WorkerProcess:
             raise StartupFailed("no queue left to run: " + self.readiness().removeprefix(
                 "error: "))
         log.info("worker started", extra={"queues": ",".join(running),
-                                          "actors": len(declared_actors())})
+                                          "actors": len(current_app().actors())})
 
     def _attempt(self, run: _GroupRun, step: Callable[[], None]) -> None:
         try:
@@ -386,8 +306,9 @@ def run_worker_process(queues: Sequence[str], *, imports: Sequence[str] = (),
     one that serves ``/healthz``, ``/readyz`` and ``/metrics``); ``readiness()`` is
     :meth:`WorkerProcess.readiness`.
     """
-    import_modules(imports)
     app = current_app()
+    for registry in import_modules(imports):  # their declarations join the App's
+        app.include(registry)
     process = WorkerProcess(queues)
     stopping = _stop_on_signals()
     server = health(process.readiness) if health is not None else None

@@ -22,7 +22,15 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from herald import db
-from herald.queue import Job, JobState, Queue, QueueSpec, UnknownQueue, all_specs, queue
+from herald.queue import (
+    Job,
+    JobState,
+    Queue,
+    QueueSpec,
+    UnknownQueue,
+    current_app,
+    queue,
+)
 from herald.web.errors import api_error, error_body
 from models.audit import ADMIN_ACTOR, AuditEntry, begin_audit, complete_audit, recent_audit
 
@@ -80,7 +88,7 @@ def health_row(spec: QueueSpec) -> dict[str, Any]:
 
 def health_snapshot() -> dict[str, Any]:
     """``{"queues": [row…], "generated_at"}``: a row per registry queue, in registry order."""
-    return {"queues": [health_row(spec) for spec in all_specs()],
+    return {"queues": [health_row(spec) for spec in current_app().specs()],
             "generated_at": datetime.now(UTC).isoformat()}
 
 

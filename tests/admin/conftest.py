@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from herald import db
+from tests.support.admin import workload
 from tests.support.queue_app import close_queue_app, follow_settings
 from tests.support.reset import reset_herald
 
@@ -35,8 +36,7 @@ def console(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("HERALD_OPEN_API", "1")  # TestClient's client is not on loopback
     reset_herald()
-    follow_settings()
-    import actors.queues  # noqa: F401  (registers herald's queue table)
+    follow_settings(workload.registry)  # herald's queues and the console tests' own
 
     with db.get_engine().begin() as connection:
         connection.execute(text(f"TRUNCATE {_TABLES} CASCADE"))

@@ -27,9 +27,8 @@ from herald import settings
 from herald.queue import (
     JobState,
     QueueSpec,
-    actor,
-    all_specs,
-    declare,
+    Registry,
+    current_app,
     enqueue,
     enqueue_many,
     queue,
@@ -42,7 +41,9 @@ from tests.support.waiting import wait_for
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "admin"
 #: A queue of this test's own: a job fails when its payload says so.
 QUEUE = "t-console-page"
-declare(QueueSpec(name=QUEUE, concurrency=1, attempts=1))
+#: This test's own declarations (the App of each test reads them beside herald's).
+registry = Registry()
+registry.declare(QueueSpec(name=QUEUE, concurrency=1, attempts=1))
 
 
 class PageJob(BaseModel):
@@ -52,7 +53,7 @@ class PageJob(BaseModel):
     fail: bool = False
 
 
-@actor(queue=QUEUE, payload=PageJob)
+@registry.actor(queue=QUEUE, payload=PageJob)
 def console_page_job(job: PageJob) -> None:
     """Fails with a recognisable message when the job says so."""
     if job.fail:
@@ -78,6 +79,7 @@ def origin(console: str) -> Iterator[str]:
     """herald's app served for real (the stream needs a real HTTP connection)."""
     from herald.web import create_app
 
+    current_app().include(registry)
     with serving(create_app()) as served:
         yield served
 
@@ -149,7 +151,7 @@ def test_without_the_token_the_page_shows_nothing_but_the_sign_in_prompt(
 
     def no_queue_names() -> None:
         html = page.content()
-        assert [spec.name for spec in all_specs() if spec.name in html] == []
+        assert [spec.name for spec in current_app().specs() if spec.name in html] == []
 
     no_queue_names()
     # When a wrong token is tried
@@ -170,7 +172,7 @@ def test_signed_in_it_lists_every_registry_queue_and_the_stream_updates_counts_a
     # Given the operator signed in
     sign_in(page, origin, ADMIN_TOKEN)
     # Then every queue of the registry has its row, in the registry's order
-    names = [spec.name for spec in all_specs()]
+    names = [spec.name for spec in current_app().specs()]
     expect(page.locator("#queues tbody tr")).to_have_count(len(names), timeout=EXPECT_MS)
     rows = page.locator("#queues tbody tr")
     assert [rows.nth(i).get_attribute("data-queue") for i in range(len(names))] == names

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from fastapi.testclient import TestClient
 
-from herald.queue import all_specs, enqueue, queue
+from herald.queue import current_app, enqueue, queue
 from tests.admin.conftest import ADMIN_HEADERS
 from tests.support.admin.workload import QUEUE, age_failure, console_work, run_jobs
 
@@ -29,7 +29,7 @@ def test_every_registry_queue_has_a_row_in_registry_order(client: TestClient) ->
     response = client.get("/admin/health/queues", headers=ADMIN_HEADERS)
     # Then every registry queue has a row, in the registry's order, with the pinned fields
     names = [row["name"] for row in response.json()["queues"]]
-    assert names == [spec.name for spec in all_specs()]
+    assert names == [spec.name for spec in current_app().specs()]
     assert "notification-email" in names and "email-retry" in names
     assert all(set(row) == ROW_KEYS for row in response.json()["queues"])
     # And the registry's worker concurrency and rate limit sit beside the counts

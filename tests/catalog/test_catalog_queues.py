@@ -11,25 +11,26 @@ from pathlib import Path
 
 import pytest
 
-import actors.queues  # noqa: F401  (herald's queue table)
-from herald.queue import Backoff, get_spec
+from actors.queues import registry
+from herald.queue import Backoff
 from tests.cli.test_cli import QUICK_S, herald_env
 
 #: Prints every declared schedule as JSON: name → [every (s), feature gate's name, at start].
 LIST_SCHEDULES = """
 import json
 from herald.commands.shared import load_actor_modules
-from herald.queue import declared_schedules
+from herald.queue import (declared_schedules)
+from actors.queues import (registry)
 load_actor_modules()
 print(json.dumps({s.name: [s.every.total_seconds(), getattr(s.feature_gate, "__name__", None),
-                           s.run_at_start] for s in declared_schedules()}))
+                           s.run_at_start] for s in registry.schedules().values()}))
 """
 
 
 @pytest.mark.parametrize("name", ["package-sync", "esim-product-sync", "fx-refresh"])
 def test_each_sync_queue_runs_one_job_at_a_time_with_three_attempts_5_s_exponential(
         name: str) -> None:
-    spec = get_spec(name)
+    spec = registry.spec(name)
     assert (spec.concurrency, spec.attempts, spec.backoff, spec.backoff_base) == (
         1, 3, Backoff.EXPONENTIAL, timedelta(seconds=5))
 

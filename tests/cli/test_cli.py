@@ -130,12 +130,12 @@ def test_invalid_variable_stops_the_command_naming_it(tmp_path: Path) -> None:
 
 
 def test_sweep_help_names_every_registered_sweep(tmp_path: Path) -> None:
+    from actors.queues import registry
     from herald.commands.shared import load_actor_modules
-    from herald.queue import registered_sweeps
 
-    # Given the sweeps herald's modules register
+    # Given the sweeps herald's modules declare
     load_actor_modules()
-    sweeps = list(registered_sweeps())
+    sweeps = list(registry.sweeps())
     assert "handoffs" in sweeps
 
     # When a user asks `herald sweep --help`
@@ -209,9 +209,9 @@ def test_a_worker_with_no_queues_named_runs_the_table_but_never_the_demo_queue(
 def test_the_procfile_runs_every_queue_that_has_an_actor_and_no_other(tmp_path: Path) -> None:
     # Given the queues herald's actors run on (asked of a fresh process: no test's actors)
     ask = ("from herald.commands.shared import load_actor_modules\n"
-           "from herald.queue import declared_actors\n"
+           "from actors.queues import registry\n"
            "load_actor_modules()\n"
-           "print(' '.join(sorted({a.queue for a in declared_actors()})))")
+           "print(' '.join(sorted({a.queue for a in registry.actors().values()})))")
     answer = subprocess.run([sys.executable, "-c", ask], cwd=tmp_path, env=herald_env(),
                             capture_output=True, text=True, timeout=QUICK_S)
     with_actors = answer.stdout.split()

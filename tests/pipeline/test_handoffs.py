@@ -272,9 +272,9 @@ def test_the_sweep_re_drives_unprocessed_receipts_and_rewrites_their_stamp(
 
 
 def test_the_clock_runs_the_sweep_at_start_and_every_minute(pipeline: None) -> None:
-    from herald.queue import declared_schedules, fire_schedules
+    from herald.queue import current_app, fire_schedules
 
-    sweep = {s.name: s for s in declared_schedules()}["reconcile-handoffs"]
+    sweep = current_app().schedules()["reconcile-handoffs"]
     assert sweep.every == timedelta(minutes=1)
 
     def sweep_jobs() -> list[list[str]]:

@@ -14,9 +14,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from actors.notifications import DeliveryJob, deliver
+from actors.queues import registry
 from herald import db, settings
 from herald.db import session as db_session
-from herald.queue import current_app, get_spec, queue, running_worker
+from herald.queue import current_app, queue, running_worker
 from herald.web import create_app
 from models.notifications import Delivery, Outcome, claim_delivery, record_delivery_outcome
 from providers.mock import MockProvider
@@ -229,7 +230,7 @@ def test_a_delivery_whose_runs_keep_dying_ends_failed_terminal_when_starts_run_o
 
 
 #: Starts notification-email allows a job (its max_started_attempts).
-EMAIL_STARTS = get_spec("notification-email").max_started_attempts or 0
+EMAIL_STARTS = registry.spec("notification-email").max_started_attempts or 0
 
 
 def spawn_email_worker() -> subprocess.Popen[bytes]:

@@ -7,9 +7,10 @@ from __future__ import annotations
 import asyncssh
 import pytest
 
+from actors.queues import registry
 from herald import settings
 from herald.demo.sftp_server import SftpTestServer
-from herald.queue import SECOND, JobState, queue, redeclared, running_worker
+from herald.queue import SECOND, JobState, queue, running_worker
 from providers.mock import MockProvider
 from providers.select import reset_providers
 from tests.purchasing.conftest import Mailbox, make_item, make_supplier, place_order
@@ -35,7 +36,7 @@ def test_a_server_back_before_the_last_attempt_gets_the_order_on_attempt_2(
     placed = place_order([(item, 1)])
     sftp.stop()
 
-    with redeclared((QUEUE,), backoff_base=3 * SECOND), running_worker([QUEUE]):
+    with registry.redeclared((QUEUE,), backoff_base=3 * SECOND), running_worker([QUEUE]):
         # When its first attempt fails on the refused connection
         job_id = enqueue_dispatch(placed, sysco).job_id
         wait_for(lambda: (job := queue(QUEUE).get(job_id)) is not None

@@ -21,7 +21,6 @@ from herald.demo.sftp_server import SftpTestServer
 from herald.queue import (
     Job,
     current_app,
-    declared_schedules,
     enqueue,
     fire_due,
     now_ms,
@@ -297,7 +296,7 @@ def test_a_rejected_order_backorders_every_line_and_is_not_confirmed(sysco: Sysc
 
 # -- the schedule -----------------------------------------------------------------------------
 def test_the_poll_runs_on_its_schedule_in_the_sysco_group_one_at_a_time(sysco: Sysco) -> None:
-    [item] = [s for s in declared_schedules() if s.name == SCHEDULE_NAME]
+    [item] = [s for s in current_app().schedules().values() if s.name == SCHEDULE_NAME]
     assert item.actor is poll_sysco_inbound
     assert item.every is not None and item.every.total_seconds() == 900
     sysco.drop("855_0001.edi", ack_855("PO-2001", [["IA"], ["IA"], ["IA"]]))

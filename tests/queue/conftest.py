@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from herald import settings
-from herald.queue import current_app, registry
+from herald.queue import current_app
 from tests.support.queue_app import close_queue_app, install_queue_app
 from tests.support.waiting import wait_for
 
@@ -41,9 +41,12 @@ class HeraldOn:
 
 
 def reset_herald() -> None:
-    """Read the settings again and install a new queue App on them."""
+    """Read the settings again and install a new queue App on them, reading the test
+    queues' registry (their queues, actors and schedules) beside herald's."""
+    from tests.support.queue.queues import registry
+
     settings.reset_settings()
-    install_queue_app()
+    install_queue_app(registry)
 
 
 @pytest.fixture(params=["redis", "redis6", "rabbitmq"])
@@ -61,11 +64,10 @@ def herald_on(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     reset_herald()
-    import tests.support.queue.queues  # noqa: F401  (declares the test queues and actors)
-
-    broker = current_app().broker
+    app = current_app()
+    broker = app.broker
     if kind == "rabbitmq":
-        for spec in registry.all_specs():
+        for spec in app.specs():
             if spec.name.startswith("t-"):
                 broker.declare_queue(spec.name, ensure=True)
                 broker.flush(spec.name)

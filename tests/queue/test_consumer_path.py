@@ -6,8 +6,7 @@ from typing import Any
 
 import dramatiq
 
-from herald.queue import current_app, enqueue, queue
-from herald.queue.registry import get_spec
+from herald.queue import current_app, enqueue, get_spec, queue
 from tests.queue.conftest import HeraldOn
 from tests.support.queue.queues import basic
 

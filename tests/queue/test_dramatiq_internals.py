@@ -19,6 +19,7 @@ from dramatiq.middleware import Middleware, MiddlewareError
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
+from herald.queue import App, QueueConfig, QueueSpec, Registry
 from herald.queue.broker import LedgerBroker
 from herald.queue.dramatiq_internals import (
     SUPPORTED_DRAMATIQ,
@@ -28,7 +29,6 @@ from herald.queue.dramatiq_internals import (
     uninstall_broker,
 )
 from herald.queue.ledger import Ledger
-from herald.queue.registry import QueueSpec, declare
 
 PYPROJECT = Path(__file__).parents[2] / "pyproject.toml"
 
@@ -96,9 +96,11 @@ def test_the_hook_dispatch_calls_defined_hooks_and_follows_changes_to_the_list(
 
 def test_the_time_limit_is_armed_only_for_runs_that_have_one() -> None:
     # Given a broker with an actor whose queue sets no time limit
-    broker = ledger_broker()
+    registry = Registry()
+    registry.declare(QueueSpec(name="t-internals"))
+    app = App(QueueConfig(redis_url="redis://localhost:1/0"), registry)  # never connects
+    broker = app.broker
     limit = QueueTimeLimit(time_limit=60_000)
-    declare(QueueSpec(name="t-internals"))
     dramatiq.Actor(lambda: None, broker=broker, actor_name="t_internals",
                    queue_name="t-internals", priority=0, options={})
     plain = dramatiq.Message(queue_name="t-internals", actor_name="t_internals", args=(),

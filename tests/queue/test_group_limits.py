@@ -21,9 +21,16 @@ from datetime import timedelta
 
 import pytest
 
-from herald.queue import InvalidPayload, QueueSpec, current_app, enqueue, enqueue_many, queue
+from herald.queue import (
+    InvalidPayload,
+    QueueSpec,
+    current_app,
+    enqueue,
+    enqueue_many,
+    get_spec,
+    queue,
+)
 from herald.queue.ledger import GROUP_WAIT_MS, RunEnd
-from herald.queue.registry import get_spec
 from herald.queue.worker import QueueWorker, running_worker
 from tests.queue.conftest import HeraldOn, wait_for
 from tests.support.processes import spawn_herald

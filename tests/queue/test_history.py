@@ -10,16 +10,24 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 
-from herald.queue import actor, current_app, enqueue, enqueue_many, find_jobs, now_ms, queue
-from herald.queue.ledger import JobState
-from herald.queue.registry import Backoff, QueueSpec, declare
-from herald.queue.worker import running_worker
+from herald.queue import (
+    Backoff,
+    JobState,
+    QueueSpec,
+    current_app,
+    enqueue,
+    enqueue_many,
+    find_jobs,
+    now_ms,
+    queue,
+    running_worker,
+)
 from tests.queue.conftest import HeraldOn, wait_for
-from tests.support.queue.queues import Step, _run, basic, other
+from tests.support.queue.queues import Step, _run, basic, other, registry
 
 HOUR = 3_600_000
 
-declare(QueueSpec(name="t-history", concurrency=4, attempts=2, backoff=Backoff.NONE))
+registry.declare(QueueSpec(name="t-history", concurrency=4, attempts=2, backoff=Backoff.NONE))
 
 
 def _tally(job: Step) -> dict:
@@ -28,11 +36,11 @@ def _tally(job: Step) -> dict:
 
 # three actors of one queue: records kept, records removed on completion, and at most two
 # starts per job (so a job deferred twice fails for good when it is started a third time)
-kept = actor(queue="t-history", payload=Step, name="history_kept")(_tally)
-removed = actor(queue="t-history", payload=Step, name="history_removed",
-                remove_on_complete=True)(_tally)
-capped = actor(queue="t-history", payload=Step, name="history_capped",
-               max_started_attempts=2)(_tally)
+kept = registry.actor(queue="t-history", payload=Step, name="history_kept")(_tally)
+removed = registry.actor(queue="t-history", payload=Step, name="history_removed",
+                         remove_on_complete=True)(_tally)
+capped = registry.actor(queue="t-history", payload=Step, name="history_capped",
+                        max_started_attempts=2)(_tally)
 
 
 def _minute(at: datetime) -> datetime:

@@ -7,11 +7,20 @@ from datetime import timedelta
 
 import pytest
 
-from herald.queue import JobActor, current_app, enqueue, enqueue_groups, enqueue_many, now_ms, queue
+from herald.queue import (
+    JobActor,
+    QueueSpec,
+    current_app,
+    enqueue,
+    enqueue_groups,
+    enqueue_many,
+    get_spec,
+    now_ms,
+    queue,
+)
 from herald.queue.broker import message_for
 from herald.queue.errors import InvalidPayload
 from herald.queue.ledger import RunEnd, new_token
-from herald.queue.registry import QueueSpec, get_spec
 from herald.queue.worker import running_worker
 from tests.queue.conftest import HeraldOn, wait_for
 from tests.support.queue.queues import (

@@ -21,11 +21,10 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from herald.queue import App, current_app, enqueue, queue
+from herald.queue import App, current_app, enqueue, get_spec, queue
 from herald.queue.ledger import Ledger, RunEnd, new_token
 from herald.queue.ledger_admin import LedgerAdmin
 from herald.queue.redis import new_redis_client
-from herald.queue.registry import get_spec
 from herald.queue.worker import running_worker
 from herald.queue_app import queue_config
 from herald.settings import get_settings
@@ -57,8 +56,6 @@ def kind(request: pytest.FixtureRequest, private_redis_url: str,
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     reset_herald()
-    import tests.support.queue.queues  # noqa: F401  (declares the test queues and actors)
-
     if request.param == "rabbitmq":
         current_app().broker.declare_queue("t-basic", ensure=True)
         current_app().broker.flush("t-basic")
@@ -73,8 +70,10 @@ def impatient(kind: str) -> Ledger:
     config = queue_config(get_settings())
     assert config.broker == ("rabbitmq" if kind == "rabbitmq" else "redis")
     client = new_redis_client(config, socket_timeout=REPLY_TIMEOUT_S)
+    registries = current_app().registries
     close_queue_app()
-    app = App(dataclasses.replace(config, redis_url="", redis_client=client)).install()
+    app = App(dataclasses.replace(config, redis_url="", redis_client=client),
+              *registries).install()
     return app.ledger
 
 

@@ -6,11 +6,9 @@ import collections
 import dataclasses
 from datetime import timedelta
 
-from herald.queue import enqueue, enqueue_many, now_ms, queue, registry
-from herald.queue.registry import Keep
-from herald.queue.worker import running_worker
+from herald.queue import Keep, enqueue, enqueue_many, now_ms, queue, running_worker
 from tests.queue.conftest import HeraldOn, wait_for
-from tests.support.queue.queues import aged, basic, events, kept, other, prio
+from tests.support.queue.queues import aged, basic, events, kept, other, prio, registry
 
 
 def test_urgent_jobs_overtake_a_normal_backlog(herald_on: HeraldOn) -> None:
@@ -156,7 +154,7 @@ def test_prune_applies_age_and_count_retention_to_a_quiet_queue(
     assert set(failed) == {"bad0", "bad1", "bad2"}
     assert q.get("waits").state == "waiting"
     # and when the retention is tightened to one failed record, prune keeps the newest
-    spec = registry.get_spec("t-aged")
+    spec = registry.spec("t-aged")
     registry.declare(dataclasses.replace(
         spec, retention=dataclasses.replace(spec.retention, failed=Keep(count=1))))
     try:

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import pytest
 import redis
 
-import tests.support.queue.queues  # noqa: F401  (declares the test schedules)
 from herald.queue import current_app, now_ms, queue
 from herald.queue.schedules import fire_due, fire_schedules, sync_schedules
 from herald.settings import get_settings
@@ -85,7 +84,7 @@ def test_a_clock_back_after_missed_ticks_fires_the_latest_tick_only(
     current_app().client.zadd(next_key(), {"t-tick": last_due})
     # When a clock looks at the schedule again
     before = now_ms()
-    with caplog.at_level(logging.WARNING, logger="herald.clock"):
+    with caplog.at_level(logging.WARNING, logger="herald.queue.schedules"):
         fired = fire_due(["t-tick"])
     after = now_ms()
     # Then it fires one job, for the latest tick that fell due, and skips the earlier ones
@@ -182,7 +181,7 @@ def test_a_gated_off_schedule_redis_refuses_to_remove_is_a_warning_and_the_clock
                      f"(~{prefix}:schedules:claimed +zrem)")
     # When the clock boots
     stop = threading.Event()
-    with caplog.at_level(logging.WARNING, logger="herald.clock"):
+    with caplog.at_level(logging.WARNING, logger="herald.queue.schedules"):
         clock = threading.Thread(target=fire_schedules, args=(stop,))
         clock.start()
         try:

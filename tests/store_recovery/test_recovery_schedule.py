@@ -16,10 +16,8 @@ from actors.store_recovery import recover_store_orders, start_store_recovery
 from herald.queue import (
     Job,
     current_app,
-    declared_schedules,
     fire_schedules,
     queue,
-    registered_sweeps,
     running_worker,
 )
 from herald.settings import get_settings
@@ -48,7 +46,7 @@ def clock(store: None) -> Iterator[None]:
 
 
 def test_the_schedule_runs_every_interval_behind_the_store_feature(store: None) -> None:
-    [item] = [s for s in declared_schedules() if s.name == "store-recovery"]
+    [item] = [s for s in current_app().schedules().values() if s.name == "store-recovery"]
     assert item.actor is recover_store_orders
     assert item.every == timedelta(seconds=60)
     assert (item.run_at_start, item.feature_gate) == (True, esim_store_enabled)
@@ -113,5 +111,5 @@ def test_starting_recovery_with_the_store_off_adds_nothing(
 
 def test_herald_sweep_runs_store_recovery(store: None) -> None:
     stalled = store_order("in_flight", in_flight_at=ago(hours=1))
-    assert registered_sweeps()["store-recovery"]() == 1
+    assert current_app().sweeps()["store-recovery"]() == 1
     assert reload(stalled).recovered_at is not None

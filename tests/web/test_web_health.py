@@ -22,10 +22,10 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel
 from sqlalchemy import text
 
-import actors  # noqa: F401  (herald's queue table: the probe below uses one of its queues)
+from actors.queues import registry
 from herald import db
 from herald.health import serve_worker_health
-from herald.queue import actor, enqueue
+from herald.queue import enqueue
 from herald.settings import get_settings, reset_settings
 from herald.web import create_app
 from herald.web.errors import api_error
@@ -393,7 +393,7 @@ class Probe(BaseModel):
 
 
 #: A job function on a registry queue that nothing else in the tests uses.
-probe = actor(queue="supplier-dispatch", payload=Probe, name="t-web-metrics-probe")(
+probe = registry.actor(queue="supplier-dispatch", payload=Probe, name="t-web-metrics-probe")(
     lambda job: None)
 
 

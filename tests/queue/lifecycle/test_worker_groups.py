@@ -7,19 +7,17 @@ from datetime import timedelta
 import pytest
 
 from actors.lifecycle import BUSINESS_QUEUES, NOTIFICATION_QUEUES
-from herald.queue.worker import (
-    OnFailure,
-    WorkerGroup,
-    declare_groups,
-    declared_groups,
-    drain_bound,
-    plan_groups,
-)
+from actors.queues import registry
+from herald.queue import App, OnFailure, QueueConfig, WorkerGroup
+from herald.queue.worker import drain_bound, plan_groups
+
+#: herald's declarations, read by an App that is never installed nor connected
+HERALD = App(QueueConfig(redis_url="redis://localhost:1/0"), registry)
 
 
 def plan(*queues: str) -> list[tuple[str, list[str], OnFailure]]:
     return [(group.name, mine, group.on_failure)
-            for group, mine in plan_groups(queues, declared_groups())]
+            for group, mine in plan_groups(queues, HERALD.groups())]
 
 
 def test_herald_groups_its_queues_as_the_lifecycle_describes() -> None:
@@ -35,21 +33,21 @@ def test_herald_groups_its_queues_as_the_lifecycle_describes() -> None:
 
 
 def test_notification_queues_drain_within_5_s_and_business_queues_without_deadline() -> None:
-    assert drain_bound(NOTIFICATION_QUEUES) == timedelta(seconds=5)
-    assert drain_bound(BUSINESS_QUEUES) is None
+    assert drain_bound(NOTIFICATION_QUEUES, HERALD) == timedelta(seconds=5)
+    assert drain_bound(BUSINESS_QUEUES, HERALD) is None
     # one bound for both would be no bound at all: hence one drain per group
-    assert drain_bound((*NOTIFICATION_QUEUES, *BUSINESS_QUEUES)) is None
+    assert drain_bound((*NOTIFICATION_QUEUES, *BUSINESS_QUEUES), HERALD) is None
 
 
 def test_a_queue_claimed_by_a_second_group_is_refused_and_nothing_changes() -> None:
-    before = declared_groups()
+    before = registry.groups()
 
     with pytest.raises(ValueError, match="'payment' is in worker groups 'business queues' "
                                          "and 'billing'"):
-        declare_groups(WorkerGroup(name="fine", queues=("t-free",)),
-                       WorkerGroup(name="billing", queues=("payment",)))
+        registry.declare_groups(WorkerGroup(name="fine", queues=("t-free",)),
+                                WorkerGroup(name="billing", queues=("payment",)))
 
-    assert declared_groups() == before
+    assert registry.groups() == before
 
 
 @pytest.mark.parametrize(("fields", "error"), [

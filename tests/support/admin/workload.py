@@ -1,6 +1,7 @@
 """A test queue of the console tests and the real jobs they run on it.
 
-``t-console`` is declared in the registry like any queue (so it gets a health row); its
+``t-console`` is declared on this module's registry (``registry``), which the console
+tests' App reads beside herald's, like any queue (so it gets a health row); its
 actor completes, fails with a real exception, or holds until the test opens a gate.
 Jobs run in a real in-process worker (:func:`herald.queue.running_worker`).
 """
@@ -16,23 +17,16 @@ import redis
 from pydantic import BaseModel
 
 from herald import settings
-from herald.queue import (
-    QueueSpec,
-    actor,
-    current_app,
-    declare,
-    enqueue,
-    now_ms,
-    queue,
-    running_worker,
-)
+from herald.queue import QueueSpec, Registry, current_app, enqueue, now_ms, queue, running_worker
 from tests.support.queue_app import install_queue_app
 from tests.support.waiting import wait_for
 
 #: The console tests' queue: one attempt (a failure is final), failures kept.
 QUEUE = "t-console"
-declare(QueueSpec(name=QUEUE, concurrency=2, attempts=1,
-                  rate_limit=(100, timedelta(seconds=10))))
+#: The console tests' own declarations.
+registry = Registry()
+registry.declare(QueueSpec(name=QUEUE, concurrency=2, attempts=1,
+                           rate_limit=(100, timedelta(seconds=10))))
 
 #: Opened by a test to let held jobs finish.
 GATE = threading.Event()
@@ -53,7 +47,7 @@ class ConsoleTestFailure(RuntimeError):
     """The failure of a failing test job."""
 
 
-@actor(queue=QUEUE, payload=Work)
+@registry.actor(queue=QUEUE, payload=Work)
 def console_work(job: Work) -> dict[str, str]:
     """Complete (returning the key), hold until the gate opens, or fail."""
     if job.hold:

@@ -5,7 +5,7 @@ that kill workers on purpose)."""
 import dataclasses
 from datetime import timedelta
 
-from herald.queue import declare, get_spec
+from actors.queues import registry
 
-declare(dataclasses.replace(get_spec("notification-email"),
+registry.declare(dataclasses.replace(registry.spec("notification-email"),
                                      lock_duration=timedelta(seconds=1), rate_limit=None))

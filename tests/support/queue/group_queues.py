@@ -14,20 +14,20 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from herald.queue import actor
-from herald.queue.registry import Keep, QueueSpec, Retention, declare
-from tests.support.queue.queues import Step, _run, record
+from herald.queue import Keep, QueueSpec, Retention
+from tests.support.queue.queues import Step, _run, record, registry
 
 QUEUE = "t-groups"
 
-declare(QueueSpec(name=QUEUE, concurrency=4, attempts=2,
-                  backoff_base=timedelta(milliseconds=100),
-                  lock_duration=timedelta(seconds=2),
-                  retention=Retention(completed=Keep(count=100_000), failed=Keep(count=100)),
-                  group_limits={"sysco": 1}))
+registry.declare(QueueSpec(name=QUEUE, concurrency=4, attempts=2,
+                           backoff_base=timedelta(milliseconds=100),
+                           lock_duration=timedelta(seconds=2),
+                           retention=Retention(completed=Keep(count=100_000),
+                                               failed=Keep(count=100)),
+                           group_limits={"sysco": 1}))
 
 
-@actor(queue=QUEUE, payload=Step)
+@registry.actor(queue=QUEUE, payload=Step)
 def grouped(job: Step) -> dict:
     """Does what the step says; records when the run ended, however it ended."""
     try:

@@ -1,8 +1,9 @@
 """Probe actors on herald's real queues, for ``herald worker --import tests.support.queue.probes``.
 
-They run in herald's own worker groups (notification queues, business queues) and record
-in Redis (``<prefix>:lc:events``) when each run starts and ends, so a test can see what a
-worker process took. A gated run waits until the test opens its gate.
+They are declared on herald's registry and run in herald's own worker groups
+(notification queues, business queues), and record in Redis (``<prefix>:lc:events``)
+when each run starts and ends, so a test can see what a worker process took. A gated run
+waits until the test opens its gate.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import time
 
 from pydantic import BaseModel
 
-import actors.queues  # noqa: F401  (declares the queues the probes run on)
-from herald.queue import actor, current_app, enqueue
+from actors.queues import registry
+from herald.queue import current_app, enqueue
 from herald.settings import get_settings
 
 #: How often a gated run looks at its gate (s).
@@ -60,19 +61,19 @@ def _run(job: Probe) -> None:
     record("done", job.key)
 
 
-@actor(queue="notification-email", payload=Probe)
+@registry.actor(queue="notification-email", payload=Probe)
 def lc_probe_email(job: Probe) -> None:
     """A probe on the notification queues."""
     _run(job)
 
 
-@actor(queue="store-fulfillment", payload=Probe)
+@registry.actor(queue="store-fulfillment", payload=Probe)
 def lc_probe_store(job: Probe) -> None:
     """A probe on the business queues."""
     _run(job)
 
 
-@actor(queue="payment", payload=Probe)
+@registry.actor(queue="payment", payload=Probe)
 def lc_probe_payment(job: Probe) -> None:
     """A probe on the business queues (the follow-up of a store probe)."""
     _run(job)

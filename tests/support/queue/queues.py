@@ -1,4 +1,5 @@
-"""Queues and actors the queue-layer tests run, in-process and in worker subprocesses.
+"""Queues and actors the queue-layer tests run, in-process and in worker subprocesses,
+declared on their own registry (``registry``, which the tests' App reads beside herald's).
 
 Each actor records what happened to it in Redis (``<prefix>:test:events``), so a test
 can read what a worker in another process did.
@@ -14,38 +15,50 @@ from datetime import timedelta
 from dramatiq.middleware import CurrentMessage
 from pydantic import BaseModel
 
-from herald.queue import actor, current_app
-from herald.queue.errors import Defer, Permanent
+from herald.queue import (
+    Backoff,
+    Defer,
+    Keep,
+    Permanent,
+    QueueSpec,
+    Registry,
+    Retention,
+    Schedule,
+    current_app,
+)
 from herald.queue.middleware import run_token
-from herald.queue.registry import Backoff, Keep, QueueSpec, Retention, declare
-from herald.queue.schedules import Schedule, schedule
 from herald.settings import get_settings
 
 SECOND = timedelta(seconds=1)
 
-declare(QueueSpec(name="t-basic", concurrency=4, attempts=3, backoff_base=SECOND,
-                  retention=Retention(completed=Keep(count=100_000), failed=Keep(count=100))))
-declare(QueueSpec(name="t-other", concurrency=2, attempts=1))
-declare(QueueSpec(name="t-prio", concurrency=1, attempts=1,
-                  retention=Retention(completed=Keep(count=100_000))))
-declare(QueueSpec(name="t-limited", concurrency=4, attempts=1,
-                  rate_limit=(10, timedelta(seconds=2))))
-declare(QueueSpec(name="t-stall", concurrency=2, attempts=3, lock_duration=2 * SECOND,
-                  max_started_attempts=3))
-declare(QueueSpec(name="t-timed", concurrency=2, attempts=1,
-                  time_limit=timedelta(milliseconds=500)))
-declare(QueueSpec(name="t-aged", concurrency=2, attempts=1,
-                  retention=Retention(completed=Keep(age=SECOND), failed=Keep(count=10))))
-declare(QueueSpec(name="t-brief", concurrency=2, attempts=1, lock_duration=SECOND))
-declare(QueueSpec(name="t-exp", attempts=4, backoff_base=timedelta(milliseconds=100)))
-declare(QueueSpec(name="t-fixed", attempts=4, backoff=Backoff.FIXED,
-                  backoff_base=timedelta(milliseconds=150)))
-declare(QueueSpec(name="t-none", attempts=4, backoff=Backoff.NONE))
-declare(QueueSpec(name="t-plain", concurrency=4, attempts=2,
-                  backoff_base=timedelta(milliseconds=50),
-                  retention=Retention(completed=Keep(count=100_000), failed=Keep(count=100))))
-declare(QueueSpec(name="t-kept", concurrency=4, attempts=1,
-                  retention=Retention(completed=Keep(count=5), failed=Keep(count=3))))
+#: The test queues, their actors and schedules.
+registry = Registry()
+
+registry.declare(QueueSpec(name="t-basic", concurrency=4, attempts=3, backoff_base=SECOND,
+                           retention=Retention(completed=Keep(count=100_000),
+                                               failed=Keep(count=100))))
+registry.declare(QueueSpec(name="t-other", concurrency=2, attempts=1))
+registry.declare(QueueSpec(name="t-prio", concurrency=1, attempts=1,
+                           retention=Retention(completed=Keep(count=100_000))))
+registry.declare(QueueSpec(name="t-limited", concurrency=4, attempts=1,
+                           rate_limit=(10, timedelta(seconds=2))))
+registry.declare(QueueSpec(name="t-stall", concurrency=2, attempts=3, lock_duration=2 * SECOND,
+                           max_started_attempts=3))
+registry.declare(QueueSpec(name="t-timed", concurrency=2, attempts=1,
+                           time_limit=timedelta(milliseconds=500)))
+registry.declare(QueueSpec(name="t-aged", concurrency=2, attempts=1,
+                           retention=Retention(completed=Keep(age=SECOND), failed=Keep(count=10))))
+registry.declare(QueueSpec(name="t-brief", concurrency=2, attempts=1, lock_duration=SECOND))
+registry.declare(QueueSpec(name="t-exp", attempts=4, backoff_base=timedelta(milliseconds=100)))
+registry.declare(QueueSpec(name="t-fixed", attempts=4, backoff=Backoff.FIXED,
+                           backoff_base=timedelta(milliseconds=150)))
+registry.declare(QueueSpec(name="t-none", attempts=4, backoff=Backoff.NONE))
+registry.declare(QueueSpec(name="t-plain", concurrency=4, attempts=2,
+                           backoff_base=timedelta(milliseconds=50),
+                           retention=Retention(completed=Keep(count=100_000),
+                                               failed=Keep(count=100))))
+registry.declare(QueueSpec(name="t-kept", concurrency=4, attempts=1,
+                           retention=Retention(completed=Keep(count=5), failed=Keep(count=3))))
 
 
 class Step(BaseModel):
@@ -128,25 +141,25 @@ def _run(job: Step) -> dict:
     return {"key": job.key}
 
 
-@actor(queue="t-basic", payload=Step)
+@registry.actor(queue="t-basic", payload=Step)
 def basic(job: Step) -> dict:
     """Does what the step says."""
     return _run(job)
 
 
-@actor(queue="t-other", payload=Step)
+@registry.actor(queue="t-other", payload=Step)
 def other(job: Step) -> dict:
     """Same, on another queue."""
     return _run(job)
 
 
-@actor(queue="t-prio", payload=Step)
+@registry.actor(queue="t-prio", payload=Step)
 def prio(job: Step) -> dict:
     """Same, one at a time."""
     return _run(job)
 
 
-@actor(queue="t-limited", payload=Step)
+@registry.actor(queue="t-limited", payload=Step)
 def limited(job: Step) -> dict:
     """Same, under a rate limit of 10 per 2 s."""
     return _run(job)
@@ -156,61 +169,62 @@ def _exhausted(job: Step, reason: str) -> None:
     record("exhausted", job.key, reason=reason)
 
 
-@actor(queue="t-stall", payload=Step, on_exhausted=_exhausted)
+@registry.actor(queue="t-stall", payload=Step, on_exhausted=_exhausted)
 def stall(job: Step) -> dict:
     """Same, with a 2 s lock."""
     return _run(job)
 
 
-@actor(queue="t-timed", payload=Step)
+@registry.actor(queue="t-timed", payload=Step)
 def timed(job: Step) -> dict:
     """Same, with a 500 ms time limit per run."""
     return _run(job)
 
 
-@actor(queue="t-brief", payload=Step)
+@registry.actor(queue="t-brief", payload=Step)
 def brief(job: Step) -> dict:
     """Same, with a 1 s lock."""
     return _run(job)
 
 
-@actor(queue="t-exp", payload=Step)
+@registry.actor(queue="t-exp", payload=Step)
 def exp(job: Step) -> dict:
     """Same, retried after 100, 200, 400 ms."""
     return _run(job)
 
 
-@actor(queue="t-fixed", payload=Step)
+@registry.actor(queue="t-fixed", payload=Step)
 def fixed(job: Step) -> dict:
     """Same, retried after 150 ms each time."""
     return _run(job)
 
 
-@actor(queue="t-none", payload=Step)
+@registry.actor(queue="t-none", payload=Step)
 def nobackoff(job: Step) -> dict:
     """Same, retried at once."""
     return _run(job)
 
 
-@actor(queue="t-kept", payload=Step)
+@registry.actor(queue="t-kept", payload=Step)
 def kept(job: Step) -> dict:
     """Same, keeping only 5 completed and 3 failed records."""
     return _run(job)
 
 
-@actor(queue="t-aged", payload=Step)
+@registry.actor(queue="t-aged", payload=Step)
 def aged(job: Step) -> dict:
     """Same, keeping completed records for one second only."""
     return _run(job)
 
 
-schedule(Schedule(name="t-tick", actor=basic, payload={"key": "tick"}, every=SECOND))
-schedule(Schedule(name="t-cron", actor=other, payload={"key": "cron"}, cron="* * * * * */2"))
-schedule(Schedule(name="t-gated", actor=basic, payload={"key": "gated"}, every=SECOND,
-                  feature_gate=lambda: False))  # a feature that is off
+registry.schedule(Schedule(name="t-tick", actor=basic, payload={"key": "tick"}, every=SECOND))
+registry.schedule(Schedule(name="t-cron", actor=other, payload={"key": "cron"},
+                           cron="* * * * * */2"))
+registry.schedule(Schedule(name="t-gated", actor=basic, payload={"key": "gated"}, every=SECOND,
+                           feature_gate=lambda: False))  # a feature that is off
 
 
-@actor(queue="t-plain", payload=Step)
+@registry.actor(queue="t-plain", payload=Step)
 def plain(job: Step) -> None:
     """:func:`basic` with no return value: its completion takes the Redis consumer's
     plain path (job id and token only)."""

@@ -8,9 +8,8 @@ run of the same order would start beside the first."""
 import dataclasses
 from datetime import timedelta
 
-import actors  # noqa: F401  (registers herald's queue table)
-from herald.queue import declare, get_spec
+from actors.queues import registry
 
 for _name in ("payment", "store-fulfillment"):
-    declare(dataclasses.replace(get_spec(_name),
+    registry.declare(dataclasses.replace(registry.spec(_name),
                                          lock_duration=timedelta(seconds=3)))

@@ -4,7 +4,7 @@ a run whose worker process died is restarted a second later (the crash tests).""
 import dataclasses
 from datetime import timedelta
 
-from herald.queue import declare, get_spec
+from actors.queues import registry
 
-declare(dataclasses.replace(get_spec("store-fulfillment"),
+registry.declare(dataclasses.replace(registry.spec("store-fulfillment"),
                                      lock_duration=timedelta(seconds=1)))
