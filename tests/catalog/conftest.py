@@ -13,8 +13,8 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text
 
+from actors.queues import registry
 from herald import db
-from herald.queue import redeclared
 from tests.support.catalog import plugins
 from tests.support.catalog.plugins import FakeCatalog
 from tests.support.queue_app import close_queue_app, follow_settings
@@ -79,7 +79,7 @@ def store(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
         with db.get_engine().begin() as connection:
             connection.execute(text("TRUNCATE store_products, operator_packages, "
                                     "provider_health, fx_rates CASCADE"))
-        with redeclared(SYNC_QUEUES, backoff_base=timedelta(milliseconds=200)):
+        with registry.redeclared(SYNC_QUEUES, backoff_base=timedelta(milliseconds=200)):
             yield setup
     plugins.ENDPOINTS.clear()
     monkeypatch.undo()

@@ -12,8 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
+from actors.queues import registry
 from herald import db, settings
-from herald.queue import redeclared
 from herald.web import create_app
 from tests.support.queue_app import close_queue_app, install_queue_app
 
@@ -42,7 +42,7 @@ def fulfillment(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
         connection.execute(text("TRUNCATE payments, activation_steps, activations, "
                                 "store_order_status_events, store_orders, orders, "
                                 "deliveries, notifications, accounts CASCADE"))
-    with redeclared(QUEUES, backoff_base=timedelta(milliseconds=100)):
+    with registry.redeclared(QUEUES, backoff_base=timedelta(milliseconds=100)):
         yield
     operators.reset()
     db.reset_engine()

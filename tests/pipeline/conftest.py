@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import text
 
+from actors.queues import registry
 from herald import db, settings
-from herald.queue import redeclared
 from tests.support.queue_app import close_queue_app, install_queue_app
 
 NOTIFICATION_QUEUES = ("notification-email", "notification-sms", "notification-push")
@@ -36,7 +36,7 @@ def pipeline(monkeypatch: pytest.MonkeyPatch, migrated_database: str,
     with db.get_engine().begin() as connection:
         connection.execute(text("TRUNCATE deliveries, notifications, accounts, "
                                 "notification_batches, callback_receipts CASCADE"))
-    with redeclared(NOTIFICATION_QUEUES, rate_limit=None):
+    with registry.redeclared(NOTIFICATION_QUEUES, rate_limit=None):
         yield
     reset_providers()
     db.reset_engine()

@@ -15,9 +15,10 @@ import pytest
 from aiosmtpd.controller import Controller
 from sqlalchemy import text
 
+from actors.queues import registry
 from herald import db
 from herald.demo.sftp_server import SftpTestServer, start_sftp_server
-from herald.queue import SECOND, redeclared
+from herald.queue import SECOND
 from tests.support.providers.smtp_relay import Relay, start_relay
 from tests.support.queue_app import close_queue_app, follow_settings
 from tests.support.reset import reset_herald
@@ -80,7 +81,7 @@ def purchasing(monkeypatch: pytest.MonkeyPatch, migrated_database: str, redis_ur
 
     with db.get_engine().begin() as connection:
         connection.execute(text(f"TRUNCATE {_TABLES} CASCADE"))
-    with redeclared(("backorder-reroute",), backoff_base=SECOND / 10):
+    with registry.redeclared(("backorder-reroute",), backoff_base=SECOND / 10):
         yield migrated_database
     reset_herald()
     close_queue_app()

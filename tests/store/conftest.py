@@ -11,8 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
+from actors.queues import registry
 from herald import db, settings
-from herald.queue import SECOND, redeclared
+from herald.queue import SECOND
 from tests.support.queue_app import close_queue_app, follow_settings
 from tests.support.reset import reset_herald
 
@@ -58,7 +59,7 @@ def store(monkeypatch: pytest.MonkeyPatch, database: str, redis_url: str) -> Ite
         with db.get_engine().begin() as connection:
             connection.execute(text(f"TRUNCATE {_TABLES} CASCADE"))
     seed_catalog()
-    with redeclared(STORE_QUEUES, rate_limit=None, backoff_base=SECOND):
+    with registry.redeclared(STORE_QUEUES, rate_limit=None, backoff_base=SECOND):
         yield database
     reset_herald()
     close_queue_app()

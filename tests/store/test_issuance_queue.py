@@ -8,9 +8,10 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import update
 
+from actors.queues import registry
 from actors.store import Trigger, enqueue_issuance, issuance_job_id
 from herald import db
-from herald.queue import redeclared, running_worker
+from herald.queue import running_worker
 from herald.settings import get_settings
 from models.base import utcnow
 from models.store import EventSource, IssuanceState, StoreOrder, transition_store_order
@@ -69,7 +70,7 @@ def test_mock_transient_goes_back_to_pending_then_is_issued(worker: None) -> Non
 
 def test_a_transient_failure_on_the_last_attempt_records_its_reason(store: str) -> None:
     MockEsimProvider.reset()
-    with redeclared(["store-fulfillment"], attempts=1), \
+    with registry.redeclared(["store-fulfillment"], attempts=1), \
             running_worker(["store-fulfillment"]):
         order_id = issue("mock-transient")
         job = wait_job(f"{order_id}-issue", "failed")
