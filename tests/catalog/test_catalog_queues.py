@@ -19,8 +19,7 @@ from tests.cli.test_cli import QUICK_S, herald_env
 LIST_SCHEDULES = """
 import json
 from herald.commands.shared import load_actor_modules
-from herald.queue import (declared_schedules)
-from actors.queues import (registry)
+from actors.queues import registry
 load_actor_modules()
 print(json.dumps({s.name: [s.every.total_seconds(), getattr(s.feature_gate, "__name__", None),
                            s.run_at_start] for s in registry.schedules().values()}))
