@@ -26,9 +26,8 @@ from collections.abc import Callable
 from typing import Any
 
 from bench import publish
+from bench.noop_queue import THREADS
 from herald.queue_app import reinstall_queue_app
-
-THREADS = 8
 
 
 def _redis_url() -> tuple[str, Callable[[], None]]:
@@ -91,28 +90,17 @@ def plain_run(url: str, jobs: int, processes: int) -> dict[str, float]:
 
 
 # -- herald ------------------------------------------------------------------------------
-def _herald_setup(url: str, prefix: str):
+def _herald_setup(url: str, prefix: str) -> Any:
+    """herald in this process on ``url`` under ``prefix``, with the benchmark's queue
+    (bench/noop_queue.py); returns its noop actor."""
     os.environ.update({"REDIS_URL": url, "QUEUE_PREFIX": prefix, "LOG_LEVEL": "WARNING",
                        "BROKER": "redis"})
-    from pydantic import BaseModel
-
+    from bench import noop_queue
     from herald import settings
-    from herald.queue import Keep, QueueSpec, Registry, Retention
 
     settings.reset_settings()
-    registry = Registry()
-    registry.declare(QueueSpec(name="bench-herald", concurrency=THREADS, attempts=1,
-                               retention=Retention(completed=Keep(count=1000))))
-
-    class Noop(BaseModel):
-        n: int
-
-    @registry.actor(queue="bench-herald", payload=Noop, name="noop")
-    def noop(job: Noop) -> None:
-        return None
-
-    reinstall_queue_app(extra=(registry,))
-    return noop
+    reinstall_queue_app(extra=(noop_queue.registry,))
+    return noop_queue.noop
 
 
 def _herald_worker(url: str, prefix: str, seconds_limit: float) -> None:
@@ -188,7 +176,7 @@ def _herald_cli_worker(url: str, prefix: str, log_path: str, logging_on: bool) -
     os.close(fd)
     # the bench process disabled INFO before the fork; a production worker has not
     logging.disable(logging.NOTSET if logging_on else logging.INFO)
-    sys.exit(cli.main(["worker", "bench-herald"]))
+    sys.exit(cli.main(["worker", "--import", "bench.noop_queue", "bench-herald"]))
 
 
 def herald_logging_run(url: str, jobs: int, processes: int, logging_on: bool,
