@@ -72,6 +72,13 @@ class Recipient:
     phone: str | None
     push_subscription_id: str | None
     locale: str
+    urgency: str
+    #: The account's preference document (None: everything on).
+    preferences: dict[str, Any] | None
+    timezone: str | None
+    quiet_hours: dict[str, Any] | None
+    #: The delivery's provider attempts so far (None: none yet).
+    attempts_log: list[dict[str, Any]] | None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

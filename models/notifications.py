@@ -128,6 +128,14 @@ class Account(SQLModel, table=True):
     marketing_opt_out: bool = False
     #: The push subscription of a signed-in device (None: no device, push is suppressed).
     push_subscription_id: str | None = Field(default=None, max_length=128)
+    #: The account's preference document (docs/api.md#preferences); None: everything on.
+    preferences: dict[str, Any] | None = Field(default=None, sa_type=JSON(none_as_null=True),
+                                               nullable=True)
+    #: IANA time zone name its quiet hours are read in (None: UTC).
+    timezone: str | None = Field(default=None, max_length=64)
+    #: When normal-urgency messages are held (docs/api.md#quiet-hours); None: never.
+    quiet_hours: dict[str, Any] | None = Field(default=None, sa_type=JSON(none_as_null=True),
+                                               nullable=True)
     created_at: datetime = timestamp_field()
     updated_at: datetime = timestamp_field()
 
@@ -193,6 +201,11 @@ class Delivery(SQLModel, table=True):
     claimed_at: datetime | None = Field(default=None, sa_type=UtcDateTime, nullable=True)
     #: When a channel job was last handed to the queue (the sweep's handoff stamp).
     queued_at: datetime | None = Field(default=None, sa_type=UtcDateTime, nullable=True)
+    #: Each provider attempt: ``{provider, at, result, error}`` (docs/api.md#deliveries).
+    attempts_log: list[dict[str, Any]] | None = Field(
+        default=None, sa_type=JSON(none_as_null=True), nullable=True)
+    #: While quiet hours hold the delivery: when it is due (None: not held).
+    not_before: datetime | None = Field(default=None, sa_type=UtcDateTime, nullable=True)
     # no index of its own: the sweep reads it through ix_deliveries_pending (migration 0004)
     created_at: datetime = timestamp_field()
     updated_at: datetime = timestamp_field()
@@ -239,8 +252,10 @@ _FINAL = tuple(sorted(outcome.value for outcome in FINAL_OUTCOMES))
 #: change made before the claim is always seen.
 RECIPIENT_COLUMNS: tuple[ColumnElement[Any], ...] = (
     _notifications.c.type, _notifications.c.data, _notifications.c.transactional,
+    _notifications.c.urgency,
     _accounts.c.active, _accounts.c.marketing_opt_out, _accounts.c.email, _accounts.c.phone,
-    _accounts.c.push_subscription_id, _accounts.c.locale)
+    _accounts.c.push_subscription_id, _accounts.c.locale, _accounts.c.preferences,
+    _accounts.c.timezone, _accounts.c.quiet_hours, _deliveries.c.attempts_log)
 
 
 def _one_of(column: ColumnElement[Any], values: tuple[str, ...]) -> ColumnElement[bool]:

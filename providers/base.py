@@ -8,10 +8,19 @@ says what the channel worker should do next (like procrastinate's ``RetryDecisio
     SendResult
      ├── accepted=True                   the provider took the message (provider_message_id)
      └── accepted=False
-          ├── failure_kind=TRANSIENT     try again later: network error or timeout,
-          │                              connection refused, HTTP 429 or 5xx, SMTP 4xx reply
-          └── failure_kind=TERMINAL      no retry can succeed: HTTP 4xx (validation, auth,
-                                         invalid number), SMTP 5xx reply, misconfiguration
+          ├── failure_kind=TRANSIENT     certainly not accepted, try again later (here or at
+          │                              the next provider of the chain): connection refused
+          │                              or reset before the request was written, DNS or TLS
+          │                              failure, HTTP 429 or 5xx, SMTP 4xx reply
+          ├── failure_kind=REFUSED       certainly not accepted, and this provider never will:
+          │                              a destination it does not serve, a sender not
+          │                              registered with it, not configured; another
+          │                              provider may take it
+          ├── failure_kind=TERMINAL      no provider can send it: invalid recipient,
+          │                              rejected content
+          └── failure_kind=AMBIGUOUS     it may have been accepted: a timeout after the
+                                         request was written, the connection lost before the
+                                         answer; only this provider may be tried again
 
 Only an unexpected bug raises. ``failure_code`` is short and machine-readable (an HTTP
 status, a provider error code, ``timeout``); ``failure_message`` is for operators and
@@ -74,12 +83,20 @@ class OutboundMessage:
 
 
 class FailureKind(StrEnum):
-    """How a failed send should be treated."""
+    """How a failed send should be treated (docs/pipeline.md#providers)."""
 
-    #: Another attempt may succeed (network, timeout, rate limit, provider outage).
+    #: Certainly not accepted; another attempt may succeed (rate limit, outage, refused
+    #: connection), here or at another provider.
     TRANSIENT = "transient"
-    #: No attempt can succeed (invalid recipient, rejected content, bad credentials).
+    #: Certainly not accepted, and no attempt at this provider can succeed (a destination
+    #: it does not serve, a sender not registered with it); another provider may.
+    REFUSED = "refused"
+    #: No attempt at any provider can succeed (invalid recipient, rejected content).
     TERMINAL = "terminal"
+    #: Perhaps accepted (a timeout after the request was written, a connection lost before
+    #: the answer): trying another provider could deliver it twice, so only this one may be
+    #: tried again (with the delivery id as idempotency key where it takes one).
+    AMBIGUOUS = "ambiguous"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,14 +122,31 @@ class SendResult:
 
     @classmethod
     def terminal(cls, code: str, message: str) -> SendResult:
-        """A failure no retry can fix."""
+        """A failure no retry at any provider can fix."""
         return cls(accepted=False, failure_kind=FailureKind.TERMINAL, failure_code=code,
+                   failure_message=_clip(message))
+
+    @classmethod
+    def refused(cls, code: str, message: str) -> SendResult:
+        """A failure no retry at this provider can fix; another provider may succeed."""
+        return cls(accepted=False, failure_kind=FailureKind.REFUSED, failure_code=code,
+                   failure_message=_clip(message))
+
+    @classmethod
+    def ambiguous(cls, code: str, message: str) -> SendResult:
+        """A send that may have been accepted: retry this provider only."""
+        return cls(accepted=False, failure_kind=FailureKind.AMBIGUOUS, failure_code=code,
                    failure_message=_clip(message))
 
     @property
     def retryable(self) -> bool:
-        """True for a transient failure."""
-        return self.failure_kind is FailureKind.TRANSIENT
+        """True when trying this provider again may succeed (transient or ambiguous)."""
+        return self.failure_kind in (FailureKind.TRANSIENT, FailureKind.AMBIGUOUS)
+
+    @property
+    def definite(self) -> bool:
+        """True when the provider certainly did not accept it: failing over is safe."""
+        return not self.accepted and self.failure_kind is not FailureKind.AMBIGUOUS
 
 
 @runtime_checkable

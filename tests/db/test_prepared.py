@@ -82,7 +82,8 @@ def test_a_delivery_goes_from_claim_to_sent_the_same_way_on_both(database: str) 
             "type": "account.welcome", "data": {"plan": "gold", "n": [1, 2]},
             "transactional": False, "active": True, "marketing_opt_out": False,
             "email": "a@example.com", "phone": "+966501234567",
-            "push_subscription_id": None, "locale": "ar"}
+            "push_subscription_id": None, "locale": "ar", "urgency": "normal",
+            "preferences": None, "timezone": None, "quiet_hours": None, "attempts_log": None}
         assert claim.token is not None and still_claimed(connection, email.id, claim.token)
         # a live claim turns a second attempt away until it would be stale
         busy = claim_delivery(connection, email.id)
