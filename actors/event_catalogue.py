@@ -9,10 +9,10 @@ The catalogue (:data:`EVENT_TYPES`)
 ``account.welcome``
     email, sms, in_app; transactional. Requires nothing. Optional: ``get_started_url``.
 ``payment.receipt``
-    email; transactional. Requires ``amount``, ``currency``, ``order_id``. Optional:
+    email (required); transactional. Requires ``amount``, ``currency``, ``order_id``. Optional:
     ``description``, ``paid_at``, ``payment_method``, ``receipt_url``.
 ``esim.ready``
-    email (with the QR code attached and shown inline), sms; transactional. Requires
+    email (required; with the QR code attached and shown inline), sms; transactional. Requires
     ``iccid``, ``activation_code``. Optional: ``plan_name``.
 ``promo.offer``
     email, sms; marketing (``transactional: false``). Requires ``headline``, ``code``.
@@ -124,6 +124,9 @@ class EventType:
     channels: tuple[str, ...]
     transactional: bool
     data: type[EventData]
+    #: Channels on which the type always goes out: preferences cannot turn it off there,
+    #: and quiet hours do not hold it (docs/api.md#preferences).
+    required_channels: tuple[str, ...] = ()
 
     @property
     def required_data(self) -> tuple[str, ...]:
@@ -143,9 +146,9 @@ EVENT_TYPES: dict[str, EventType] = {
         EventType(name="account.welcome", channels=("email", "sms", "in_app"),
                   transactional=True, data=WelcomeData),
         EventType(name="payment.receipt", channels=("email",), transactional=True,
-                  data=ReceiptData),
+                  data=ReceiptData, required_channels=("email",)),
         EventType(name="esim.ready", channels=("email", "sms"), transactional=True,
-                  data=EsimReadyData),
+                  data=EsimReadyData, required_channels=("email",)),
         EventType(name="promo.offer", channels=("email", "sms"), transactional=False,
                   data=PromoData),
     )
