@@ -53,12 +53,12 @@ class App:
         for registry in registries:
             self._add(registry)
         #: the ledger's "now": the wall clock plus an offset a test may move
-        self.clock = QueueTime()
+        self.time = QueueTime()
         #: the producers' client (the application's own when the config gave one)
         self.client = new_redis_client(config)
         #: each thread's own connection to the client's server (the hot paths' scripts)
         self.connections = ThreadConnections(self.client)
-        self.ledger = Ledger(self.client, config.prefix, clock=self.clock,
+        self.ledger = Ledger(self.client, config.prefix, time=self.time,
                              connections=self.connections)
         #: what an operator reads of the ledger, and does to it
         self.queries = LedgerQueries(self.ledger)
@@ -227,4 +227,4 @@ def get_spec(name: str) -> QueueSpec:
 
 def now_ms() -> int:
     """Milliseconds since the epoch in the installed App's queue time (docs/queue.md#queue-time)."""
-    return current_app().clock.now_ms()
+    return current_app().time.now_ms()
