@@ -1,8 +1,8 @@
-"""herald's worker groups: which queues start together, what each group builds first, and
-what a failure of that step stops (docs/queue.md#worker-groups).
+"""herald's capsules: which queues start together, what each capsule builds first, and
+what a failure of that step stops (docs/queue.md#capsules).
 
 =====================  ==========================================  =====================
-group                  startup step                                a failed step
+capsule                startup step                                a failed step
 =====================  ==========================================  =====================
 notification queues    build each channel's active provider; load  stops these queues
                        and compile every notification template     only (``/readyz`` of
@@ -35,7 +35,7 @@ from typing import Any
 from actors.queues import registry
 from actors.render import NOTIFICATIONS_DIR, environment
 from actors.store_recovery import start_store_recovery
-from herald.queue import OnFailure, WorkerGroup
+from herald.queue import Capsule, OnFailure
 from herald.settings import get_settings
 from providers.esim import esim_providers
 from providers.operators import operators
@@ -52,7 +52,7 @@ SUPPLIER_QUEUES = ("supplier-dispatch",)
 
 
 class StartupError(RuntimeError):
-    """A group's startup step cannot build what its actors need; the message says which
+    """A capsule's startup step cannot build what its actors need; the message says which
     setting to fix."""
 
 
@@ -104,17 +104,18 @@ def start_supplier_queues() -> None:
                     extra={"reason": ready})
 
 
-NOTIFICATION_GROUP = WorkerGroup(name="notification queues", queues=NOTIFICATION_QUEUES,
-                                 startup=start_notification_queues,
-                                 on_failure=OnFailure.STOP_GROUP)
-BUSINESS_GROUP = WorkerGroup(name="business queues", queues=BUSINESS_QUEUES,
-                             startup=start_business_queues, on_failure=OnFailure.STOP_ALL)
-STORE_RECOVERY_GROUP = WorkerGroup(name="store recovery", runs_with=("store-fulfillment",),
-                                   startup=start_store_recovery,
-                                   on_failure=OnFailure.STOP_ALL)
+NOTIFICATION_CAPSULE = Capsule(name="notification queues", queues=NOTIFICATION_QUEUES,
+                               startup=start_notification_queues,
+                               on_failure=OnFailure.STOP_CAPSULE)
+BUSINESS_CAPSULE = Capsule(name="business queues", queues=BUSINESS_QUEUES,
+                           startup=start_business_queues, on_failure=OnFailure.STOP_ALL)
+STORE_RECOVERY_CAPSULE = Capsule(name="store recovery", runs_with=("store-fulfillment",),
+                                 startup=start_store_recovery,
+                                 on_failure=OnFailure.STOP_ALL)
 
-SUPPLIER_GROUP = WorkerGroup(name="supplier queues", queues=SUPPLIER_QUEUES,
-                             startup=start_supplier_queues, on_failure=OnFailure.STOP_GROUP,
-                             readiness=renderer_ready)
+SUPPLIER_CAPSULE = Capsule(name="supplier queues", queues=SUPPLIER_QUEUES,
+                           startup=start_supplier_queues, on_failure=OnFailure.STOP_CAPSULE,
+                           readiness=renderer_ready)
 
-registry.declare_groups(NOTIFICATION_GROUP, BUSINESS_GROUP, STORE_RECOVERY_GROUP, SUPPLIER_GROUP)
+registry.declare_capsules(NOTIFICATION_CAPSULE, BUSINESS_CAPSULE, STORE_RECOVERY_CAPSULE,
+                          SUPPLIER_CAPSULE)

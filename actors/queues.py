@@ -4,7 +4,7 @@ The values and what each queue is for are listed in docs/queue.md#the-queue-tabl
 The environment overrides a value where a setting names it (``DISPATCH_ATTEMPTS``,
 ``DISPATCH_BACKOFF_MS``, ``EMAIL_WORKER_CONCURRENCY``). The table is on herald's
 :class:`~herald.queue.Registry` (``registry``, here), which every module of ``actors``
-declares its actors, schedules, sweeps and worker groups on, and herald's App reads.
+declares its actors, schedules, sweeps and capsules on, and herald's App reads.
 """
 
 from __future__ import annotations

@@ -170,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     worker = _command(commands, "worker", "run queues (all when none given)",
                       "Consume the named queues (all that have an actor when none is "
-                      "named) in their worker groups until SIGTERM/SIGINT, then drain. "
+                      "named) in their capsules until SIGTERM/SIGINT, then drain. "
                       "`herald queues` lists the queues.")
     _imports_option(worker, "queues and actors")
     worker.add_argument("--app", metavar="MODULE:ATTR",

@@ -31,7 +31,7 @@ def cmd_web(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
-    """``herald worker``: run queues in their worker groups (``actors.lifecycle``) until
+    """``herald worker``: run queues in their capsules (``actors.lifecycle``) until
     SIGTERM/SIGINT, then drain. A failed start, or a taken ``WORKER_PORT``, stops it at
     start with one line saying why (exit code 1)."""
     from herald.health import PortInUse, serve_worker_health

@@ -20,6 +20,7 @@ orders: herald's own queues are declared by ``actors`` on its registry.
 """
 
 from herald.queue.app import App, current_app, get_spec, installed_app, now_ms
+from herald.queue.capsules import Capsule, OnFailure
 from herald.queue.config import QueueConfig
 from herald.queue.current import attempts_made, is_last_attempt
 from herald.queue.errors import (
@@ -30,7 +31,6 @@ from herald.queue.errors import (
     Permanent,
     UnknownQueue,
 )
-from herald.queue.groups import OnFailure, WorkerGroup
 from herald.queue.job_actor import JobActor
 from herald.queue.ledger import ADD_CHUNK, Job, JobState, Ledger
 from herald.queue.ledger_admin import LedgerAdmin
@@ -75,6 +75,7 @@ __all__ = [
     "URGENT_PRIORITY",
     "App",
     "Backoff",
+    "Capsule",
     "Defer",
     "EnqueueResult",
     "InvalidMessage",
@@ -99,7 +100,6 @@ __all__ = [
     "Schedule",
     "ThreadConnections",
     "UnknownQueue",
-    "WorkerGroup",
     "attempts_made",
     "current_app",
     "enqueue",

@@ -2,7 +2,7 @@
 
 An App is made from a :class:`~herald.queue.config.QueueConfig` and the application's
 :class:`~herald.queue.registry.Registry` s, whose declarations it merges (the queues,
-actors, schedules, sweeps and worker groups the library reads). It owns what the queues
+actors, schedules, sweeps and capsules the library reads). It owns what the queues
 run on: the Redis client, each thread's own connection to it, the ledger (with its
 queries and admin operations), its queue time, the broker (Redis or RabbitMQ, as the
 config says) and the metrics collector that reads the ledger. :meth:`App.install` is the
@@ -25,10 +25,10 @@ from typing import Any
 import dramatiq
 from prometheus_client import REGISTRY
 
+from herald.queue.capsules import Capsule
 from herald.queue.config import QueueConfig
 from herald.queue.dramatiq_internals import installed_broker, uninstall_broker
 from herald.queue.errors import NoAppInstalled, UnknownQueue
-from herald.queue.groups import WorkerGroup
 from herald.queue.job_actor import JobActor
 from herald.queue.ledger import Ledger
 from herald.queue.ledger_admin import LedgerAdmin
@@ -53,12 +53,12 @@ class App:
         for registry in registries:
             self._add(registry)
         #: the ledger's "now": the wall clock plus an offset a test may move
-        self.clock = QueueTime()
+        self.time = QueueTime()
         #: the producers' client (the application's own when the config gave one)
         self.client = new_redis_client(config)
         #: each thread's own connection to the client's server (the hot paths' scripts)
         self.connections = ThreadConnections(self.client)
-        self.ledger = Ledger(self.client, config.prefix, clock=self.clock,
+        self.ledger = Ledger(self.client, config.prefix, time=self.time,
                              connections=self.connections)
         #: what an operator reads of the ledger, and does to it
         self.queries = LedgerQueries(self.ledger)
@@ -173,9 +173,9 @@ class App:
         """Every sweep of the registries, by name, in declaration order."""
         return self._merged(Registry.sweeps)
 
-    def groups(self) -> list[WorkerGroup]:
-        """Every worker group of the registries, in declaration order."""
-        return list(self._merged(Registry.groups).values())
+    def capsules(self) -> list[Capsule]:
+        """Every capsule of the registries, in declaration order."""
+        return list(self._merged(Registry.capsules).values())
 
     def _unregister_collector(self) -> None:
         with self._lock, contextlib.suppress(KeyError):  # not registered
@@ -227,4 +227,4 @@ def get_spec(name: str) -> QueueSpec:
 
 def now_ms() -> int:
     """Milliseconds since the epoch in the installed App's queue time (docs/queue.md#queue-time)."""
-    return current_app().clock.now_ms()
+    return current_app().time.now_ms()

@@ -277,12 +277,12 @@ class Ledger:
     """Job records of every queue under one key prefix, on one Redis client."""
 
     def __init__(self, client: redis.Redis, prefix: str = "herald", *,
-                 clock: QueueTime | None = None, connections: ThreadConnections | None = None,
+                 time: QueueTime | None = None, connections: ThreadConnections | None = None,
                  ) -> None:
         self.client = client
         self.prefix = prefix
         #: the "now" of every time this ledger stores or compares
-        self.clock = clock or QueueTime()
+        self.time = time or QueueTime()
         self._scripts = {name: client.register_script(_source(name))
                          for name in ("add", "cycle", "start", "retry", "remove", "reissue")}
         #: each thread's own connection for its script calls (see :meth:`_run_own`)
@@ -290,7 +290,7 @@ class Ledger:
 
     def now_ms(self) -> int:
         """Milliseconds since the epoch in this ledger's queue time."""
-        return self.clock.now_ms()
+        return self.time.now_ms()
 
     # -- keys ---------------------------------------------------------------------------
     def base(self, queue: str) -> str:

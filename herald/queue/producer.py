@@ -49,7 +49,7 @@ def _run_at(app: App, delay: timedelta | None, at: datetime | None) -> int:
     if delay is not None and at is not None:
         raise ValueError("give delay or at, not both")
     if delay is not None:
-        return app.clock.now_ms() + int(delay.total_seconds() * 1000) if delay > timedelta(0) else 0
+        return app.time.now_ms() + int(delay.total_seconds() * 1000) if delay > timedelta(0) else 0
     if at is not None:
         if at.tzinfo is None:
             at = at.replace(tzinfo=UTC)
@@ -96,7 +96,7 @@ def _submit(app: App, groups: Sequence[tuple[JobActor[Any], Sequence[NewJob]]],
     broker = app.broker
     results = app.ledger.add_groups([(target.queue, jobs) for target, jobs in groups])
     external = app.config.external_broker
-    now = app.clock.now_ms()
+    now = app.time.now_ms()
     for (target, jobs), group_results in zip(groups, results, strict=True):
         for job, result in zip(jobs, group_results, strict=True):
             # an existing job (a reissued duplicate, a retry or replay in place) goes out

@@ -3,7 +3,7 @@
 A :class:`QueueSpec` is one queue with all of its values. A :class:`Registry` holds an
 application's declarations: its queues (listed in a queue table, :meth:`Registry.provide`
 — herald's own is ``actors/queues.py`` — or declared one by one, :meth:`Registry.declare`),
-actors, schedules, sweeps and worker groups. The App built with it is what producers,
+actors, schedules, sweeps and capsules. The App built with it is what producers,
 workers, the clock, the CLI and the operator views read them from; the library itself
 declares none.
 """
@@ -19,9 +19,9 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any, Protocol, cast
 
+from herald.queue.capsules import Capsule, capsule_owners
 from herald.queue.dramatiq_internals import installed_broker
 from herald.queue.errors import NoAppInstalled, UnknownQueue
-from herald.queue.groups import WorkerGroup, group_owners
 from herald.queue.job_actor import ActorOptions, JobActor, M
 from herald.queue.schedule_spec import Schedule
 
@@ -187,7 +187,7 @@ QueueTable = Callable[[], Iterable[QueueSpec]]
 
 class Registry:
     """An application's declarations, without I/O: its queues (declared one by one or
-    listed by queue tables), its actors, its schedules, its sweeps and its worker groups.
+    listed by queue tables), its actors, its schedules, its sweeps and its capsules.
 
     An :class:`~herald.queue.app.App` built with registries reads them: the queue tables
     once, when the App is built; everything else as it is at each use, so a queue
@@ -201,7 +201,7 @@ class Registry:
         self._actors: dict[str, JobActor[Any]] = {}
         self._schedules: dict[str, Schedule] = {}
         self._sweeps: dict[str, Callable[[], int]] = {}
-        self._groups: dict[str, WorkerGroup] = {}
+        self._capsules: dict[str, Capsule] = {}
 
     # -- queues ---------------------------------------------------------------------
     def provide(self, table: QueueTable) -> QueueTable:
@@ -302,7 +302,7 @@ class Registry:
         with self._lock:
             return dict(self._actors)
 
-    # -- schedules, sweeps, worker groups -------------------------------------------
+    # -- schedules, sweeps, capsules ------------------------------------------------
     def schedule(self, item: Schedule) -> Schedule:
         """Declare (or redeclare) a schedule; returns it."""
         with self._lock:
@@ -326,20 +326,20 @@ class Registry:
         with self._lock:
             return dict(self._sweeps)
 
-    def declare_groups(self, *groups: WorkerGroup) -> None:
-        """Declare worker groups (a group of the same name is replaced); a queue already
-        in another group is refused with ``ValueError`` and nothing is declared."""
+    def declare_capsules(self, *capsules: Capsule) -> None:
+        """Declare capsules (a capsule of the same name is replaced); a queue already in
+        another capsule is refused with ``ValueError`` and nothing is declared."""
         with self._lock:
-            merged = dict(self._groups)
-            for group in groups:
-                merged[group.name] = group
-            group_owners(merged.values())
-            self._groups = merged
+            merged = dict(self._capsules)
+            for capsule in capsules:
+                merged[capsule.name] = capsule
+            capsule_owners(merged.values())
+            self._capsules = merged
 
-    def groups(self) -> dict[str, WorkerGroup]:
-        """Every worker group declared here, by name, in declaration order."""
+    def capsules(self) -> dict[str, Capsule]:
+        """Every capsule declared here, by name, in declaration order."""
         with self._lock:
-            return dict(self._groups)
+            return dict(self._capsules)
 
 
 class Declarations(Protocol):

@@ -75,7 +75,7 @@ def sync_schedules() -> list[str]:
                 log.warning("could not remove gated-off schedule: %s", error,
                             extra={"schedule": item.name})
             continue
-        client.zadd(key, {item.name: item.first(app.clock.now_ms())}, nx=True)
+        client.zadd(key, {item.name: item.first(app.time.now_ms())}, nx=True)
         enabled.append(item.name)
     return enabled
 
@@ -94,7 +94,7 @@ class _Ticks:
         self.claim = self.client.register_script(_tick_source())
         self.next_key, self.claimed_key = next_key(app), _claimed_key(app)
         self.names = names
-        self.now = app.clock.now_ms()
+        self.now = app.time.now_ms()
 
     def enabled_schedule(self, name: bytes | str) -> Schedule | None:
         """The declared, enabled schedule of that name (None: not this clock's)."""
@@ -170,7 +170,7 @@ def next_due_in(names: list[str]) -> float:
     dues = [int(s) for n, s in scores if n.decode() in names]
     if not dues:
         return CLOCK_IDLE_S
-    return max(0.0, min(CLOCK_IDLE_S, (min(dues) - app.clock.now_ms()) / 1000))
+    return max(0.0, min(CLOCK_IDLE_S, (min(dues) - app.time.now_ms()) / 1000))
 
 
 def prune_all() -> int:
@@ -183,7 +183,7 @@ def fire_schedules(stop: threading.Event) -> None:
     """Fire schedules until ``stop`` is set; the startup jobs go first."""
     names = sync_schedules()
     app = current_app()
-    boot = app.clock.now_ms()
+    boot = app.time.now_ms()
     for item in app.schedules().values():
         if item.run_at_start and item.name in names:
             enqueue(item.actor, item.payload, job_id=f"startup:{item.name}:{boot}",

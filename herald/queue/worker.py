@@ -1,19 +1,20 @@
 """Running queues: Dramatiq's worker on herald's broker, one concurrency per queue, the
-queues of a process started and stopped in groups.
+queues of a process started and stopped in capsules.
 
 A worker process runs the queues it is given, each with the registry's concurrency and
 independent of the others: the process gets as many threads as its queues' concurrencies
 add up to, and each queue's consumer fetches only up to its own free slots.
 
-An application sorts its queues into :class:`WorkerGroup` s (``registry.declare_groups``).
-A group has a startup step (build what its actors need), a failure policy for that step
-and a drain bound (its queues' ``shutdown_timeout``). At start every group of the process
-runs its step, in declaration order, before any queue is consumed; then the groups that
-started consume. A failed step of a ``stop_all`` group stops the process (exit code 1); a
-failed ``stop_group`` step leaves that group's queues unconsumed and the rest running.
+An application sorts its queues into :class:`Capsule` s (``registry.declare_capsules``).
+A capsule has a startup step (build what its actors need), a failure policy for that step
+and a drain bound (its queues' ``shutdown_timeout``). At start every capsule of the
+process runs its step, in declaration order, before any queue is consumed; then the
+capsules that started consume. A failed step of a ``stop_all`` capsule stops the process
+(exit code 1); a failed ``stop_capsule`` step leaves that capsule's queues unconsumed and
+the rest running.
 
-SIGTERM and SIGINT stop every group at once, each draining its in-flight jobs: a group
-with a bound forces its runs past it, one without waits for them however long they take;
+SIGTERM and SIGINT stop every capsule at once, each draining its in-flight jobs: a
+capsule with a bound forces its runs past it, one without waits for them however long they take;
 a second signal during the drain is logged and ignored. Then the producer clients close,
 within :data:`PRODUCER_CLOSE_BOUND`. See docs/queue.md#lifecycle.
 """
@@ -34,8 +35,8 @@ from typing import Protocol
 import dramatiq
 
 from herald.queue.app import App, current_app
+from herald.queue.capsules import Capsule, OnFailure, plan_capsules
 from herald.queue.dramatiq_internals import drop_worker_middleware, install_deadline_join
-from herald.queue.groups import OnFailure, WorkerGroup, plan_groups
 from herald.queue.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ PRODUCER_CLOSE_BOUND = timedelta(seconds=5)
 _NO_DEADLINE_MS = 100 * 365 * 24 * 3600 * 1000
 #: Exit code of a worker process whose start failed.
 STARTUP_FAILED = 1
-#: The readiness of a worker whose groups all run (the health checks' "ok").
+#: The readiness of a worker whose capsules all run (the health checks' "ok").
 READY = "ok"
 
 # a queue's drain bound is the time its runs get, however many threads it has
@@ -90,7 +91,7 @@ def drain_bound(queues: Sequence[str], app: App | None = None) -> timedelta | No
 
 
 class StartupFailed(Exception):
-    """A ``stop_all`` group's startup step (or its workers' start) failed."""
+    """A ``stop_all`` capsule's startup step (or its workers' start) failed."""
 
 
 def describe_error(error: BaseException) -> str:
@@ -136,7 +137,7 @@ class QueueWorker:
         self.worker.start()
         # the middleware Dramatiq's start added has done its one job (a consumer for each
         # queue declared so far: this worker's, declared above); left on the broker, the
-        # next group's worker in this process would find one of its type and warn at
+        # next capsule's worker in this process would find one of its type and warn at
         # every start, and a queue declared later would get a consumer in every worker
         drop_worker_middleware(self.broker, self.worker)
         self.started = True
@@ -177,35 +178,36 @@ def running_worker(queues: Sequence[str] | None = None) -> Iterator[QueueWorker]
 
 # -- a worker process -----------------------------------------------------------------
 @dataclasses.dataclass
-class _GroupRun:
-    """One group in this process: its worker (None for a startup step only) and, once
+class _CapsuleRun:
+    """One capsule in this process: its worker (None for a startup step only) and, once
     its startup failed, why."""
 
-    group: WorkerGroup
+    capsule: Capsule
     worker: QueueWorker | None
     failure: str | None = None
 
 
 class WorkerProcess:
-    """The queues of one process, in their groups (:func:`plan_groups` over the declared
-    groups)."""
+    """The queues of one process, in their capsules (:func:`plan_capsules` over the
+    declared capsules)."""
 
     def __init__(self, queues: Sequence[str] | None = None) -> None:
         self.queues = queues_or_all(queues)
-        self.runs = [_GroupRun(group, QueueWorker(mine) if mine else None)
-                     for group, mine in plan_groups(self.queues, current_app().groups())]
+        self.runs = [_CapsuleRun(capsule, QueueWorker(mine) if mine else None)
+                     for capsule, mine in plan_capsules(self.queues, current_app().capsules())]
 
     def start(self) -> None:
-        """Run every group's startup step in order, then start the groups that succeeded.
+        """Run every capsule's startup step in order, then start the capsules that
+        succeeded.
 
-        Raises :class:`StartupFailed` at the first failure of a ``stop_all`` group (no
+        Raises :class:`StartupFailed` at the first failure of a ``stop_all`` capsule (no
         queue has been consumed then, unless a worker's own start failed); a
-        ``stop_group`` failure is logged and its queues are left out. When no group is
-        left with queues to run, that is a failure of the process too.
+        ``stop_capsule`` failure is logged and its queues are left out. When no capsule
+        is left with queues to run, that is a failure of the process too.
         """
         for run in self.runs:
-            if run.group.startup is not None:
-                self._attempt(run, run.group.startup)
+            if run.capsule.startup is not None:
+                self._attempt(run, run.capsule.startup)
         for run in self.runs:
             if run.worker is not None and run.failure is None:
                 self._attempt(run, run.worker.start)
@@ -217,28 +219,29 @@ class WorkerProcess:
         log.info("worker started", extra={"queues": ",".join(running),
                                           "actors": len(current_app().actors())})
 
-    def _attempt(self, run: _GroupRun, step: Callable[[], None]) -> None:
+    def _attempt(self, run: _CapsuleRun, step: Callable[[], None]) -> None:
         try:
             step()
         except Exception as error:
-            message = f"{run.group.name} startup failed: {describe_error(error)}"
-            if run.group.on_failure is OnFailure.STOP_ALL:
+            message = f"{run.capsule.name} startup failed: {describe_error(error)}"
+            if run.capsule.on_failure is OnFailure.STOP_ALL:
                 raise StartupFailed(message) from error
             run.failure = describe_error(error)
             log.error("%s; its queues are not consumed, the others run on", message,
                       extra={"queues": ",".join(run.worker.queues if run.worker else ())})
 
     def readiness(self) -> str:
-        """:data:`READY` when every group runs and each running group's own readiness
-        check passes, else ``error: <group> down (<why>)`` / ``<group> not ready
+        """:data:`READY` when every capsule runs and each running capsule's own readiness
+        check passes, else ``error: <capsule> down (<why>)`` / ``<capsule> not ready
         (<why>)``."""
-        down = [f"{run.group.name} down ({run.failure})" for run in self.runs if run.failure]
-        down += [f"{run.group.name} not ready ({problem})" for run in self.runs
-                 if run.failure is None and (problem := _group_problem(run.group))]
+        down = [f"{run.capsule.name} down ({run.failure})" for run in self.runs
+                if run.failure]
+        down += [f"{run.capsule.name} not ready ({problem})" for run in self.runs
+                 if run.failure is None and (problem := _capsule_problem(run.capsule))]
         return f"error: {'; '.join(down)}" if down else READY
 
     def stop(self) -> None:
-        """Stop every started group at once, each draining within its own bound; returns
+        """Stop every started capsule at once, each draining within its own bound; returns
         when all have stopped."""
         threads = [threading.Thread(target=run.worker.stop, name=f"herald-stop-{index}")
                    for index, run in enumerate(self.runs)
@@ -250,12 +253,12 @@ class WorkerProcess:
         log.info("worker stopped")
 
 
-def _group_problem(group: WorkerGroup) -> str | None:
-    """Why the group's readiness check fails (None when it passes or there is none)."""
-    if group.readiness is None:
+def _capsule_problem(capsule: Capsule) -> str | None:
+    """Why the capsule's readiness check fails (None when it passes or there is none)."""
+    if capsule.readiness is None:
         return None
     try:
-        answer = group.readiness()
+        answer = capsule.readiness()
     except Exception as error:
         return describe_error(error)
     return None if answer is True else str(answer or "not ready")
@@ -295,12 +298,12 @@ def _stop_on_signals() -> threading.Event:
 def run_worker_process(queues: Sequence[str], *, imports: Sequence[str] = (),
                        health: Callable[[Callable[[], str]], Stoppable] | None = None,
                        ) -> int:
-    """Run queues of the installed App in their groups until SIGTERM/SIGINT, then drain,
+    """Run queues of the installed App in their capsules until SIGTERM/SIGINT, then drain,
     then close the App. Returns the exit code:
     0 after a drain, :data:`STARTUP_FAILED` when the start failed (one error line says
     why).
 
-    Shutdown order: the groups' workers (each within its bound), then the health server,
+    Shutdown order: the capsules' workers (each within its bound), then the health server,
     then the producer clients (:func:`close_producers`), so that runs still draining can
     enqueue. ``health(readiness)`` starts the process's health server (the CLI passes
     one that serves ``/healthz``, ``/readyz`` and ``/metrics``); ``readiness()`` is

@@ -61,14 +61,14 @@ def run_attempt(job_id: str) -> Job:
     due time and wait for the worker to run the job."""
     job = queue("email-retry").get(job_id)
     assert job is not None and job.state == "delayed", job
-    current_app().clock.advance(timedelta(milliseconds=epoch_ms(job, "run_at") - now_ms()) - MINUTE)
+    current_app().time.advance(timedelta(milliseconds=epoch_ms(job, "run_at") - now_ms()) - MINUTE)
     sentinel = f"sentinel-{job_id}"
     enqueue(retry_email, {"envelope": {**ENVELOPE, "to": SENTINEL_TO},
                           "idempotency_key": sentinel, "attempt": 1}, job_id=sentinel)
     assert finished(sentinel).state == "completed"
     early = queue("email-retry").get(job_id)
     assert early is not None and early.state == "delayed", "an attempt ran before its time"
-    current_app().clock.advance(MINUTE)
+    current_app().time.advance(MINUTE)
     return finished(job_id)
 
 

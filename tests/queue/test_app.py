@@ -39,8 +39,8 @@ def test_install_makes_the_app_dramatiqs_broker_and_close_uninstalls_it(no_app: 
     assert app.install() is app and app.install() is app  # twice is harmless
     assert dramatiq.get_broker() is app.broker
     assert current_app() is app and app.installed
-    app.clock.advance(timedelta(hours=1))
-    assert now_ms() >= app.clock.now_ms() - 1000
+    app.time.advance(timedelta(hours=1))
+    assert now_ms() >= app.time.now_ms() - 1000
     app.close()
     assert installed_app() is None and not app.installed
 

@@ -12,12 +12,12 @@ from pydantic import BaseModel
 
 from herald.queue import (
     App,
+    Capsule,
     QueueConfig,
     QueueSpec,
     Registry,
     Schedule,
     UnknownQueue,
-    WorkerGroup,
 )
 from herald.queue.dramatiq_internals import installed_broker
 
@@ -43,14 +43,14 @@ def no_app() -> Iterator[None]:
 
 
 def test_an_app_reads_the_registries_it_is_built_with_and_no_others() -> None:
-    # Given two applications' registries, each with a queue, a schedule, a sweep, a group
+    # Given two applications' registries, each with a queue, a schedule, a sweep, a capsule
     first, second = Registry(), Registry()
     first.declare(QueueSpec(name="d-first"))
     second.declare(QueueSpec(name="d-second", concurrency=2))
     ping = first.actor(queue="d-first", payload=Ping)(lambda job: None)
     first.schedule(Schedule(name="d-tick", actor=ping, every=timedelta(seconds=1)))
     second.sweep("d-sweep", lambda: 0)
-    second.declare_groups(WorkerGroup(name="d-group", queues=("d-second",)))
+    second.declare_capsules(Capsule(name="d-capsule", queues=("d-second",)))
 
     # When one App reads the first, another the second, a third both
     only_first, only_second, both = app_of(first), app_of(second), app_of(first, second)
@@ -60,8 +60,8 @@ def test_an_app_reads_the_registries_it_is_built_with_and_no_others() -> None:
     with pytest.raises(UnknownQueue):
         only_first.spec("d-second")
     assert (list(only_first.schedules()), list(only_first.sweeps())) == (["d-tick"], [])
-    assert ([group.name for group in only_second.groups()], only_second.actors()) == (
-        ["d-group"], [])
+    assert ([capsule.name for capsule in only_second.capsules()], only_second.actors()) == (
+        ["d-capsule"], [])
     assert [spec.name for spec in both.specs()] == ["d-first", "d-second"]
     assert both.actor(ping.name) is ping and both.spec("d-second").concurrency == 2
 
@@ -128,11 +128,11 @@ def test_an_actor_on_a_queue_nobody_declared_is_refused() -> None:
         Registry().actor(queue="d-nowhere", payload=Ping)
 
 
-def test_a_queue_in_two_groups_is_refused_and_the_registry_keeps_its_groups() -> None:
+def test_a_queue_in_two_capsules_is_refused_and_the_registry_keeps_its_capsules() -> None:
     registry = Registry()
-    registry.declare_groups(WorkerGroup(name="d-a", queues=("d-q",)))
+    registry.declare_capsules(Capsule(name="d-a", queues=("d-q",)))
 
-    with pytest.raises(ValueError, match="'d-q' is in worker groups 'd-a' and 'd-b'"):
-        registry.declare_groups(WorkerGroup(name="d-b", queues=("d-q",)))
+    with pytest.raises(ValueError, match="'d-q' is in capsules 'd-a' and 'd-b'"):
+        registry.declare_capsules(Capsule(name="d-b", queues=("d-q",)))
 
-    assert list(registry.groups()) == ["d-a"]
+    assert list(registry.capsules()) == ["d-a"]

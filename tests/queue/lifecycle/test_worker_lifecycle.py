@@ -1,5 +1,5 @@
-"""``herald worker`` starts its queues in groups and stops them in order: real processes
-on a real Redis, each startup failure caused for real (docs/queue.md#worker-groups)."""
+"""``herald worker`` starts its queues in capsules and stops them in order: real processes
+on a real Redis, each startup failure caused for real (docs/queue.md#capsules)."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def test_a_notification_startup_failure_stops_only_the_notification_queues(
     assert states(("notification-email", "n1")) == ["waiting"]
 
 
-def test_a_worker_whose_groups_all_start_is_ready(lifecycle: Lifecycle) -> None:
+def test_a_worker_whose_capsules_all_start_is_ready(lifecycle: Lifecycle) -> None:
     # Given a worker for a notification queue and a business queue, every setting valid
     run = lifecycle.spawn("notification-email", "store-fulfillment")
     started = run.record("worker started")
@@ -114,9 +114,9 @@ def test_a_worker_whose_groups_all_start_is_ready(lifecycle: Lifecycle) -> None:
     assert run.stop() == 0
 
 
-def test_a_worker_of_several_groups_starts_and_stops_without_a_warning(
+def test_a_worker_of_several_capsules_starts_and_stops_without_a_warning(
         lifecycle: Lifecycle) -> None:
-    # Given a worker whose queues fall in two groups (two Dramatiq workers on one broker)
+    # Given a worker whose queues fall in two capsules (two Dramatiq workers on one broker)
     run = lifecycle.spawn("notification-email", "store-fulfillment")
     run.record("worker started")
 

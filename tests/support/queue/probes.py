@@ -1,6 +1,6 @@
 """Probe actors on herald's real queues, for ``herald worker --import tests.support.queue.probes``.
 
-They are declared on herald's registry and run in herald's own worker groups
+They are declared on herald's registry and run in herald's own capsules
 (notification queues, business queues), and record in Redis (``<prefix>:lc:events``)
 when each run starts and ends, so a test can see what a worker process took. A gated run
 waits until the test opens its gate.
