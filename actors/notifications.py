@@ -27,7 +27,7 @@ from herald.queue import (
     Defer,
     Permanent,
     enqueue,
-    enqueue_groups,
+    enqueue_many_actors,
     is_last_attempt,
 )
 from models.base import FieldReader
@@ -242,5 +242,5 @@ def enqueue_prioritised_deliveries(jobs: Sequence[tuple[Delivery, int]], *,
         payload = _job(delivery)
         by_channel.setdefault(payload["channel"], []).append(
             (payload, {"job_id": payload["delivery_id"], "priority": priority}))
-    enqueue_groups([(CHANNEL_ACTORS[channel], items) for channel, items in by_channel.items()],
+    enqueue_many_actors([(CHANNEL_ACTORS[channel], items) for channel, items in by_channel.items()],
                    chunk_size=chunk_size)

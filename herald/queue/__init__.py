@@ -38,7 +38,7 @@ from herald.queue.ledger_queries import LedgerQueries
 from herald.queue.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from herald.queue.metrics import exposition as metrics_exposition
 from herald.queue.operations import Queue, find_jobs, queue
-from herald.queue.producer import EnqueueResult, enqueue, enqueue_groups, enqueue_many
+from herald.queue.producer import EnqueueResult, enqueue, enqueue_many, enqueue_many_actors
 from herald.queue.redis import ThreadConnections, new_redis_client
 from herald.queue.registry import (
     DAY,
@@ -103,8 +103,8 @@ __all__ = [
     "attempts_made",
     "current_app",
     "enqueue",
-    "enqueue_groups",
     "enqueue_many",
+    "enqueue_many_actors",
     "find_jobs",
     "fire_due",
     "fire_schedules",

@@ -305,15 +305,15 @@ class Ledger:
     def add(self, queue: str, jobs: Sequence[NewJob], *, client: Any = None) -> list[AddResult]:
         """Add jobs of one actor in one round trip; each gets added|duplicated|deduplicated|
         retried|replayed. The actor and its retry/retention config come from the first job."""
-        return self.add_groups([(queue, jobs)], client=client)[0]
+        return self.add_many_queues([(queue, jobs)], client=client)[0]
 
-    def add_groups(self, groups: Sequence[tuple[str, Sequence[NewJob]]], *,
-                   client: Any = None) -> list[list[AddResult]]:
-        """Add several groups of jobs, each of one actor in one queue, in one round trip
-        (one script call); the results come back per group, as :meth:`add` gives them."""
-        filled = [(queue, jobs) for queue, jobs in groups if jobs]
+    def add_many_queues(self, per_queue: Sequence[tuple[str, Sequence[NewJob]]], *,
+                        client: Any = None) -> list[list[AddResult]]:
+        """Add the jobs of several actors, each list of one actor in one queue, in one round
+        trip (one script call); the results come back per list, as :meth:`add` gives them."""
+        filled = [(queue, jobs) for queue, jobs in per_queue if jobs]
         if not filled:
-            return [[] for _ in groups]
+            return [[] for _ in per_queue]
         args: list[Any] = [self.now_ms(), len(filled), new_token()]
         for queue, jobs in filled:
             first = jobs[0]
@@ -333,7 +333,7 @@ class Ledger:
         return [[AddResult(status=_ADD_STATUSES[row[0]], job_id=text_of(row[1]) or "")
                  if len(row) == 2 else _reissued_result(row)
                  for row in itertools.islice(raw, len(jobs))]
-                for _, jobs in groups]
+                for _, jobs in per_queue]
 
     # -- consuming ------------------------------------------------------------------------
     @staticmethod

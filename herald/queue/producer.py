@@ -1,4 +1,4 @@
-"""Producing jobs: :func:`enqueue`, :func:`enqueue_many`, :func:`enqueue_groups`.
+"""Producing jobs: :func:`enqueue`, :func:`enqueue_many`, :func:`enqueue_many_actors`.
 
 Payloads are validated by the actor's pydantic model on the producer's side: a shape
 mistake raises :class:`~herald.queue.errors.InvalidPayload` and nothing reaches Redis or
@@ -87,18 +87,18 @@ def _check_target(target: object) -> None:
         raise TypeError(f"enqueue takes a registry's actor, not {type(target).__name__}")
 
 
-def _submit(app: App, groups: Sequence[tuple[JobActor[Any], Sequence[NewJob]]],
+def _submit(app: App, per_actor: Sequence[tuple[JobActor[Any], Sequence[NewJob]]],
             ) -> list[list[AddResult]]:
-    """Add groups of validated jobs (one actor each) in one round trip; on RabbitMQ, then
+    """Add lists of validated jobs (one actor each) in one round trip; on RabbitMQ, then
     publish the messages of those added, retried or replayed, and of those duplicated that
     were waiting or delayed (their message may never have gone out: a publish that failed
     after the add)."""
     broker = app.broker
-    results = app.ledger.add_groups([(target.queue, jobs) for target, jobs in groups])
+    results = app.ledger.add_many_queues([(target.queue, jobs) for target, jobs in per_actor])
     external = app.config.external_broker
     now = app.time.now_ms()
-    for (target, jobs), group_results in zip(groups, results, strict=True):
-        for job, result in zip(jobs, group_results, strict=True):
+    for (target, jobs), actor_results in zip(per_actor, results, strict=True):
+        for job, result in zip(jobs, actor_results, strict=True):
             # an existing job (a reissued duplicate, a retry or replay in place) goes out
             # as the ledger holds it: its own payload and what is left of its delay
             sent: NewJob | Reissued | None = result.reissued or (
@@ -167,25 +167,25 @@ def enqueue_many(target: JobActor[Any],
     Each item is a payload or ``(payload, options)`` with the options of :func:`enqueue`.
     Every payload is validated before the first chunk is written.
     """
-    return enqueue_groups([(target, items)], chunk_size=chunk_size)[0]
+    return enqueue_many_actors([(target, items)], chunk_size=chunk_size)[0]
 
 
-def enqueue_groups(groups: Sequence[tuple[JobActor[Any], Iterable[Any]]], *,
-                   chunk_size: int = ADD_CHUNK) -> list[list[EnqueueResult]]:
+def enqueue_many_actors(per_actor: Sequence[tuple[JobActor[Any], Iterable[Any]]], *,
+                        chunk_size: int = ADD_CHUNK) -> list[list[EnqueueResult]]:
     """Add the jobs of several actors (queues) together: one round trip for up to
-    ``chunk_size`` jobs, however many queues they go to; results per group, in order.
+    ``chunk_size`` jobs, however many queues they go to; results per actor, in order.
 
-    Each group is ``(actor, items)`` with items as :func:`enqueue_many` takes them. Every
+    Each entry is ``(actor, items)`` with items as :func:`enqueue_many` takes them. Every
     payload is validated before anything is written.
     """
-    if not groups:
+    if not per_actor:
         return []
-    for target, _ in groups:
+    for target, _ in per_actor:
         _check_target(target)
-    app = app_of(groups[0][0].broker)
+    app = app_of(per_actor[0][0].broker)
     external = app.config.external_broker
     validated: list[tuple[JobActor[Any], list[NewJob]]] = []
-    for target, items in groups:
+    for target, items in per_actor:
         shared = job_options(target.options, app.spec(target.queue))
         jobs = []
         for item in items:
@@ -194,15 +194,15 @@ def enqueue_groups(groups: Sequence[tuple[JobActor[Any], Iterable[Any]]], *,
                                  options=shared, **options))
         validated.append((target, jobs))
     results: list[list[EnqueueResult]] = [[] for _ in validated]
-    # chunks of the jobs in order, whatever their group; each chunk is one round trip
+    # chunks of the jobs in order, whatever their actor; each chunk is one round trip
     flat = [(index, job) for index, (_, jobs) in enumerate(validated) for job in jobs]
     for start in range(0, len(flat), chunk_size):
         runs = [(index, [job for _, job in run]) for index, run in
                 itertools.groupby(flat[start:start + chunk_size], key=operator.itemgetter(0))]
         added = _submit(app, [(validated[index][0], jobs) for index, jobs in runs])
-        for (index, _), group in zip(runs, added, strict=True):
+        for (index, _), added_jobs in zip(runs, added, strict=True):
             results[index] += [EnqueueResult(status=r.status.value, job_id=r.job_id)
-                               for r in group]
+                               for r in added_jobs]
     return results
 
 

@@ -12,8 +12,8 @@ from herald.queue import (
     QueueSpec,
     current_app,
     enqueue,
-    enqueue_groups,
     enqueue_many,
+    enqueue_many_actors,
     get_spec,
     now_ms,
     queue,
@@ -191,31 +191,31 @@ def test_enqueue_many_adds_ten_thousand_in_chunks(herald_on: HeraldOn) -> None:
     assert [r.status for r in again] == ["duplicated", "added"]
 
 
-def test_enqueue_groups_adds_several_queues_together_and_they_run(herald_on: HeraldOn) -> None:
-    # Given jobs for two queues, one group each (a chunk of 3 splits the t-basic group)
-    results = enqueue_groups([
+def test_enqueue_many_actors_adds_several_queues_together_and_they_run(herald_on: HeraldOn) -> None:
+    # Given jobs for two queues, one list per actor (a chunk of 3 splits the t-basic list)
+    results = enqueue_many_actors([
         (basic, [({"key": f"b{i}"}, {"job_id": f"b{i}"}) for i in range(4)]),
         (other, [({"key": "o0"}, {"job_id": "o0", "priority": 1})]),
     ], chunk_size=3)
-    # Then each group gets its own results, in order
-    assert [[(r.status, r.job_id) for r in group] for group in results] == [
+    # Then each actor gets its own results, in order
+    assert [[(r.status, r.job_id) for r in jobs] for jobs in results] == [
         [("added", f"b{i}") for i in range(4)], [("added", "o0")]]
     assert queue("t-basic").counts()["waiting"] == 4
     assert (queue("t-other").get("o0").state, queue("t-other").get("o0").priority) == \
         ("waiting", 1)
-    # and a repeat reports per job, per group
-    again = enqueue_groups([(other, [({"key": "o0"}, {"job_id": "o0"})]),
+    # and a repeat reports per job, per actor
+    again = enqueue_many_actors([(other, [({"key": "o0"}, {"job_id": "o0"})]),
                             (basic, [({"key": "b9"}, {"job_id": "b9"})])])
-    assert [[r.status for r in group] for group in again] == [["duplicated"], ["added"]]
+    assert [[r.status for r in jobs] for jobs in again] == [["duplicated"], ["added"]]
     # When workers run both queues, every job runs once
     with running_worker(["t-basic", "t-other"]):
         wait_for(lambda: len(events("done")) == 6, what="six jobs done")
     assert sorted(e["key"] for e in events("done")) == ["b0", "b1", "b2", "b3", "b9", "o0"]
 
 
-def test_enqueue_groups_validates_every_group_before_writing(herald_on: HeraldOn) -> None:
+def test_enqueue_many_actors_validates_every_payload_before_writing(herald_on: HeraldOn) -> None:
     with pytest.raises(InvalidPayload):
-        enqueue_groups([(basic, [({"key": "fine"}, {"job_id": "g-fine"})]),
+        enqueue_many_actors([(basic, [({"key": "fine"}, {"job_id": "g-fine"})]),
                         (other, [{"nokey": 1}])])
     assert queue("t-basic").get("g-fine") is None
     assert sum(queue("t-basic").counts().values()) == 0

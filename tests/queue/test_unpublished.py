@@ -18,7 +18,7 @@ from typing import Any
 import dramatiq
 import pytest
 
-from herald.queue import current_app, enqueue, enqueue_groups, enqueue_many, queue
+from herald.queue import current_app, enqueue, enqueue_many, enqueue_many_actors, queue
 from herald.queue.worker import running_worker
 from tests.queue.conftest import HeraldOn, reset_herald, wait_for
 from tests.support.queue.queues import events, prio
@@ -63,8 +63,8 @@ def _one(job_id: str, payload: dict[str, Any]) -> str:
     return enqueue(prio, payload, job_id=job_id).status
 
 
-def _in_groups(job_id: str, payload: dict[str, Any]) -> str:
-    [[result]] = enqueue_groups([(prio, [(payload, {"job_id": job_id})])])
+def _many_actors(job_id: str, payload: dict[str, Any]) -> str:
+    [[result]] = enqueue_many_actors([(prio, [(payload, {"job_id": job_id})])])
     return result.status
 
 
@@ -78,7 +78,7 @@ def _sweep(job_id: str, payload: dict[str, Any]) -> str:
     return enqueue(prio, payload, job_id=job_id, retry_failed=True).status
 
 
-@pytest.mark.parametrize(("first", "again"), [(_one, _one), (_in_groups, _sweep),
+@pytest.mark.parametrize(("first", "again"), [(_one, _one), (_many_actors, _sweep),
                                               (_one, _many)],
                          ids=["enqueue", "groups-then-sweep", "enqueue-then-many"])
 def test_a_job_whose_message_never_went_out_runs_once_when_enqueued_again(
