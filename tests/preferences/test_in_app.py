@@ -107,3 +107,13 @@ def test_a_batch_obeys_each_accounts_preferences_for_in_app(client: TestClient) 
                    Delivery.channel == "in_app")).all())
     assert {name: recorded(in_app[account_id]) for name, account_id in accounts.items()} == {
         name: record(CASES[name][2]) for name in accounts}
+
+
+def test_no_type_can_require_in_app() -> None:
+    # in-app's gate is settled in SQL that reads no catalogue, so a required in-app
+    # channel could not be honoured: declaring one is refused at once
+    from actors.event_catalogue import EventType, WelcomeData
+
+    with pytest.raises(ValueError, match="in_app cannot be a required channel"):
+        EventType(name="account.alert", channels=("in_app",), transactional=True,
+                  data=WelcomeData, required_channels=("in_app",))
