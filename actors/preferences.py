@@ -39,8 +39,6 @@ ChannelName = Literal["email", "sms", "push", "in_app"]
 CategoryName = Literal["marketing", "transactional"]
 #: Channel → on (true) or off (false); a channel left out is on.
 Switches = dict[ChannelName, StrictBool]
-#: The three levels of the document, most specific first.
-LEVELS = ("types", "categories", "channels")
 #: Longest client key repeated in an error (an unknown type is the client's text).
 _KEY_MAX_CHARS = 64
 
