@@ -128,6 +128,12 @@ class EventType:
     #: and quiet hours do not hold it (docs/api.md#preferences).
     required_channels: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        # in-app's preferences are settled in SQL as the event is persisted, which reads
+        # no catalogue (models.notifications._in_app_gate): no type may require in-app
+        if "in_app" in self.required_channels:
+            raise ValueError(f"{self.name}: in_app cannot be a required channel")
+
     @property
     def required_data(self) -> tuple[str, ...]:
         """The data keys the type requires, in declaration order."""

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 from sqlalchemy import Connection
 
+from actors.preferences import blocking_setting
 from actors.queues import registry
 from actors.render import RenderError, render
 from herald.db import autocommit
@@ -87,15 +88,24 @@ class Gate:
 
     reason: SuppressionReason | None
     address: str | None = None
+    #: What the delivery records as its last error: for a preference, which setting
+    #: blocked it (``preference types.promo.offer.sms``).
+    detail: str | None = None
 
 
 def gate(recipient: Recipient, channel: str) -> Gate:
-    """The gates, in order: inactive account, non-transactional opt-out, missing address
+    """The gates, in order: inactive account, non-transactional opt-out, the account's
+    preferences (:func:`actors.preferences.blocking_setting`), missing address
     (docs/pipeline.md#channel-workers)."""
     if not recipient.active:
         return Gate(reason=SuppressionReason.INACTIVE)
     if not recipient.transactional and recipient.marketing_opt_out:
         return Gate(reason=SuppressionReason.OPTED_OUT)
+    setting = blocking_setting(recipient.preferences, recipient.type,
+                               recipient.transactional, channel)
+    if setting is not None:
+        return Gate(reason=SuppressionReason.PREFERENCE,
+                    detail=f"{SuppressionReason.PREFERENCE.value} {setting}")
     address = {"email": recipient.email, "sms": recipient.phone,
                "push": recipient.push_subscription_id}.get(channel)
     if not address:
@@ -142,7 +152,7 @@ def deliver(job: DeliveryJob) -> dict[str, Any]:
         if verdict.reason is None and provider is None:
             verdict = Gate(reason=SuppressionReason.PROVIDER_UNSUPPORTED)
         if verdict.reason is not None:
-            write(Outcome.SUPPRESSED, reason=verdict.reason.value)
+            write(Outcome.SUPPRESSED, reason=verdict.reason.value, error=verdict.detail)
             return {"delivery_id": job.delivery_id, "suppressed": verdict.reason.value}
         assert provider is not None and verdict.address is not None
         try:

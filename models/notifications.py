@@ -86,6 +86,9 @@ class SuppressionReason(StrEnum):
     OPTED_OUT = "opted_out"
     NO_ADDRESS = "no_address"
     PROVIDER_UNSUPPORTED = "provider_unsupported"
+    #: The account's preferences turn the channel off for this notification; the
+    #: delivery's ``last_error`` names the setting (``preference types.promo.offer.sms``).
+    PREFERENCE = "preference"
 
 
 #: The one order of a notification's deliveries in every answer (the 202 of an event and
@@ -98,20 +101,54 @@ def in_channel_order(deliveries: list[Delivery]) -> list[Delivery]:
     return sorted(deliveries, key=lambda d: CHANNEL_ORDER.get(d.channel, len(CHANNEL_ORDER)))
 
 
-def _in_app_gate(account_id: str, transactional: str) -> str:
+def _in_app_gate(account_id: str, transactional: str, type_: str, *, postgres: bool) -> str:
     """SQL: why the gates block an in-app delivery of ``account_id``'s notification (its
-    ``transactional`` flag), else NULL. In-app has no channel job, so its gates are
-    settled in the statement that persists it (no round trip more); they are the first
-    two of the channel workers' (:func:`actors.notifications.gate`): an inactive account,
-    then a non-transactional notification to an account that opted out."""
+    ``transactional`` flag and ``type_``), else NULL. In-app has no channel job, so its
+    gates are settled in the statement that persists it (no round trip more); they are
+    the channel workers' first three (:func:`actors.notifications.gate`): an inactive
+    account, a non-transactional notification to an account that opted out, then the
+    account's preferences for ``in_app`` (:func:`actors.preferences.blocking_setting`:
+    type, then category, then channel; no type is required on in-app). A preference
+    answers ``preference <setting>`` (:func:`gate_reason` splits it)."""
+    category = f"(CASE WHEN {transactional} THEN 'transactional' ELSE 'marketing' END)"
+    if postgres:  # the column is json: ->> answers 'true', 'false' or NULL (unset)
+        by_type = f"(gated.preferences -> 'types' -> {type_} ->> 'in_app')"
+        by_category = f"(gated.preferences -> 'categories' -> {category} ->> 'in_app')"
+        by_channel = "(gated.preferences -> 'channels' ->> 'in_app')"
+    else:  # SQLite: json_type answers 'true', 'false' or NULL (unset); type names hold dots
+        by_type = f"json_type(gated.preferences, '$.types.\"' || {type_} || '\".in_app')"
+        by_category = f"json_type(gated.preferences, '$.categories.' || {category} || '.in_app')"
+        by_channel = "json_type(gated.preferences, '$.channels.in_app')"
+    preference = f"'{SuppressionReason.PREFERENCE.value} "
     return (f"(SELECT CASE WHEN NOT gated.active THEN '{SuppressionReason.INACTIVE.value}' "
             f"WHEN gated.marketing_opt_out AND NOT {transactional} "
-            f"THEN '{SuppressionReason.OPTED_OUT.value}' END "
+            f"THEN '{SuppressionReason.OPTED_OUT.value}' "
+            f"WHEN {by_type} = 'false' THEN {preference}types.' || {type_} || '.in_app' "
+            f"WHEN {by_type} IS NULL AND {by_category} = 'false' "
+            f"THEN {preference}categories.' || {category} || '.in_app' "
+            f"WHEN {by_type} IS NULL AND {by_category} IS NULL AND {by_channel} = 'false' "
+            f"THEN {preference}channels.in_app' END "
             f"FROM accounts AS gated WHERE gated.id = {account_id})")
 
 
-#: The in-app gate of the notification an INSERT INTO notifications … RETURNING returns.
-IN_APP_GATE = _in_app_gate("notifications.account_id", "notifications.transactional")
+@functools.cache
+def in_app_gate(*, postgres: bool) -> str:
+    """The in-app gate (:func:`_in_app_gate`) of the notification an INSERT INTO
+    notifications … RETURNING returns, on PostgreSQL or SQLite."""
+    return _in_app_gate("notifications.account_id", "notifications.transactional",
+                        "notifications.type", postgres=postgres)
+
+
+def gate_reason(gate: str) -> tuple[str, str | None]:
+    """An in-app gate's answer as the delivery records it: its reason, and what the
+    delivery's ``last_error`` says (the preference setting that blocked it, else None)."""
+    reason, _, setting = gate.partition(" ")
+    return reason, gate if setting else None
+
+
+def gate_reason_sql(gate: str) -> tuple[str, str]:
+    """:func:`gate_reason` in PostgreSQL's SQL, of the gate the expression ``gate`` holds."""
+    return f"split_part({gate}, ' ', 1)", f"(CASE WHEN strpos({gate}, ' ') > 0 THEN {gate} END)"
 
 
 class Account(SQLModel, table=True):
@@ -379,24 +416,29 @@ def _insert_notification(deliveries: int, *, together: bool, in_app: int | None)
     by itself, the foreign key checked at its end). Row i of the deliveries is bound as
     ``<column>_<i>``. When one of them (row ``in_app``) is in-app, the notification's
     in-app gate (:func:`_in_app_gate`) is returned as ``gate`` and, together, settles that
-    row's outcome and reason; the deliveries' ids, outcomes and reasons are returned.
+    row's outcome, reason and last error; the deliveries' ids and the gate are returned.
     Built once per shape."""
     notification = insert(_notifications).values(_bound_row(_notifications))
     if in_app is not None:
-        notification = notification.returning(literal_column(IN_APP_GATE).label("gate"))
+        # together is PostgreSQL's shape; apart, a notification with deliveries is SQLite's
+        notification = notification.returning(
+            literal_column(in_app_gate(postgres=together)).label("gate"))
     if not together:
         return Prepared(notification)
     rows = [_bound_row(_deliveries, f"_{i}") for i in range(deliveries)]
     if in_app is not None:
         gate = "(SELECT gate FROM notification)"
+        reason, last_error = gate_reason_sql(gate)
         rows[in_app] |= {
             "outcome": literal_column(f"CASE WHEN {gate} IS NULL THEN "
                                       f"'{Outcome.DELIVERED.value}' ELSE "
                                       f"'{Outcome.SUPPRESSED.value}' END", String),
-            "reason": literal_column(gate, String)}
+            "reason": literal_column(reason, String),
+            "last_error": literal_column(last_error, String)}
     statement = insert(_deliveries).values(rows).add_cte(notification.cte("notification"))
     if in_app is not None:
-        statement = statement.returning(_deliveries.c.id, _deliveries.c.reason)
+        statement = statement.returning(_deliveries.c.id,
+                                        literal_column(gate, String).label("gate"))
     return Prepared(statement)
 
 
@@ -421,8 +463,9 @@ def persist_notification(notification: Notification, deliveries: list[Delivery])
     and commit them.
 
     An in-app delivery (built ``delivered``) passes the gates in the same statement: an
-    inactive account's, or an opted-out account's non-transactional one, is persisted
-    ``suppressed`` with its reason, and so updated in ``deliveries``. On PostgreSQL one
+    inactive account's, an opted-out account's non-transactional one, or one the
+    account's preferences turn off, is persisted ``suppressed`` with its reason (and the
+    setting, as its last error), and so updated in ``deliveries``. On PostgreSQL one
     statement on an autocommit connection (no BEGIN/COMMIT round trips); elsewhere two in
     a transaction. Raises IntegrityError, persisting nothing, when the (account, type,
     occurrence) key exists already or the account does not exist (its foreign key).
@@ -436,8 +479,8 @@ def persist_notification(notification: Notification, deliveries: list[Delivery])
             ran = _insert_notification(len(deliveries), together=True,
                                        in_app=in_app).run(connection, params)
         if in_app is not None:
-            reasons = {row["id"]: row["reason"] for row in ran.rows}
-            suppress_gated(deliveries, {notification.id: reasons.get(deliveries[in_app].id)})
+            gates = {row["id"]: row["gate"] for row in ran.rows}
+            suppress_gated(deliveries, {notification.id: gates.get(deliveries[in_app].id)})
         return
     with get_engine().begin() as connection:
         ran = _insert_notification(len(deliveries), together=False,
@@ -452,14 +495,15 @@ def persist_notification(notification: Notification, deliveries: list[Delivery])
 
 def suppress_gated(deliveries: list[Delivery], gates: dict[str, str | None]) -> None:
     """Record on each in-app delivery the gate its notification's ``gates`` entry names
-    (none for most)."""
+    (none for most): its reason, and the preference setting as its last error."""
     if any(gates.values()):
         for delivery in deliveries:
             if delivery.channel == Channel.IN_APP.value:
-                reason = gates.get(delivery.notification_id)
-                if reason:
+                gate = gates.get(delivery.notification_id)
+                if gate:
+                    reason, last_error = gate_reason(gate)
                     set_field_values(delivery, {"outcome": Outcome.SUPPRESSED.value,
-                                                "reason": reason})
+                                                "reason": reason, "last_error": last_error})
 
 
 @functools.cache

@@ -29,10 +29,11 @@ from models.json_rows import (
     typed_select,
 )
 from models.notifications import (
-    IN_APP_GATE,
     Delivery,
     Notification,
     Outcome,
+    gate_reason_sql,
+    in_app_gate,
     in_channel_order,
     suppress_gated,
 )
@@ -86,10 +87,12 @@ def _postgres_statements() -> dict[str, Any]:
     # an in-app delivery (the only ones built delivered) passes its notification's
     # gate here: that is its one chance (it has no channel job)
     in_app = f"d.outcome = '{Outcome.DELIVERED.value}'"
+    reason, last_error = gate_reason_sql("notification.gate")
     d_cols, d_values, deliveries = postgres_rows(_deliveries, "d", dialect, overrides={
         "outcome": f"CASE WHEN {in_app} AND notification.gate IS NOT NULL "
                    f"THEN '{Outcome.SUPPRESSED.value}' ELSE d.outcome END",
-        "reason": f"CASE WHEN {in_app} THEN notification.gate ELSE d.reason END"})
+        "reason": f"CASE WHEN {in_app} THEN {reason} ELSE d.reason END",
+        "last_error": f"CASE WHEN {in_app} THEN {last_error} ELSE d.last_error END"})
     # the EXISTS leaves out a notification of an unknown account rather than fail the
     # batch on its foreign key; deliveries of a notification left out go with it
     persist = text(f"""
@@ -98,7 +101,7 @@ def _postgres_statements() -> dict[str, Any]:
             SELECT {n_values} FROM {notifications}
             WHERE EXISTS (SELECT 1 FROM accounts WHERE accounts.id = n.account_id)
             ON CONFLICT (account_id, type, occurrence) DO NOTHING
-            RETURNING id, {IN_APP_GATE} AS gate),
+            RETURNING id, {in_app_gate(postgres=True)} AS gate),
         delivery AS (
             INSERT INTO deliveries ({d_cols})
             SELECT {d_values} FROM {deliveries}
@@ -142,7 +145,7 @@ def _sqlite_statements() -> dict[str, Any]:
         WHERE EXISTS (SELECT 1 FROM accounts
                       WHERE accounts.id = json_extract(value, '$[{account}]'))
         ON CONFLICT (account_id, type, occurrence) DO NOTHING
-        RETURNING id, {IN_APP_GATE} AS gate""")
+        RETURNING id, {in_app_gate(postgres=False)} AS gate""")
     return {
         "notifications": notifications.columns(result_column("id", String),
                                                result_column("gate", String)),

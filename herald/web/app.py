@@ -49,6 +49,7 @@ def _routers() -> list[APIRouter]:
         mock_mail,
         notifications,
         payments,
+        preferences,
         products,
         purchasing,
         store,
@@ -58,7 +59,7 @@ def _routers() -> list[APIRouter]:
             batches.router, callbacks.router, payments.router, activations.router,
             store.router, store.webhooks, products.router, purchasing.router, admin.router,
             admin_search.router, console.router, inbound.router, inbound.admin,
-            mock_mail.router]
+            mock_mail.router, preferences.router]
 
 
 def _version() -> str:

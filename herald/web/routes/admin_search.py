@@ -37,7 +37,7 @@ from models import timelines
 from models.activations import ActivationStep
 from models.base import money
 from models.callbacks import CallbackReceipt
-from models.notifications import Account, Delivery, Notification, Outcome
+from models.notifications import Account, Delivery, Notification, Outcome, SuppressionReason
 from models.payments import Payment
 from models.purchasing import PurchaseOrder, PurchaseOrderEvent, SupplierDispatch
 from models.store import Order
@@ -150,7 +150,10 @@ def delivery_result(session: Session, delivery: Delivery) -> Result:
     receipts = timelines.receipts_of(session, delivery)
     notification = session.get(Notification, delivery.notification_id)
     summary = f"{delivery.channel} delivery: {delivery.outcome}"
-    if delivery.reason:
+    if delivery.reason == SuppressionReason.PREFERENCE and delivery.last_error:
+        # which setting blocked it: "preference types.promo.offer.sms"
+        summary += f" ({delivery.last_error})"
+    elif delivery.reason:
         summary += f" ({delivery.reason})"
     if delivery.provider_message_id:
         summary += f" via {delivery.provider} {delivery.provider_message_id}"
