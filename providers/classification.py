@@ -205,8 +205,8 @@ HTTPX_ERRORS: tuple[ExceptionRow, ...] = (
     ExceptionRow(httpx.RemoteProtocolError, "connection_lost",
                  Rule(AMBIGUOUS, "the provider closed the connection after the request, "
                                  "before a complete answer")),
-    ExceptionRow(httpx.ReadError, "connection_lost",
-                 Rule(AMBIGUOUS, "the connection failed while reading the answer")),
+    ExceptionRow(httpx.ReadError, "connection_reset",
+                 Rule(AMBIGUOUS, "the connection was reset while waiting for the answer")),
     ExceptionRow(httpx.DecodingError, "bad_response",
                  Rule(AMBIGUOUS, "an answer came that could not be decoded")),
     ExceptionRow(httpx.HTTPError, "connection",
@@ -217,7 +217,7 @@ HTTPX_ERRORS: tuple[ExceptionRow, ...] = (
 REQUESTS_ERRORS: tuple[ExceptionRow, ...] = (
     ExceptionRow(requests.ConnectTimeout, "connect_timeout",
                  Rule(TRANSIENT, "no connection within the timeout: nothing was sent")),
-    ExceptionRow(requests.exceptions.SSLError, "connection",
+    ExceptionRow(requests.exceptions.SSLError, "tls",
                  Rule(TRANSIENT, "the TLS handshake failed: nothing was sent")),
     ExceptionRow(requests.exceptions.ProxyError, "connection",
                  Rule(TRANSIENT, "the proxy refused the connection: nothing was sent")),
@@ -240,16 +240,15 @@ REQUESTS_ERRORS: tuple[ExceptionRow, ...] = (
                  Rule(AMBIGUOUS, "another transport failure: the request may have gone")),
 )
 
-#: What every adapter says when it is handed what it cannot send, or is not set up.
-_ADAPTER_OUTCOMES: Mapping[str, Rule] = MappingProxyType({
-    "not_configured": Rule(REFUSED, "the provider's settings are missing"),
-    "unsupported_channel": Rule(REFUSED, "this provider does not carry the channel"),
-})
+#: What an adapter says when it is not set up, or handed a channel it does not carry.
+_NOT_CONFIGURED = Rule(REFUSED, "the provider's settings are missing")
+_UNSUPPORTED_CHANNEL = Rule(REFUSED, "this provider does not carry the channel")
 
 # -- the adapters ------------------------------------------------------------------------
 TWILIO = Table(
     provider="twilio",
-    outcomes=_ADAPTER_OUTCOMES,
+    outcomes=MappingProxyType({"not_configured": _NOT_CONFIGURED,
+                               "unsupported_channel": _UNSUPPORTED_CHANNEL}),
     errors=MappingProxyType({
         "20429": Rule(TRANSIENT, "too many requests"),
         "21611": Rule(TRANSIENT, "the sender's queue is full"),
@@ -277,7 +276,8 @@ TWILIO = Table(
 TAQNYAT = Table(
     provider="taqnyat",
     outcomes=MappingProxyType({
-        **_ADAPTER_OUTCOMES,
+        "not_configured": _NOT_CONFIGURED,
+        "unsupported_channel": _UNSUPPORTED_CHANNEL,
         "recipient_rejected": Rule(REFUSED, "a 201 listing the well-formed number as "
                                             "rejected: a destination Taqnyat does not "
                                             "serve"),
@@ -296,7 +296,7 @@ TAQNYAT = Table(
 ONESIGNAL = Table(
     provider="onesignal",
     outcomes=MappingProxyType({
-        **_ADAPTER_OUTCOMES,
+        "not_configured": _NOT_CONFIGURED,
         "attachments_unsupported": Rule(REFUSED, "OneSignal email cannot carry "
                                                  "attachments; SMTP can"),
         "cc_unsupported": Rule(REFUSED, "OneSignal email cannot carry a Cc; SMTP can"),
@@ -326,7 +326,6 @@ SMTP_STAGES: tuple[tuple[type[aiosmtplib.SMTPException], str], ...] = (
     (aiosmtplib.SMTPAuthenticationError, "auth"),
     (aiosmtplib.SMTPSenderRefused, "mail"),
     (aiosmtplib.SMTPRecipientRefused, "rcpt"),
-    (aiosmtplib.SMTPRecipientsRefused, "rcpt"),
     (aiosmtplib.SMTPDataError, "data"),
     (aiosmtplib.SMTPException, "connect"),
 )
@@ -335,7 +334,7 @@ _ENHANCED_STATUS = re.compile(r"^\s*([245])\.(\d{1,3})\.\d{1,3}\b")
 
 SMTP = Table(
     provider="smtp",
-    outcomes=_ADAPTER_OUTCOMES,
+    outcomes=MappingProxyType({"unsupported_channel": _UNSUPPORTED_CHANNEL}),
     statuses=MappingProxyType({
         "* 4xx": Rule(TRANSIENT, "the relay says try again later (greylisting, busy, "
                                  "temporary auth failure)"),

@@ -5,7 +5,7 @@ context manager. It records every request it receives (``requests``), keeps what
 "sent" (``messages`` / ``notifications``), answers with the provider's JSON shapes, and
 can be told to fail the next requests (``fail_next(503)``, ``fail_next(429)``), to read
 the next request and never answer it (``hang_next()``), or to read it and close the
-connection without an answer (``drop_next()``).
+connection without an answer (``drop_next()``) or reset it (``reset_next()``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 import base64
 import json
 import re
+import socket
+import struct
 import threading
 import time
 import uuid
@@ -34,7 +36,7 @@ E164 = re.compile(r"^\+[1-9]\d{7,14}$")
 
 Answer = tuple[int, dict[str, Any]]
 #: What a fake does with a request it was told to mistreat (``hang_next``, ``drop_next``).
-HANG, DROP = "hang", "drop"
+HANG, DROP, RESET = "hang", "drop", "reset"
 Action = Answer | str
 #: Longest a hung request is held (the fake's exit releases it sooner).
 HANG_LIMIT_S = 30.0
@@ -110,6 +112,12 @@ class FakeApi:
         with self._lock:
             self._forced.extend([DROP] * times)
 
+    def reset_next(self, times: int = 1) -> None:
+        """Read the next ``times`` requests whole, then reset the connection (a TCP RST,
+        not a clean close)."""
+        with self._lock:
+            self._forced.extend([RESET] * times)
+
     def answer(self, request: RecordedRequest) -> Answer:
         """The status and JSON body for ``request`` (subclasses implement the API)."""
         raise NotImplementedError
@@ -135,6 +143,10 @@ def _handler_for(api: FakeApi) -> type[BaseHTTPRequestHandler]:
             if isinstance(action, str):
                 if action == HANG:
                     api._closing.wait(HANG_LIMIT_S)
+                elif action == RESET:  # linger 0: close() sends RST instead of FIN
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                               struct.pack("ii", 1, 0))
+                    self.connection.close()
                 self.close_connection = True  # no answer: the socket closes
                 return
             status, body = action
