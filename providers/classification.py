@@ -167,6 +167,10 @@ def raised_from(error: BaseException) -> Iterator[BaseException]:
 # -- HTTP, shared by the HTTP adapters -----------------------------------------------------
 #: HTTP statuses of a failed answer (the adapters' own error rows come first).
 HTTP_STATUSES: Mapping[str, Rule] = MappingProxyType({
+    **dict.fromkeys(["301", "302", "307", "308"], Rule(
+        REFUSED, "the base URL redirects (moved or wrong); herald does not follow a "
+                 "redirect, and the provider did not act on the request")),
+    "3xx": Rule(AMBIGUOUS, "another redirect, which may follow a create (303 See Other)"),
     "401": Rule(REFUSED, "bad credentials: this provider's account, not the message"),
     "403": Rule(REFUSED, "forbidden: this provider's account or permissions"),
     "404": Rule(REFUSED, "no such endpoint: the base URL or the account is wrong"),
@@ -178,7 +182,8 @@ HTTP_STATUSES: Mapping[str, Rule] = MappingProxyType({
     "5xx": Rule(TRANSIENT, "the provider failed: not accepted, may pass later"),
 })
 
-#: httpx's transport errors (Taqnyat, OneSignal: providers/http.py).
+#: httpx's transport errors, and what building the request raises (Taqnyat, OneSignal:
+#: providers/http.py).
 HTTPX_ERRORS: tuple[ExceptionRow, ...] = (
     ExceptionRow(httpx.ConnectTimeout, "connect_timeout",
                  Rule(TRANSIENT, "no connection within the timeout: nothing was sent")),
@@ -200,6 +205,8 @@ HTTPX_ERRORS: tuple[ExceptionRow, ...] = (
     ExceptionRow(httpx.LocalProtocolError, "not_configured",
                  Rule(REFUSED, "herald could not form the request (a setting such as the "
                                "API key is malformed)")),
+    ExceptionRow(UnicodeEncodeError, "not_configured",
+                 Rule(REFUSED, "a header value (such as the API key) is not ASCII")),
     ExceptionRow(httpx.ReadTimeout, "timeout",
                  Rule(AMBIGUOUS, "no answer within the timeout after the request was sent")),
     ExceptionRow(httpx.RemoteProtocolError, "connection_lost",

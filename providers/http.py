@@ -47,7 +47,7 @@ class HttpProvider:
         answer by ``classify(response, recipient)``. A failure is logged by delivery id."""
         try:
             response = self._http.post(path, json=payload, headers=headers)
-        except httpx.HTTPError as error:
+        except (httpx.HTTPError, UnicodeEncodeError) as error:  # the latter: a header value
             detail = (f"no answer within {self._timeout_s} s"
                       if isinstance(error, httpx.TimeoutException) else type(error).__name__)
             result = self.classification.exception(error, detail)

@@ -180,10 +180,11 @@ TWILIO_CODE_KINDS = {
     **dict.fromkeys(["21211", "21214", "21604", "21614", "21610", "21602", "21617"], X),
 }
 #: What each HTTP status row means, for every HTTP adapter.
-STATUS_KINDS = {"401": R, "403": R, "404": R, "408": T, "429": T, "504": A, "4xx": X,
-                "5xx": T}
+STATUS_KINDS = {"301": R, "302": R, "307": R, "308": R, "3xx": A,
+                "401": R, "403": R, "404": R, "408": T, "429": T, "4xx": X,
+                "504": A, "5xx": T}
 #: A status of each class row.
-CLASS_STATUS = {"4xx": 422, "5xx": 500}
+CLASS_STATUS = {"3xx": 303, "4xx": 422, "5xx": 500}
 #: Taqnyat / OneSignal error sentences the fakes do not say on their own.
 UNCLASSIFIED = "Something the tables do not name"
 
@@ -315,8 +316,9 @@ CASES.update({
 })
 
 # httpx's rows, for both adapters that speak through providers/http.py
-for _name, _send, _fake in (("taqnyat", taqnyat, lambda f: f.taqnyat),
-                            ("onesignal", onesignal, lambda f: f.onesignal)):
+for _name, _send, _fake, _key_setting in (
+        ("taqnyat", taqnyat, lambda f: f.taqnyat, "taqnyat_api_key"),
+        ("onesignal", onesignal, lambda f: f.onesignal, "onesignal_api_key")):
     CASES.update({
         (_name, "exceptions", "ConnectError"): Case(
             lambda f, send=_send: send(f, base_url=unreachable()), T, "connection"),
@@ -327,6 +329,12 @@ for _name, _send, _fake in (("taqnyat", taqnyat, lambda f: f.taqnyat),
             lambda f, fake=_fake: fake(f).drop_next(), _send), A, "connection_lost"),
         (_name, "exceptions", "ReadError"): Case(after(
             lambda f, fake=_fake: fake(f).reset_next(), _send), A, "connection_reset"),
+        (_name, "exceptions", "LocalProtocolError"): Case(
+            lambda f, send=_send, key=_key_setting: send(f, **{key: "bad\nkey"}),
+            R, "not_configured"),
+        (_name, "exceptions", "UnicodeEncodeError"): Case(
+            lambda f, send=_send, key=_key_setting: send(f, **{key: "مفتاح"}),
+            R, "not_configured"),
         (_name, "exceptions", "UnsupportedProtocol"): Case(
             lambda f, send=_send: send(f, base_url="ftp://127.0.0.1:1"), R, "not_configured"),
     })
@@ -341,7 +349,6 @@ NOT_PRODUCED = {
            "WriteTimeout": "needs a peer that stops reading a body larger than the "
                            "socket buffers",
            "WriteError": "needs the connection to fail mid-body",
-           "LocalProtocolError": "the settings cannot hold a header value h11 refuses",
            "DecodingError": "the fakes answer plain JSON",
            "HTTPError": "the fallback for httpx errors no row names",
        }.items()},
