@@ -399,8 +399,10 @@ def fakes() -> Iterator[Fakes]:
 
 @pytest.fixture
 def fresh(fakes: Fakes) -> Fakes:
-    """The shared fakes with the relay's scripted answers cleared."""
-    fakes.relay.__dict__.update(Relay().__dict__)
+    """The shared fakes with what earlier cases told them forgotten."""
+    fakes.relay.reset()
+    for fake in (fakes.twilio, fakes.taqnyat, fakes.onesignal):
+        fake.forget_told()
     return fakes
 
 

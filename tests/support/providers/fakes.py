@@ -101,6 +101,11 @@ class FakeApi:
         with self._lock:
             self._forced.extend([(status, answer)] * times)
 
+    def forget_told(self) -> None:
+        """Drop the failures, hangs and drops told for the next requests."""
+        with self._lock:
+            self._forced.clear()
+
     def hang_next(self, times: int = 1) -> None:
         """Read the next ``times`` requests whole and never answer them (until the fake
         exits): the client's read timeout fires after the request was sent."""

@@ -41,6 +41,10 @@ class Relay:
     #: Keep the message, then close the connection instead of answering it.
     drop_after_data: bool = False
 
+    def reset(self) -> None:
+        """Forget what it received and answer everything normally again."""
+        self.__init__()  # type: ignore[misc]  # a dataclass: its fields' defaults
+
     async def handle_MAIL(self, server: Any, session: Any, envelope: Any, address: str,
                           mail_options: list[str]) -> str:
         if self.mail_reply:
