@@ -22,6 +22,7 @@ says what the channel worker should do next (like procrastinate's ``RetryDecisio
                                          request was written, the connection lost before the
                                          answer; only this provider may be tried again
 
+Each adapter's table of which failure is which kind is in ``providers.classification``.
 Only an unexpected bug raises. ``failure_code`` is short and machine-readable (an HTTP
 status, a provider error code, ``timeout``); ``failure_message`` is for operators and
 never holds the recipient's address (see :func:`redact`), so it is safe to store.
@@ -161,13 +162,6 @@ class Provider(Protocol):
     def send(self, message: OutboundMessage) -> SendResult:
         """Send one message; return a classified failure rather than raising."""
         ...
-
-
-def http_status_result(status: int, code: str, message: str) -> SendResult:
-    """Classify a failed HTTP answer: 429 and 5xx are transient, other 4xx terminal."""
-    if status == 429 or status >= 500:
-        return SendResult.transient(code, message)
-    return SendResult.terminal(code, message)
 
 
 def redact(text: str, recipient: str) -> str:

@@ -13,18 +13,21 @@ with the first notification's id instead of sending again, so a retry after a lo
 response is never a duplicate. Success is 200 ``{"id": "…"}``; ``id`` is the provider
 message id.
 
-Classification:
+Failures are classified by ``providers.classification.ONESIGNAL``:
 
-- HTTP 429 and 5xx, connection errors, timeouts → transient (safe: idempotency key)
-- other 4xx (``{"errors": [...]}``: validation, bad key, unknown app) → terminal
-- 200 with an empty ``id`` and ``errors`` (no subscribed recipient) → terminal
-  ``no_recipients``
-- a 2xx without a readable id → transient ``bad_response`` (the retry is deduplicated)
-- an email with attachments → terminal ``attachments_unsupported``: the Create Message
-  API cannot carry files, and dropping an eSIM QR code silently is worse than failing;
-  likewise an email with a Cc → terminal ``cc_unsupported`` (a sender other than the
-  app's goes as ``email_from_address`` / ``email_from_name``)
-- missing app id or API key → terminal ``not_configured``
+- HTTP 429 and 5xx and a failure to connect → transient
+- a read timeout or a connection lost after the request was written, and a 2xx without
+  a readable id (``bad_response``) → ambiguous: the retry at OneSignal is deduplicated
+  by the idempotency key
+- 401/403, an app id that is not the account's, a channel the app has not set up →
+  refused; so is a 200 with an empty ``id`` and ``errors`` (``no_recipients``: OneSignal
+  holds no subscription for the recipient, which another provider does not need)
+- other 4xx (``{"errors": [...]}``: an invalid number, missing content) → terminal
+- an email with attachments → refused ``attachments_unsupported``: the Create Message API
+  cannot carry files, and dropping an eSIM QR code silently is worse than failing;
+  likewise an email with a Cc → refused ``cc_unsupported`` (SMTP can carry both; a sender
+  other than the app's goes as ``email_from_address`` / ``email_from_name``)
+- missing app id or API key → refused ``not_configured``
 """
 
 from __future__ import annotations
@@ -45,13 +48,13 @@ from providers.base import (
     InvalidCallback,
     OutboundMessage,
     SendResult,
-    http_status_result,
     json_object,
     redact,
     text_field,
     verify_hmac_sha256,
     without_addresses,
 )
+from providers.classification import ONESIGNAL
 from providers.http import HttpProvider
 
 #: The language key of ``contents`` / ``headings`` (OneSignal requires English).
@@ -65,18 +68,19 @@ class OneSignalProvider(HttpProvider):
     channels = frozenset({Channel.EMAIL, Channel.SMS, Channel.PUSH})
 
     base_url_setting = "onesignal_base_url"
+    classification = ONESIGNAL
 
     def send(self, message: OutboundMessage) -> SendResult:
         """Create one OneSignal message; ok carries the notification id."""
         settings = self._settings
         if not settings.onesignal_app_id or not settings.onesignal_api_key:
-            return SendResult.terminal("not_configured",
-                                       "ONESIGNAL_APP_ID and ONESIGNAL_API_KEY are required")
+            return ONESIGNAL.outcome("not_configured",
+                                     "ONESIGNAL_APP_ID and ONESIGNAL_API_KEY are required")
         if message.channel is Channel.EMAIL and message.attachments:
-            return SendResult.terminal("attachments_unsupported",
-                                       "OneSignal email cannot carry attachments")
+            return ONESIGNAL.outcome("attachments_unsupported",
+                                     "OneSignal email cannot carry attachments")
         if message.channel is Channel.EMAIL and message.cc:
-            return SendResult.terminal("cc_unsupported", "OneSignal email cannot carry a Cc")
+            return ONESIGNAL.outcome("cc_unsupported", "OneSignal email cannot carry a Cc")
         return self.post_json(message, "/notifications",
                               build_payload(message, settings.onesignal_app_id),
                               {"Authorization": f"Key {settings.onesignal_api_key}",
@@ -122,12 +126,11 @@ def _response_result(response: httpx.Response, recipient: str) -> SendResult:
         if notification_id:
             return SendResult.ok(str(notification_id))
         if errors:
-            return SendResult.terminal("no_recipients",
-                                       redact(_describe(errors), recipient))
-        return SendResult.transient("bad_response", "a success answer without an id")
+            return ONESIGNAL.outcome("no_recipients", redact(_describe(errors), recipient))
+        return ONESIGNAL.outcome("bad_response", "a success answer without an id")
     text = _describe(errors) if errors else (response.reason_phrase or "error")
-    return http_status_result(response.status_code, f"http_{response.status_code}",
-                              redact(text, recipient))
+    return ONESIGNAL.answer(response.status_code, f"http_{response.status_code}",
+                            redact(text, recipient), error=text)
 
 
 def _describe(errors: object) -> str:

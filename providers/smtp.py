@@ -9,13 +9,12 @@ again on retry, and SMTP offers no idempotency operation. To soften that, the
 Message-ID is derived from the delivery id, so both copies carry the same Message-ID and
 mail clients that collapse duplicates show one.
 
-Classification:
-
-- a reply code 4xx (greylisting, "try again later", temporary auth failure) → transient
-- a reply code 5xx (unknown user, rejected content, bad credentials) → terminal
-- connection refused, disconnects, socket errors, TLS errors, the deadline → transient
-- the relay lacking an extension the settings require (STARTTLS, AUTH) → terminal
-  ``smtp_config``: configuration has to change before any attempt can succeed
+Failures are classified by ``providers.classification.SMTP``: a 4xx reply is transient;
+a 5xx is refused when it is about herald (the greeting, AUTH, MAIL FROM, a policy
+refusal) and terminal when it is about the recipient (RCPT TO 550/551/553); a connection
+refused, lost or timed out before the DATA command is transient, and from the DATA
+command on it is ambiguous (the relay may have the whole message); the relay lacking an
+extension the settings require (STARTTLS, AUTH) is refused ``smtp_config``.
 
 ``send`` runs its coroutine with ``asyncio.run``: it is called from worker threads that
 have no event loop of their own.
@@ -31,12 +30,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid, parseaddr
-from typing import cast
+from typing import Any, Literal, cast
 
 import aiosmtplib
+from aiosmtplib.typing import Default
 
 from herald.settings import Settings, get_settings
 from providers.base import Channel, OutboundMessage, SendResult, redact
+from providers.classification import SMTP, smtp_exception, smtp_reply, smtp_stage
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +49,26 @@ QUIT_TIMEOUT_S = 2.0
 
 @dataclass
 class _Attempt:
-    """What one send got to; read after a timeout to tell sent from not sent."""
+    """What one send got to; read after a failure to tell sent, perhaps sent, not sent."""
 
+    #: The DATA command was issued: from here on the relay may have the whole message.
+    data_started: bool = False
+    #: The relay answered the message with 250.
     accepted: bool = False
+
+
+class _StagedSMTP(aiosmtplib.SMTP):
+    """aiosmtplib's client, noting on ``attempt`` when the DATA command is issued."""
+
+    def __init__(self, attempt: _Attempt, **options: Any) -> None:
+        super().__init__(**options)
+        self._attempt = attempt
+
+    async def data(self, message: str | bytes, /, *,
+                   timeout: float | Literal[Default.token] | None = Default.token,
+                   ) -> aiosmtplib.SMTPResponse:
+        self._attempt.data_started = True
+        return await super().data(message, timeout=timeout)
 
 
 class SmtpProvider:
@@ -67,7 +85,7 @@ class SmtpProvider:
     def send(self, message: OutboundMessage) -> SendResult:
         """Send one email; ok carries the Message-ID, failures are classified."""
         if message.channel is not Channel.EMAIL:
-            return SendResult.terminal("unsupported_channel", f"smtp cannot send {message.channel}")
+            return SMTP.outcome("unsupported_channel", f"smtp cannot send {message.channel}")
         mime = build_mime(message, sender=message.sender or self._settings.email_from)
         result = send_mime(mime, [message.to, *message.cc], self._settings,
                            deadline_s=self._deadline_s)
@@ -87,29 +105,35 @@ def send_mime(mime: EmailMessage, recipients: Sequence[str], settings: Settings,
     try:
         asyncio.run(asyncio.wait_for(_deliver(mime, list(recipients), attempt, settings,
                                               deadline_s), deadline_s))
-    except TimeoutError:
-        if attempt.accepted:  # the deadline hit during QUIT: the mail is with the relay
-            return SendResult.ok(message_id)
-        return SendResult.transient("timeout", f"no answer within {deadline_s} s")
     except aiosmtplib.SMTPRecipientsRefused as error:
         refused = error.recipients[0]
-        return _reply_result(refused.code, refused.message, *recipients)
+        return smtp_reply("rcpt", refused.code, refused.message,
+                          _redacted(f"{refused.code} {refused.message}", recipients))
     except aiosmtplib.SMTPResponseException as error:
-        return _reply_result(error.code, error.message, *recipients)
-    except OSError as error:
-        # refused, reset, disconnected, TLS handshake: nothing was accepted (aiosmtplib's
-        # connect and disconnect errors are ConnectionErrors, hence OSErrors, too)
-        return SendResult.transient("connection", type(error).__name__)
-    except aiosmtplib.SMTPException as error:
-        # what is left is the relay lacking what the settings require (STARTTLS, AUTH):
-        # its messages are fixed sentences, never an address
-        return SendResult.terminal("smtp_config", str(error))
+        return smtp_reply(smtp_stage(error), error.code, error.message,
+                          _redacted(f"{error.code} {error.message}", recipients))
+    except (OSError, TimeoutError, aiosmtplib.SMTPException) as error:
+        if attempt.accepted:  # the deadline hit during QUIT: the mail is with the relay
+            return SendResult.ok(message_id)
+        return smtp_exception(error, _describe(error, deadline_s),
+                              data_started=attempt.data_started)
     return SendResult.ok(message_id)
+
+
+def _describe(error: BaseException, deadline_s: float) -> str:
+    """A transport failure in words that never hold an address: the exception's name, or
+    aiosmtplib's fixed sentence about what the relay lacks (STARTTLS, AUTH, SMTPUTF8)."""
+    if isinstance(error, TimeoutError):
+        return f"no answer within {deadline_s} s"
+    if isinstance(error, OSError):
+        return type(error).__name__
+    return str(error)
 
 
 async def _deliver(mime: EmailMessage, recipients: list[str], attempt: _Attempt,
                    settings: Settings, deadline_s: float) -> None:
-    smtp = aiosmtplib.SMTP(
+    smtp = _StagedSMTP(
+        attempt,
         hostname=settings.smtp_host,
         port=settings.smtp_port,
         username=settings.smtp_username or None,
@@ -186,11 +210,7 @@ def _split_type(content_type: str) -> tuple[str, str]:
     return maintype, subtype
 
 
-def _reply_result(code: int, text: str, *recipients: str) -> SendResult:
-    """Classify an SMTP reply: 5xx terminal; 4xx (and anything odd) transient."""
-    message = f"{code} {text}"
+def _redacted(message: str, recipients: Sequence[str]) -> str:
     for recipient in recipients:
         message = redact(message, recipient)
-    if 500 <= code < 600:
-        return SendResult.terminal(f"smtp_{code}", message)
-    return SendResult.transient(f"smtp_{code}", message)
+    return message

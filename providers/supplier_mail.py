@@ -33,7 +33,7 @@ from typing import Any
 import jinja2
 
 from herald.settings import Settings, email_address_problem, get_settings
-from providers.base import Attachment, Channel, FailureKind, OutboundMessage
+from providers.base import Attachment, Channel, OutboundMessage
 from providers.mock import MockProvider
 from providers.smtp import build_mime, send_mime
 from providers.suppliers import (
@@ -158,7 +158,7 @@ def send_supplier_email(document: PurchaseOrderDocument, *, to: str | None,
         return Transmission(reference=str(result.provider_message_id),
                             audit={"subject": subject, "recipients": recipients})
     code, reason = result.failure_code or "smtp", result.failure_message or ""
-    if result.failure_kind is FailureKind.TERMINAL:
+    if not result.retryable:  # terminal, or refused by this relay (its auth, its policy)
         raise PermanentMailError(f"{code}: {reason}")
     raise SupplierMailError(code, reason)
 

@@ -6,15 +6,15 @@ recipients are international numbers without the ``+``. Success is 201 with
 ``{"statusCode": 201, "messageId": …, "accepted": "[9665…,]", "rejected": "[]", …}``;
 ``messageId`` is the provider message id.
 
-Classification:
-
-- HTTP 429 and 5xx, connection errors, timeouts → transient
-- other 4xx (401 bad key, 400 invalid recipient or sender) → terminal
-- a 201 that lists the recipient as rejected and none as accepted → terminal
-  ``recipient_rejected``
-- a 2xx whose body cannot be read → accepted without an id: the status says Taqnyat
-  took the message, and a retry would send it twice (Taqnyat has no idempotency key)
-- missing API key or sender → terminal ``not_configured``
+Failures are classified by ``providers.classification.TAQNYAT``: HTTP 429 and 5xx and a
+failure to connect are transient; a read timeout or a connection lost after the request
+was written is ambiguous (Taqnyat may have the message); 401/403 and "Sender name is not
+active" are refused, as is a 201 that lists the well-formed recipient as rejected and none
+as accepted (``recipient_rejected``: a destination Taqnyat does not serve); an invalid
+recipient or an empty body is terminal; missing API key or sender is refused
+``not_configured``. A 2xx whose body cannot be read is accepted without an id: the status
+says Taqnyat took the message, and a retry would send it twice (Taqnyat has no
+idempotency key).
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ from providers.base import (
     Channel,
     OutboundMessage,
     SendResult,
-    http_status_result,
     json_object,
     redact,
     text_field,
     verify_hmac_sha256,
     without_addresses,
 )
+from providers.classification import TAQNYAT
 from providers.http import HttpProvider
 
 
@@ -49,16 +49,17 @@ class TaqnyatProvider(HttpProvider):
     channels = frozenset({Channel.SMS})
 
     base_url_setting = "taqnyat_base_url"
+    classification = TAQNYAT
 
     def send(self, message: OutboundMessage) -> SendResult:
         """Send one SMS; ok carries Taqnyat's messageId."""
         if message.channel is not Channel.SMS:
-            return SendResult.terminal("unsupported_channel",
-                                       f"taqnyat cannot send {message.channel}")
+            return TAQNYAT.outcome("unsupported_channel",
+                                   f"taqnyat cannot send {message.channel}")
         settings = self._settings
         if not settings.taqnyat_api_key or not settings.taqnyat_sender:
-            return SendResult.terminal("not_configured",
-                                       "TAQNYAT_API_KEY and TAQNYAT_SENDER are required")
+            return TAQNYAT.outcome("not_configured",
+                                   "TAQNYAT_API_KEY and TAQNYAT_SENDER are required")
         payload = {"recipients": [message.to.lstrip("+")], "body": message.text,
                    "sender": settings.taqnyat_sender}
         return self.post_json(message, "/v1/messages", payload,
@@ -70,12 +71,12 @@ def _response_result(response: httpx.Response, recipient: str) -> SendResult:
     body = _json(response)
     if response.is_success:
         if _numbers(body.get("accepted")) == [] and _numbers(body.get("rejected")):
-            return SendResult.terminal("recipient_rejected", "Taqnyat rejected the recipient")
+            return TAQNYAT.outcome("recipient_rejected", "Taqnyat rejected the recipient")
         message_id = body.get("messageId")
         return SendResult.ok(str(message_id) if message_id is not None else None)
-    text = body.get("message") or response.reason_phrase or "error"
-    return http_status_result(response.status_code, f"http_{response.status_code}",
-                              redact(str(text), recipient))
+    text = str(body.get("message") or response.reason_phrase or "error")
+    return TAQNYAT.answer(response.status_code, f"http_{response.status_code}",
+                          redact(text, recipient), error=text)
 
 
 def _json(response: httpx.Response) -> dict[str, Any]:

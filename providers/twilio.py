@@ -6,14 +6,18 @@ one locally): the SDK builds every URL from ``https://api.twilio.com``, and the
 supported seam is its pluggable HTTP client, so :class:`_RebasingHttpClient` rewrites
 that origin just before the request goes out.
 
-Classification:
+Failures are classified by ``providers.classification.TWILIO``, by Twilio's error code
+first, then the HTTP status:
 
-- HTTP 429 and 5xx, Twilio codes 20429 (too many requests) and 21611 (the sender's queue
-  is full) → transient
-- any other 4xx: 21211 invalid 'To' number, 21610 unsubscribed recipient, 20003 bad
-  credentials, … → terminal
-- connection errors and timeouts → transient
-- missing account SID, auth token or from number → terminal ``not_configured``
+- HTTP 429 and 5xx, codes 20429 (too many requests) and 21611 (the sender's queue is
+  full), a failure to connect → transient
+- a read timeout or a connection lost after the request was written → ambiguous
+- bad credentials (20003), a region not enabled (21408), a number Twilio cannot route to
+  from this sender (21612), a sender that is not valid or verified (21606, 21659), other
+  401/403/404 → refused: another provider may send it
+- an invalid or non-mobile 'To' (21211, 21614), an unsubscribed recipient (21610), other
+  4xx → terminal
+- missing account SID, auth token or from number → refused ``not_configured``
 
 Twilio has no idempotency key for Messages: a timeout after Twilio accepted the message
 means the retry sends a second SMS. Timeouts are short so that window stays small.
@@ -46,11 +50,11 @@ from providers.base import (
     InvalidSignature,
     OutboundMessage,
     SendResult,
-    http_status_result,
     redact,
     text_field,
     without_addresses,
 )
+from providers.classification import TWILIO
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +62,6 @@ log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_S = 10.0
 #: The origin the SDK addresses for the Messages API.
 TWILIO_API_ORIGIN = "https://api.twilio.com"
-#: Twilio error codes that arrive with a 4xx status but pass with time.
-TRANSIENT_TWILIO_CODES = frozenset({20429, 21611})
 
 
 class _RebasingHttpClient(TwilioHttpClient):  # type: ignore[misc]  # twilio ships no types
@@ -81,34 +83,36 @@ class TwilioProvider:
     name = "twilio"
     channels = frozenset({Channel.SMS})
 
-    def __init__(self, settings: Settings | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, *,
+                 timeout_s: float = REQUEST_TIMEOUT_S) -> None:
         self._settings = settings or get_settings()
+        self._timeout_s = timeout_s
         s = self._settings
         self._configured = bool(s.twilio_account_sid and s.twilio_auth_token
                                 and s.twilio_from_number)
         self._client = Client(
             username=s.twilio_account_sid or None,
             password=s.twilio_auth_token or None,
-            http_client=_RebasingHttpClient(s.twilio_base_url, timeout=REQUEST_TIMEOUT_S),
+            http_client=_RebasingHttpClient(s.twilio_base_url, timeout=timeout_s),
         )
 
     def send(self, message: OutboundMessage) -> SendResult:
         """Send one SMS; ok carries Twilio's message SID."""
         if message.channel is not Channel.SMS:
-            return SendResult.terminal("unsupported_channel",
-                                       f"twilio cannot send {message.channel}")
+            return TWILIO.outcome("unsupported_channel",
+                                  f"twilio cannot send {message.channel}")
         if not self._configured:
-            return SendResult.terminal("not_configured", "TWILIO_ACCOUNT_SID, "
-                                       "TWILIO_AUTH_TOKEN and TWILIO_FROM_NUMBER are required")
+            return TWILIO.outcome("not_configured", "TWILIO_ACCOUNT_SID, "
+                                  "TWILIO_AUTH_TOKEN and TWILIO_FROM_NUMBER are required")
         try:
             created = self._client.messages.create(
                 to=message.to, from_=self._settings.twilio_from_number, body=message.text)
         except (TwilioRestException, TwilioServiceException) as error:
             result = _error_result(error, message.to)
-        except requests.Timeout:
-            result = SendResult.transient("timeout", f"no answer within {REQUEST_TIMEOUT_S} s")
         except requests.RequestException as error:
-            result = SendResult.transient("connection", type(error).__name__)
+            detail = (f"no answer within {self._timeout_s} s"
+                      if isinstance(error, requests.Timeout) else type(error).__name__)
+            result = TWILIO.exception(error, detail)
         else:
             return SendResult.ok(created.sid)
         log.info("twilio send failed", extra={"delivery_id": message.idempotency_key,
@@ -122,10 +126,7 @@ def _error_result(error: TwilioRestException | TwilioServiceException,
     code = int(error.code) if error.code is not None else status
     text = ((error.detail or error.title) if isinstance(error, TwilioServiceException)
             else error.msg)
-    message = redact(str(text), recipient)
-    if code in TRANSIENT_TWILIO_CODES:
-        return SendResult.transient(f"twilio_{code}", message)
-    return http_status_result(status, f"twilio_{code}", message)
+    return TWILIO.answer(status, f"twilio_{code}", redact(str(text), recipient), error=code)
 
 
 # -- delivery-receipt callbacks ---------------------------------------------------------------

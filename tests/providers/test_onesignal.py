@@ -23,10 +23,11 @@ def onesignal() -> Iterator[FakeOneSignal]:
         yield fake
 
 
-def make_provider(base_url: str, **overrides: str) -> OneSignalProvider:
+def make_provider(base_url: str, *, timeout_s: float = 10.0,
+                  **overrides: str) -> OneSignalProvider:
     fields = {"onesignal_app_id": APP_ID, "onesignal_api_key": API_KEY,
               "onesignal_base_url": base_url}
-    return OneSignalProvider(Settings(**{**fields, **overrides}))
+    return OneSignalProvider(Settings(**{**fields, **overrides}), timeout_s=timeout_s)
 
 
 @pytest.fixture
@@ -110,17 +111,7 @@ def test_a_retry_after_an_outage_sends_once(onesignal: FakeOneSignal,
     assert len(onesignal.notifications) == 1
 
 
-def test_a_rate_limit_is_transient(onesignal: FakeOneSignal,
-                                   provider: OneSignalProvider) -> None:
-    onesignal.fail_next(429)
-
-    result = provider.send(OutboundMessage(channel=Channel.PUSH, to="acct-42", text="Hi"))
-
-    assert result.failure_kind is FailureKind.TRANSIENT
-    assert result.failure_code == "http_429"
-
-
-def test_a_rejected_request_is_terminal(onesignal: FakeOneSignal,
+def test_a_rejected_message_is_terminal(onesignal: FakeOneSignal,
                                         provider: OneSignalProvider) -> None:
     result = provider.send(OutboundMessage(channel=Channel.SMS, to="+966500000001", text=""))
 
@@ -130,20 +121,49 @@ def test_a_rejected_request_is_terminal(onesignal: FakeOneSignal,
     assert onesignal.notifications == []
 
 
-def test_a_wrong_api_key_is_terminal(onesignal: FakeOneSignal) -> None:
+def test_an_invalid_phone_number_is_terminal(onesignal: FakeOneSignal,
+                                             provider: OneSignalProvider) -> None:
+    result = provider.send(OutboundMessage(channel=Channel.SMS, to="+12", text="Hi"))
+
+    assert result.failure_kind is FailureKind.TERMINAL
+    assert result.failure_code == "http_400"
+    assert onesignal.notifications == []
+
+
+def test_a_wrong_api_key_is_refused(onesignal: FakeOneSignal) -> None:
     with closing(make_provider(onesignal.url, onesignal_api_key="wrong")) as provider:
         result = provider.send(OutboundMessage(channel=Channel.PUSH, to="acct-42", text="Hi"))
 
-    assert result.failure_kind is FailureKind.TERMINAL
+    assert result.failure_kind is FailureKind.REFUSED
     assert result.failure_code == "http_403"
 
 
-def test_a_push_to_no_subscribed_device_is_terminal_no_recipients(
+def test_an_app_id_that_is_not_the_accounts_is_refused(onesignal: FakeOneSignal) -> None:
+    with closing(make_provider(onesignal.url, onesignal_app_id="another-app")) as provider:
+        result = provider.send(OutboundMessage(channel=Channel.PUSH, to="acct-42", text="Hi"))
+
+    assert result.failure_kind is FailureKind.REFUSED
+    assert result.failure_code == "http_400"
+
+
+def test_a_channel_the_app_has_not_set_up_is_refused() -> None:
+    with FakeOneSignal(app_id=APP_ID, api_key=API_KEY,
+                       unconfigured_channels=frozenset({"sms"})) as onesignal, \
+            closing(make_provider(onesignal.url)) as provider:
+        result = provider.send(OutboundMessage(channel=Channel.SMS, to="+966500000001",
+                                               text="Code 1234"))
+
+    assert result.failure_kind is FailureKind.REFUSED
+    assert result.failure_code == "http_400"
+    assert onesignal.notifications == []
+
+
+def test_a_push_to_no_subscribed_device_is_refused_no_recipients(
         onesignal: FakeOneSignal, provider: OneSignalProvider) -> None:
     result = provider.send(OutboundMessage(channel=Channel.PUSH, to="acct-without-device",
                                            text="Hi"))
 
-    assert result.failure_kind is FailureKind.TERMINAL
+    assert result.failure_kind is FailureKind.REFUSED
     assert result.failure_code == "no_recipients"
     assert "acct-without-device" not in (result.failure_message or "")
     assert onesignal.notifications == []
@@ -156,7 +176,7 @@ def test_an_email_with_attachments_is_refused_before_sending(
     result = provider.send(OutboundMessage(channel=Channel.EMAIL, to="amina@example.com",
                                            subject="eSIM", text="Scan", attachments=(qr,)))
 
-    assert result.failure_kind is FailureKind.TERMINAL
+    assert result.failure_kind is FailureKind.REFUSED
     assert result.failure_code == "attachments_unsupported"
     assert onesignal.requests == []
 
@@ -166,7 +186,7 @@ def test_an_email_with_a_cc_is_refused_before_sending(
     result = provider.send(OutboundMessage(channel=Channel.EMAIL, to="amina@example.com",
                                            cc=("ops@example.com",), subject="Hi", text="Hi"))
 
-    assert result.failure_kind is FailureKind.TERMINAL
+    assert result.failure_kind is FailureKind.REFUSED
     assert result.failure_code == "cc_unsupported"
     assert onesignal.requests == []
 
@@ -180,6 +200,56 @@ def test_an_email_from_another_sender_names_it(onesignal: FakeOneSignal,
     [request] = onesignal.requests
     assert request.json()["email_from_address"] == "alerts@herald.test"
     assert request.json()["email_from_name"] == "herald ops"
+
+
+def test_a_success_answer_without_an_id_is_ambiguous_and_the_retry_sends_once(
+        onesignal: FakeOneSignal, provider: OneSignalProvider) -> None:
+    message = OutboundMessage(channel=Channel.PUSH, to="acct-42", text="Hi",
+                              idempotency_key="del-push-3")
+    onesignal.fail_next(200, body={})
+
+    first = provider.send(message)
+    retry = provider.send(message)
+
+    assert first.failure_kind is FailureKind.AMBIGUOUS
+    assert first.failure_code == "bad_response"
+    assert retry.accepted
+    assert len(onesignal.notifications) == 1
+
+
+@pytest.mark.parametrize("status", [503, 429])
+def test_an_outage_or_rate_limit_is_transient(onesignal: FakeOneSignal,
+                                              provider: OneSignalProvider,
+                                              status: int) -> None:
+    onesignal.fail_next(status)
+
+    result = provider.send(OutboundMessage(channel=Channel.PUSH, to="acct-42", text="Hi"))
+
+    assert result.failure_kind is FailureKind.TRANSIENT
+    assert result.failure_code == f"http_{status}"
+
+
+def test_no_answer_after_the_request_is_ambiguous(onesignal: FakeOneSignal) -> None:
+    onesignal.hang_next()
+
+    with closing(make_provider(onesignal.url, timeout_s=0.3)) as provider:
+        result = provider.send(OutboundMessage(channel=Channel.PUSH, to="acct-42", text="Hi",
+                                               idempotency_key="del-push-4"))
+
+    assert result.failure_kind is FailureKind.AMBIGUOUS
+    assert result.failure_code == "timeout"
+    assert len(onesignal.requests) == 1  # OneSignal had the whole request
+
+
+def test_a_connection_closed_after_the_request_is_ambiguous(
+        onesignal: FakeOneSignal, provider: OneSignalProvider) -> None:
+    onesignal.drop_next()
+
+    result = provider.send(OutboundMessage(channel=Channel.PUSH, to="acct-42", text="Hi"))
+
+    assert result.failure_kind is FailureKind.AMBIGUOUS
+    assert result.failure_code == "connection_lost"
+    assert len(onesignal.requests) == 1
 
 
 def test_an_unreachable_api_is_transient() -> None:

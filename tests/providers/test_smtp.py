@@ -10,7 +10,12 @@ import pytest
 
 from herald.settings import Settings
 from providers import Attachment, Channel, FailureKind, OutboundMessage, SmtpProvider
-from tests.support.providers.smtp_relay import Relay, authenticate, start_relay
+from tests.support.providers.smtp_relay import (
+    Relay,
+    authenticate,
+    greeting_server,
+    start_relay,
+)
 from tests.support.services import find_free_port
 
 SENDER = "herald <no-reply@herald.test>"
@@ -116,18 +121,22 @@ def test_a_retried_delivery_repeats_its_message_id(relay: tuple[Relay, Settings]
     assert len(ids) == 1
 
 
-def test_a_4xx_reply_is_transient(relay: tuple[Relay, Settings]) -> None:
+@pytest.mark.parametrize("stage", ["mail", "rcpt", "data"])
+@pytest.mark.parametrize("reply", ["421 4.7.0 Try again later, closing connection",
+                                   "451 4.3.0 Please try again later"])
+def test_a_4xx_reply_is_transient_at_any_stage(relay: tuple[Relay, Settings], stage: str,
+                                               reply: str) -> None:
     server, settings = relay
-    server.data_reply = "451 4.3.0 Please try again later"
+    setattr(server, f"{stage}_reply", reply)
 
     result = SmtpProvider(settings).send(welcome())
 
     assert result.failure_kind is FailureKind.TRANSIENT
-    assert result.failure_code == "smtp_451"
+    assert result.failure_code == f"smtp_{reply[:3]}"
     assert server.received == []
 
 
-def test_a_5xx_reply_is_terminal_and_does_not_repeat_the_address(
+def test_an_unknown_recipient_is_terminal_and_does_not_repeat_the_address(
         relay: tuple[Relay, Settings]) -> None:
     server, settings = relay
     server.rcpt_reply = "550 5.1.1 <amina@example.com>: Recipient address rejected"
@@ -140,6 +149,37 @@ def test_a_5xx_reply_is_terminal_and_does_not_repeat_the_address(
     assert "Recipient address rejected" in (result.failure_message or "")
 
 
+def test_relay_access_denied_is_refused_another_relay_may_send(
+        relay: tuple[Relay, Settings]) -> None:
+    server, settings = relay
+    server.rcpt_reply = "554 5.7.1 <amina@example.com>: Relay access denied"
+
+    result = SmtpProvider(settings).send(welcome())
+
+    assert result.failure_kind is FailureKind.REFUSED
+    assert result.failure_code == "smtp_554"
+    assert "amina@example.com" not in (result.failure_message or "")
+
+
+def test_a_refused_sender_is_refused(relay: tuple[Relay, Settings]) -> None:
+    server, settings = relay
+    server.mail_reply = "553 5.7.1 Sender address rejected: not owned by user"
+
+    result = SmtpProvider(settings).send(welcome())
+
+    assert result.failure_kind is FailureKind.REFUSED
+    assert result.failure_code == "smtp_553"
+
+
+def test_a_relay_refusing_to_serve_at_the_greeting_is_refused() -> None:
+    with greeting_server("554 5.7.1 No SMTP service here") as port:
+        result = SmtpProvider(Settings(smtp_host="127.0.0.1", smtp_port=port,
+                                       smtp_starttls=False)).send(welcome())
+
+    assert result.failure_kind is FailureKind.REFUSED
+    assert result.failure_code == "smtp_554"
+
+
 def test_connection_refused_is_transient() -> None:
     settings = Settings(smtp_host="127.0.0.1", smtp_port=find_free_port(), smtp_starttls=False)
 
@@ -149,21 +189,47 @@ def test_connection_refused_is_transient() -> None:
     assert result.failure_code == "connection"
 
 
-def test_a_stalled_relay_hits_the_deadline(relay: tuple[Relay, Settings]) -> None:
+def test_a_relay_that_never_greets_hits_the_deadline_and_is_transient() -> None:
+    # nothing was sent yet: failing over is safe
+    with greeting_server(None) as port:
+        started = time.monotonic()
+        result = SmtpProvider(Settings(smtp_host="127.0.0.1", smtp_port=port,
+                                       smtp_starttls=False), deadline_s=0.3).send(welcome())
+
+    assert result.failure_kind is FailureKind.TRANSIENT
+    assert time.monotonic() - started < 2.0
+
+
+def test_a_relay_stalling_after_the_message_is_ambiguous(
+        relay: tuple[Relay, Settings]) -> None:
+    # the relay holds the whole message when the deadline hits: it may deliver it
     server, settings = relay
     server.data_delay_s = 3.0
 
     started = time.monotonic()
     result = SmtpProvider(settings, deadline_s=0.3).send(welcome())
 
-    assert result.failure_kind is FailureKind.TRANSIENT
+    assert result.failure_kind is FailureKind.AMBIGUOUS
     assert result.failure_code == "timeout"
     assert time.monotonic() - started < 2.0
 
 
+def test_a_connection_dropped_after_the_message_is_ambiguous(
+        relay: tuple[Relay, Settings]) -> None:
+    server, settings = relay
+    server.drop_after_data = True
+
+    result = SmtpProvider(settings).send(welcome())
+
+    assert result.failure_kind is FailureKind.AMBIGUOUS
+    assert result.failure_code == "connection_lost"
+    # and indeed the relay has it: another provider would have delivered a second copy
+    assert len(server.received) == 1
+
+
 # AUTH without TLS is fine on a loopback test relay
 @pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")
-def test_credentials_are_used_and_a_rejected_login_is_terminal() -> None:
+def test_credentials_are_used_and_a_rejected_login_is_refused() -> None:
     server, controller = start_relay(authenticator=authenticate, auth_required=True,
                                      auth_require_tls=False)
     try:
@@ -176,17 +242,17 @@ def test_credentials_are_used_and_a_rejected_login_is_terminal() -> None:
 
     assert good.accepted
     assert len(server.received) == 1
-    assert bad.failure_kind is FailureKind.TERMINAL
+    assert bad.failure_kind is FailureKind.REFUSED
     assert bad.failure_code == "smtp_535"
 
 
-def test_a_required_starttls_the_relay_lacks_is_terminal(
+def test_a_required_starttls_the_relay_lacks_is_refused(
         relay: tuple[Relay, Settings]) -> None:
     server, settings = relay
     strict = settings.model_copy(update={"smtp_starttls": True})
 
     result = SmtpProvider(strict).send(welcome())
 
-    assert result.failure_kind is FailureKind.TERMINAL
+    assert result.failure_kind is FailureKind.REFUSED
     assert result.failure_code == "smtp_config"
     assert server.received == []

@@ -24,10 +24,11 @@ def taqnyat() -> Iterator[FakeTaqnyat]:
         yield fake
 
 
-def make_provider(base_url: str, **overrides: str) -> TaqnyatProvider:
+def make_provider(base_url: str, *, timeout_s: float = 10.0,
+                  **overrides: str) -> TaqnyatProvider:
     fields = {"taqnyat_api_key": API_KEY, "taqnyat_sender": SENDER,
               "taqnyat_base_url": base_url}
-    return TaqnyatProvider(Settings(**{**fields, **overrides}))
+    return TaqnyatProvider(Settings(**{**fields, **overrides}), timeout_s=timeout_s)
 
 
 @pytest.fixture
@@ -61,20 +62,21 @@ def test_an_invalid_recipient_is_terminal(taqnyat: FakeTaqnyat,
     assert taqnyat.messages == []
 
 
-def test_a_rejected_recipient_is_terminal(taqnyat: FakeTaqnyat,
-                                          provider: TaqnyatProvider) -> None:
+def test_a_destination_taqnyat_rejects_is_refused(taqnyat: FakeTaqnyat,
+                                                  provider: TaqnyatProvider) -> None:
+    # a well-formed number Taqnyat will not send to: another provider may
     result = provider.send(sms(to="+" + BLOCKED))
 
-    assert result.failure_kind is FailureKind.TERMINAL
+    assert result.failure_kind is FailureKind.REFUSED
     assert result.failure_code == "recipient_rejected"
     assert taqnyat.messages == []
 
 
-def test_a_wrong_api_key_is_terminal(taqnyat: FakeTaqnyat) -> None:
+def test_a_wrong_api_key_is_refused(taqnyat: FakeTaqnyat) -> None:
     with closing(make_provider(taqnyat.url, taqnyat_api_key="wrong")) as provider:
         result = provider.send(sms())
 
-    assert result.failure_kind is FailureKind.TERMINAL
+    assert result.failure_kind is FailureKind.REFUSED
     assert result.failure_code == "http_401"
     assert taqnyat.messages == []
 
@@ -93,6 +95,38 @@ def test_an_outage_or_rate_limit_is_transient_and_the_retry_sends(
     assert len(taqnyat.messages) == 1
 
 
+def test_a_sender_not_registered_with_taqnyat_is_refused(taqnyat: FakeTaqnyat) -> None:
+    with closing(make_provider(taqnyat.url, taqnyat_sender="Unregistered")) as provider:
+        result = provider.send(sms())
+
+    assert result.failure_kind is FailureKind.REFUSED
+    assert result.failure_code == "http_400"
+    assert result.failure_message == "Sender name is not active"
+    assert taqnyat.messages == []
+
+
+def test_no_answer_after_the_request_is_ambiguous(taqnyat: FakeTaqnyat) -> None:
+    taqnyat.hang_next()
+
+    with closing(make_provider(taqnyat.url, timeout_s=0.3)) as provider:
+        result = provider.send(sms())
+
+    assert result.failure_kind is FailureKind.AMBIGUOUS
+    assert result.failure_code == "timeout"
+    assert len(taqnyat.requests) == 1  # Taqnyat had the whole request
+
+
+def test_a_connection_closed_after_the_request_is_ambiguous(
+        taqnyat: FakeTaqnyat, provider: TaqnyatProvider) -> None:
+    taqnyat.drop_next()
+
+    result = provider.send(sms())
+
+    assert result.failure_kind is FailureKind.AMBIGUOUS
+    assert result.failure_code == "connection_lost"
+    assert len(taqnyat.requests) == 1
+
+
 def test_an_unreachable_api_is_transient() -> None:
     with closing(make_provider(f"http://127.0.0.1:{find_free_port()}")) as provider:
         result = provider.send(sms())
@@ -101,10 +135,10 @@ def test_an_unreachable_api_is_transient() -> None:
     assert result.failure_code == "connection"
 
 
-def test_a_missing_sender_is_terminal(taqnyat: FakeTaqnyat) -> None:
+def test_a_missing_sender_is_refused(taqnyat: FakeTaqnyat) -> None:
     with closing(make_provider(taqnyat.url, taqnyat_sender="")) as provider:
         result = provider.send(sms())
 
-    assert result.failure_kind is FailureKind.TERMINAL
+    assert result.failure_kind is FailureKind.REFUSED
     assert result.failure_code == "not_configured"
     assert taqnyat.requests == []

@@ -24,11 +24,12 @@ def twilio() -> Iterator[FakeTwilio]:
         yield fake
 
 
-def provider_for(fake: FakeTwilio | None, **overrides: str) -> TwilioProvider:
+def provider_for(fake: FakeTwilio | None, *, timeout_s: float = 10.0,
+                 **overrides: str) -> TwilioProvider:
     fields = {"twilio_account_sid": ACCOUNT_SID, "twilio_auth_token": AUTH_TOKEN,
               "twilio_from_number": FROM_NUMBER,
               "twilio_base_url": fake.url if fake else f"http://127.0.0.1:{find_free_port()}"}
-    return TwilioProvider(Settings(**{**fields, **overrides}))
+    return TwilioProvider(Settings(**{**fields, **overrides}), timeout_s=timeout_s)
 
 
 def sms(to: str = "+966500000001") -> OutboundMessage:
@@ -62,10 +63,10 @@ def test_an_invalid_number_is_terminal_and_not_echoed(twilio: FakeTwilio) -> Non
     assert twilio.messages == []
 
 
-def test_wrong_credentials_are_terminal(twilio: FakeTwilio) -> None:
+def test_wrong_credentials_are_refused(twilio: FakeTwilio) -> None:
     result = provider_for(twilio, twilio_auth_token="wrong").send(sms())
 
-    assert result.failure_kind is FailureKind.TERMINAL
+    assert result.failure_kind is FailureKind.REFUSED
     assert result.failure_code == "twilio_20003"
     assert twilio.messages == []
 
@@ -85,6 +86,52 @@ def test_an_outage_or_rate_limit_is_transient_and_the_retry_sends(
     assert len(twilio.messages) == 1
 
 
+@pytest.mark.parametrize(("code", "message"), [
+    (21408, "Permission to send an SMS has not been enabled for the region indicated by "
+            "the 'To' number"),
+    (21612, "The 'To' phone number is not currently reachable using the 'From' phone number"),
+    (21606, "The 'From' phone number provided is not a valid message-capable Twilio number"),
+])
+def test_a_destination_or_sender_twilio_does_not_serve_is_refused(
+        twilio: FakeTwilio, code: int, message: str) -> None:
+    twilio.fail_next(400, body={"code": code, "message": message, "status": 400})
+
+    result = provider_for(twilio).send(sms())
+
+    assert result.failure_kind is FailureKind.REFUSED
+    assert result.failure_code == f"twilio_{code}"
+
+
+def test_a_number_that_is_not_a_mobile_is_terminal(twilio: FakeTwilio) -> None:
+    twilio.fail_next(400, body={"code": 21614, "status": 400,
+                                "message": "'To' number is not a valid mobile number"})
+
+    result = provider_for(twilio).send(sms())
+
+    assert result.failure_kind is FailureKind.TERMINAL
+    assert result.failure_code == "twilio_21614"
+
+
+def test_no_answer_after_the_request_is_ambiguous(twilio: FakeTwilio) -> None:
+    twilio.hang_next()
+
+    result = provider_for(twilio, timeout_s=0.3).send(sms())
+
+    assert result.failure_kind is FailureKind.AMBIGUOUS
+    assert result.failure_code == "timeout"
+    assert len(twilio.requests) == 1  # Twilio had the whole request
+
+
+def test_a_connection_closed_after_the_request_is_ambiguous(twilio: FakeTwilio) -> None:
+    twilio.drop_next()
+
+    result = provider_for(twilio).send(sms())
+
+    assert result.failure_kind is FailureKind.AMBIGUOUS
+    assert result.failure_code == "connection_lost"
+    assert len(twilio.requests) == 1
+
+
 def test_an_unreachable_api_is_transient() -> None:
     result = provider_for(None).send(sms())
 
@@ -92,9 +139,9 @@ def test_an_unreachable_api_is_transient() -> None:
     assert result.failure_code == "connection"
 
 
-def test_missing_credentials_are_terminal(twilio: FakeTwilio) -> None:
+def test_missing_credentials_are_refused(twilio: FakeTwilio) -> None:
     result = provider_for(twilio, twilio_from_number="").send(sms())
 
-    assert result.failure_kind is FailureKind.TERMINAL
+    assert result.failure_kind is FailureKind.REFUSED
     assert result.failure_code == "not_configured"
     assert twilio.requests == []

@@ -3,7 +3,9 @@
 Each fake is a real ``ThreadingHTTPServer`` on 127.0.0.1 and a free port, used as a
 context manager. It records every request it receives (``requests``), keeps what it
 "sent" (``messages`` / ``notifications``), answers with the provider's JSON shapes, and
-can be told to fail the next requests (``fail_next(503)``, ``fail_next(429)``).
+can be told to fail the next requests (``fail_next(503)``, ``fail_next(429)``), to read
+the next request and never answer it (``hang_next()``), or to read it and close the
+connection without an answer (``drop_next()``) or reset it (``reset_next()``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import base64
 import json
 import re
+import socket
+import struct
 import threading
 import time
 import uuid
@@ -31,6 +35,11 @@ from tests.support.queue_app import close_queue_app, install_queue_app
 E164 = re.compile(r"^\+[1-9]\d{7,14}$")
 
 Answer = tuple[int, dict[str, Any]]
+#: What a fake does with a request it was told to mistreat (``hang_next``, ``drop_next``).
+HANG, DROP, RESET = "hang", "drop", "reset"
+Action = Answer | str
+#: Longest a hung request is held (the fake's exit releases it sooner).
+HANG_LIMIT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -59,8 +68,9 @@ class FakeApi:
 
     def __init__(self) -> None:
         self.requests: list[RecordedRequest] = []
-        self._forced: deque[Answer] = deque()
+        self._forced: deque[Action] = deque()
         self._lock = threading.Lock()
+        self._closing = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
         # a short poll interval: shutdown() waits up to one interval
@@ -78,20 +88,46 @@ class FakeApi:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        self._closing.set()  # release hung requests
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
 
-    def fail_next(self, status: int, times: int = 1) -> None:
-        """Answer the next ``times`` requests with ``status`` and the provider's error body."""
+    def fail_next(self, status: int, times: int = 1, *,
+                  body: dict[str, Any] | None = None) -> None:
+        """Answer the next ``times`` requests with ``status`` and ``body`` (by default the
+        provider's error body for that status)."""
+        answer = body if body is not None else self.error_bodies.get(status, {})
         with self._lock:
-            self._forced.extend([(status, self.error_bodies.get(status, {}))] * times)
+            self._forced.extend([(status, answer)] * times)
+
+    def forget_told(self) -> None:
+        """Drop the failures, hangs and drops told for the next requests."""
+        with self._lock:
+            self._forced.clear()
+
+    def hang_next(self, times: int = 1) -> None:
+        """Read the next ``times`` requests whole and never answer them (until the fake
+        exits): the client's read timeout fires after the request was sent."""
+        with self._lock:
+            self._forced.extend([HANG] * times)
+
+    def drop_next(self, times: int = 1) -> None:
+        """Read the next ``times`` requests whole, then close the connection unanswered."""
+        with self._lock:
+            self._forced.extend([DROP] * times)
+
+    def reset_next(self, times: int = 1) -> None:
+        """Read the next ``times`` requests whole, then reset the connection (a TCP RST,
+        not a clean close)."""
+        with self._lock:
+            self._forced.extend([RESET] * times)
 
     def answer(self, request: RecordedRequest) -> Answer:
         """The status and JSON body for ``request`` (subclasses implement the API)."""
         raise NotImplementedError
 
-    def _handle(self, request: RecordedRequest) -> Answer:
+    def _handle(self, request: RecordedRequest) -> Action:
         with self._lock:
             self.requests.append(request)
             forced = self._forced.popleft() if self._forced else None
@@ -108,7 +144,17 @@ def _handler_for(api: FakeApi) -> type[BaseHTTPRequestHandler]:
                 method=self.command, path=self.path,
                 headers={key.lower(): value for key, value in self.headers.items()},
                 body=self.rfile.read(length))
-            status, body = api._handle(request)
+            action = api._handle(request)
+            if isinstance(action, str):
+                if action == HANG:
+                    api._closing.wait(HANG_LIMIT_S)
+                elif action == RESET:  # linger 0: close() sends RST instead of FIN
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                               struct.pack("ii", 1, 0))
+                    self.connection.close()
+                self.close_connection = True  # no answer: the socket closes
+                return
+            status, body = action
             payload = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json; charset=utf-8")
@@ -237,10 +283,13 @@ class FakeOneSignal(FakeApi):
     }
 
     def __init__(self, *, app_id: str, api_key: str,
-                 unknown_external_ids: frozenset[str] = frozenset()) -> None:
+                 unknown_external_ids: frozenset[str] = frozenset(),
+                 unconfigured_channels: frozenset[str] = frozenset()) -> None:
         super().__init__()
         self.app_id = app_id
         self.api_key = api_key
+        #: Channels the app has not set up (no email domain, no SMS sender): a 400.
+        self.unconfigured_channels = unconfigured_channels
         #: External ids with no subscribed device: a 200 that created nothing.
         self.unknown_external_ids = unknown_external_ids
         #: The notifications OneSignal created (request bodies plus the id given).
@@ -257,6 +306,9 @@ class FakeOneSignal(FakeApi):
         if body.get("app_id") != self.app_id:
             return 400, {"errors": ["app_id not found. You may be missing a Content-Type: "
                                     "application/json header."]}
+        if body.get("target_channel") in self.unconfigured_channels:
+            return 400, {"errors": [f"{body['target_channel']} is not configured for this "
+                                    "app"]}
         problem = _onesignal_problem(body)
         if problem:
             return 400, {"errors": [problem]}
