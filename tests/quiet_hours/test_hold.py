@@ -184,17 +184,20 @@ def test_a_flushall_during_the_hold_recreates_the_job_delayed_and_sends_once_aft
         email = by_channel(created)["email"]
         held(client, email, EMAIL)
         flush_handoff_stamps()
-        # When Redis loses every job during the hold
-        current_app().client.flushall()
-        assert queue(EMAIL).get(email) is None
-        # and the handoff sweep runs (an age of 1 ms: the handoff counts as lost at once)
-        report = reconcile_handoffs(age=timedelta(milliseconds=1))
-        # Then the job is back, delayed to the hold's end, and the delivery still held
-        assert (report.deliveries, report.recreated) == (1, 1)
-        shown = held(client, email, EMAIL)
-        assert datetime.fromisoformat(shown["not_before"]) == morning
-        # and a sweep while the job lives re-creates nothing
-        assert reconcile_handoffs(age=timedelta(milliseconds=1)).recreated == 0
+    # When Redis loses every job during the hold
+    current_app().client.flushall()
+    assert queue(EMAIL).get(email) is None
+    # and the handoff sweep runs (an age of 1 ms: the handoff counts as lost at once)
+    report = reconcile_handoffs(age=timedelta(milliseconds=1))
+    # Then the job is back, already delayed to the hold's end (no worker has run it), and
+    # the delivery still held
+    assert (report.deliveries, report.recreated) == (1, 1)
+    shown = held(client, email, EMAIL)
+    assert datetime.fromisoformat(shown["not_before"]) == morning
+    assert queue(EMAIL).get(email).attempts_started == 0
+    # and a sweep while the job lives re-creates nothing
+    assert reconcile_handoffs(age=timedelta(milliseconds=1)).recreated == 0
+    with running_worker([EMAIL]):
         # and nothing is sent before the end
         move_queue_time_to(morning - timedelta(minutes=1))
         barrier(client, EMAIL)
