@@ -16,7 +16,14 @@ from actors.handoffs import reconcile_handoffs
 from actors.orchestration import flush_handoff_stamps
 from herald.db import session as db_session
 from herald.queue import current_app, queue, running_worker
-from models.notifications import Delivery, Notification
+from models.notifications import (
+    Delivery,
+    Notification,
+    Outcome,
+    claim_delivery,
+    hold_delivery,
+    record_delivery_outcome,
+)
 from providers.mock import MockProvider
 from tests.quiet_hours.conftest import move_queue_time_to, next_weekday_at
 from tests.support.pipeline.steps import account, delivery, event, settled, use_redis
@@ -270,3 +277,28 @@ def test_a_batch_to_two_time_zones_holds_each_account_by_its_own_clock(
             shown = held(client, ids[channel], queue_name)
             assert datetime.fromisoformat(shown["not_before"]) == moment.replace(hour=22)
     assert sends_to("tokyo@example.com") == sends_to("+81312345678") == []
+
+
+def test_a_hold_is_fenced_by_the_claim_and_never_over_a_final_outcome(
+        client: TestClient) -> None:
+    # Given a delivery claimed by an attempt, then taken over by a newer one
+    created = event(client, account(client), channels=["email"])
+    delivery_id = by_channel(created)["email"]
+    later = datetime.now(UTC) + timedelta(hours=1)
+    with db_session() as session:
+        old = claim_delivery(session, delivery_id)
+        newer = claim_delivery(session, delivery_id, now=old.token + timedelta(seconds=61))
+        # When the old attempt tries to hold it, nothing is written
+        assert not hold_delivery(session, delivery_id, old.token, later)
+        assert delivery(client, delivery_id)["not_before"] is None
+        # the current attempt's hold lands, queued with its claim released
+        assert hold_delivery(session, delivery_id, newer.token, later)
+        shown = delivery(client, delivery_id)
+        assert (shown["outcome"], shown["not_before"]) == ("queued", later.isoformat())
+        # and the next claim clears not_before; once final, no hold moves it
+        final = claim_delivery(session, delivery_id)
+        assert delivery(client, delivery_id)["not_before"] is None
+        assert record_delivery_outcome(session, delivery_id, token=final.token,
+                                       outcome=Outcome.SENT, provider="mock")
+        assert not hold_delivery(session, delivery_id, final.token, later)
+    assert delivery(client, delivery_id)["outcome"] == "sent"

@@ -113,7 +113,7 @@ REFUSED = [
     ("seconds", {"start": "09:00:00", "end": "10:00"}, "quiet_hours.start: not a time"),
     ("a number", {"start": 900, "end": "10:00"}, "quiet_hours.start: not a time"),
     ("unknown weekday", {"monday": []}, "unknown key 'monday'"),
-    ("mixed forms", {"start": "22:00", "end": "08:00", "mon": []}, "unknown key 'end'"),
+    ("mixed forms", {"start": "22:00", "end": "08:00", "mon": []}, "or weekdays, not both"),
     ("weekday not a list", {"mon": {"start": "22:00", "end": "08:00"}},
      "quiet_hours.mon: must be a list"),
     ("a bad window in a list", {"tue": [{"start": "22:00", "end": "08:00"},
