@@ -7,7 +7,8 @@ most ``HANDOFF_SWEEP_LIMIT`` rows per kind:
 
 1. email/SMS/push deliveries that are ``queued``, or ``sending`` with no live claim (older
    than 60 s, or released by a recorded retryable failure), and whose handoff stamp is
-   missing or older than the handoff age (15 minutes);
+   missing or older than the handoff age (15 minutes); those quiet hours hold are taken
+   apart (a cap of their own) and their job comes back delayed to the hold's end;
 2. unfinished batches: a scheduled one created and due more than the age ago, a running
    one whose run started more than the age ago (never a healthy future batch);
 3. unprocessed callback receipts whose enqueue stamp is missing or older than the age.
@@ -32,13 +33,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import ColumnElement, and_, or_
+from sqlalchemy import ColumnElement, and_, not_, or_
 from sqlmodel import Session, col, select
 
 from actors.batches import enqueue_batch_run
 from actors.callbacks import enqueue_normalisation
 from actors.notifications import CHANNEL_QUEUES, enqueue_delivery
 from actors.queues import registry
+from actors.quiet_hours import queue_now
 from herald.db import session as db_session
 from herald.queue import NORMAL_PRIORITY, Schedule
 from herald.settings import get_settings
@@ -127,19 +129,34 @@ class Window:
 
 
 # -- what each kind selects (docs/sweeps.md), each one query on a partial index ----------
-def stale_deliveries(window: Window) -> Any:
-    """Deliveries to hand off again, oldest first, locked with SKIP LOCKED."""
+def stale_deliveries(window: Window, *, held: bool = False) -> Any:
+    """Deliveries to hand off again, oldest first, locked with SKIP LOCKED: those quiet
+    hours hold past ``window.now`` when ``held``, else the others (each kind has its own
+    cap, so a night's held deliveries never crowd out a lost one)."""
     no_live_claim = or_(col(Delivery.outcome) == Outcome.QUEUED.value,
                         col(Delivery.claimed_at).is_(None),
                         col(Delivery.claimed_at) < window.now - CLAIM_STALE_AFTER)
+    held_now = col(Delivery.not_before) > window.now
     return (select(Delivery)
             # the literal IN matches the partial index ix_deliveries_pending
             .where(col(Delivery.outcome).in_([Outcome.QUEUED.value, Outcome.SENDING.value]),
                    col(Delivery.channel).in_(list(CHANNEL_QUEUES)), no_live_claim,
                    or_(col(Delivery.queued_at).is_(None), col(Delivery.queued_at) < window.cutoff),
+                   held_now if held else or_(col(Delivery.not_before).is_(None), not_(held_now)),
                    *window.within(Scope.deliveries))
             .order_by(col(Delivery.created_at)).limit(window.limit)
             .with_for_update(skip_locked=True))
+
+
+def _hand_off_delivery(delivery: Delivery) -> str:
+    """Add a delivery's channel job again with the single-add helper at normal urgency:
+    a missing job comes back at priority 5 — delayed to the end of its quiet-hours hold
+    when it has one, so nothing is sent early — a retained failed one is retried in
+    place, a live or completed one stays."""
+    delay = None
+    if delivery.not_before is not None:
+        delay = delivery.not_before - queue_now()
+    return enqueue_delivery(delivery, NORMAL_PRIORITY, delay=delay)
 
 
 def overdue_batches(window: Window) -> Any:
@@ -209,19 +226,21 @@ def reconcile_handoffs(now: datetime | None = None, *, age: timedelta | None = N
     with a ``scope`` no row outside it is read, stamped or re-driven.
     """
     window = Window.current(now, age, scope)
-    deliveries = _redrive(
-        "delivery", stale_deliveries(window),
-        # the single-add helper at normal urgency: a missing job comes back at priority
-        # 5, a retained failed one is retried in place, a live or completed one stays
-        lambda delivery: enqueue_delivery(delivery, NORMAL_PRIORITY),
-        stamp=lambda session, ids: stamp_handoffs(session, ids, now=window.now))
+    def stamp(session: Session, ids: list[str]) -> None:
+        stamp_handoffs(session, ids, now=window.now)
+
+    deliveries = _redrive("delivery", stale_deliveries(window), _hand_off_delivery,
+                          stamp=stamp)
+    held = _redrive("delivery", stale_deliveries(window, held=True), _hand_off_delivery,
+                    stamp=stamp)
     batches = _redrive("batch", overdue_batches(window),
                        lambda batch: enqueue_batch_run(batch.id, batch.scheduled_at),
                        stamp=None)
     receipts = _redrive("receipt", stale_receipts(window), enqueue_normalisation,
                         stamp=lambda session, ids: stamp_receipts(session, ids, now=window.now))
-    return SweepReport(deliveries=deliveries[0], batches=batches[0], receipts=receipts[0],
-                       recreated=deliveries[1] + batches[1] + receipts[1])
+    return SweepReport(deliveries=deliveries[0] + held[0], batches=batches[0],
+                       receipts=receipts[0],
+                       recreated=deliveries[1] + held[1] + batches[1] + receipts[1])
 
 
 # -- the job, its schedule and the CLI entry --------------------------------------------------

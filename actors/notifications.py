@@ -1,5 +1,5 @@
-"""The channel workers: claim a delivery, gate it, render it, check the claim, dispatch it
-through the active provider, and write the fenced outcome
+"""The channel workers: claim a delivery, gate it, hold it through quiet hours, render it,
+check the claim, dispatch it through the active provider, and write the fenced outcome
 (docs/pipeline.md#channel-workers).
 
 Outcomes move ``queued → sending → sent → delivered``, or to ``failed_terminal`` or
@@ -20,6 +20,7 @@ from sqlalchemy import Connection
 
 from actors.preferences import blocking_setting
 from actors.queues import registry
+from actors.quiet_hours import hold_if_quiet
 from actors.render import RenderError, render
 from herald.db import autocommit
 from herald.db import session as db_session
@@ -131,10 +132,11 @@ def _claim(db: Connection, job: DeliveryJob) -> tuple[datetime, Recipient] | Non
 def deliver(job: DeliveryJob) -> dict[str, Any]:
     """Run one attempt of one delivery; returns what it did (the job's return value).
 
-    Claim and read the notification and account, gate, render, check the claim is still
-    this attempt's, dispatch, and write the outcome fenced by the claim. Runs on one
-    autocommit connection: the claim and each outcome are single conditional UPDATEs, so
-    no statement needs a transaction around it (one round trip each).
+    Claim and read the notification and account, gate, hold it while the account's
+    quiet hours last, render, check the claim is still this attempt's, dispatch, and
+    write the outcome fenced by the claim. Runs on one autocommit connection: the claim
+    and each outcome are single conditional UPDATEs, so no statement needs a transaction
+    around it (one round trip each).
     """
     with autocommit() as db:
         claimed = _claim(db, job)
@@ -147,6 +149,9 @@ def deliver(job: DeliveryJob) -> dict[str, Any]:
                                            outcome=outcome, **fields)
 
         verdict = gate(recipient, job.channel)
+        if verdict.reason is None and (
+                held := hold_if_quiet(db, job.delivery_id, token, recipient, job.channel)):
+            return held
         channel = Channel(job.channel)
         provider = active_provider(channel)
         if verdict.reason is None and provider is None:
@@ -227,13 +232,15 @@ def _job(delivery: Delivery) -> dict[str, str]:
             "channel": channel}
 
 
-def enqueue_delivery(delivery: Delivery, priority: int, *, retry_failed: bool = True) -> str:
-    """Add the channel job of a delivery (job id = delivery id); a retained failed job is
-    retried in place, a live or completed one is left alone. Returns the add status.
+def enqueue_delivery(delivery: Delivery, priority: int, *, retry_failed: bool = True,
+                     delay: timedelta | None = None) -> str:
+    """Add the channel job of a delivery (job id = delivery id), ``delay`` from now if
+    given; a retained failed job is retried in place, a live or completed one is left
+    alone. Returns the add status.
 
     The single-add helper: what the handoff sweep recovers deliveries with."""
     result = enqueue(CHANNEL_ACTORS[delivery.channel], _job(delivery), job_id=delivery.id,
-                     priority=priority, retry_failed=retry_failed)
+                     priority=priority, retry_failed=retry_failed, delay=delay)
     return result.status
 
 

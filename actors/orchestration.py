@@ -30,6 +30,7 @@ from sqlmodel import Session, select
 
 from actors.event_catalogue import EVENT_TYPES, event_type, validate_event_data
 from actors.locales import SUPPORTED_LOCALES
+from actors.quiet_hours import check_quiet_hours, check_timezone
 from actors.render import template_channel
 from herald.db import session as db_session
 from herald.queue import NORMAL_PRIORITY, URGENT_PRIORITY
@@ -80,8 +81,9 @@ class EventResult:
 
 # -- accounts ---------------------------------------------------------------------------
 def check_account_fields(fields: dict[str, Any]) -> None:
-    """Raise ValueError naming the field when an email or phone is malformed or the locale
-    is not one the templates ship in. An email is checked as a supplier's is
+    """Raise ValueError naming the field when an email or phone is malformed, the locale
+    is not one the templates ship in, the time zone is unknown or the quiet hours are
+    malformed (:mod:`actors.quiet_hours`). An email is checked as a supplier's is
     (:func:`herald.settings.email_address_problem`): one bare address."""
     if fields.get("email") is not None and (problem := email_address_problem(fields["email"])):
         raise ValueError(f"email: {problem}")
@@ -89,6 +91,10 @@ def check_account_fields(fields: dict[str, Any]) -> None:
         raise ValueError("phone: not an E.164 number (like +966501234567)")
     if "locale" in fields and fields["locale"] not in SUPPORTED_LOCALES:
         raise ValueError(f"locale: must be one of {', '.join(SUPPORTED_LOCALES)}")
+    if fields.get("timezone") is not None:
+        check_timezone(fields["timezone"])
+    if fields.get("quiet_hours") is not None:
+        check_quiet_hours(fields["quiet_hours"])
 
 
 def create_account(**fields: Any) -> Account:
@@ -447,7 +453,8 @@ def get_delivery(delivery_id: str) -> Delivery | None:
 
 
 _DELIVERY_FIELDS = ("id", "notification_id", "channel", "outcome", "reason", "provider",
-                    "provider_message_id", "attempts", "created_at", "updated_at")
+                    "provider_message_id", "attempts", "created_at", "updated_at",
+                    "not_before")
 _NOTIFICATION_FIELDS = ("id", "account_id", "type", "occurrence", "urgency", "transactional",
                         "created_at")
 
@@ -462,6 +469,8 @@ def _view(row: Notification | Delivery, read: FieldReader) -> dict[str, Any]:
     view["created_at"] = _iso(view["created_at"])
     if "updated_at" in view:
         view["updated_at"] = _iso(view["updated_at"])
+    if view.get("not_before") is not None:  # set while quiet hours hold the delivery
+        view["not_before"] = view["not_before"].isoformat()
     return view
 
 

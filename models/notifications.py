@@ -313,9 +313,12 @@ _CLAIMABLE_NOW = and_(_deliveries.c.id == bindparam("delivery_id"),
                       or_(_deliveries.c.claimed_at.is_(None),
                           _deliveries.c.claimed_at < bindparam("stale_before",
                                                                type_=UtcDateTime)))
+# a quiet-hours hold ends with the claim that follows it (a new hold sets it again): no
+# statement of its own to clear it
 _CLAIM_VALUES = {"outcome": Outcome.SENDING.value,
                  "claimed_at": bindparam("now", type_=UtcDateTime),
-                 "updated_at": bindparam("now", type_=UtcDateTime)}
+                 "updated_at": bindparam("now", type_=UtcDateTime),
+                 "not_before": None}
 _CLAIM = Prepared(update(_deliveries).where(_CLAIMABLE_NOW).values(_CLAIM_VALUES))
 #: The claim and the read in one statement. PostgreSQL only: SQLite's RETURNING cannot
 #: name the tables of an UPDATE's FROM. The rows read are those the claim's statement
@@ -548,6 +551,21 @@ def record_delivery_outcome(db: Db, delivery_id: str, *, token: datetime | None,
     if token is not None:
         params["token"] = token
     written = statement.run(_connection(db), params).rowcount == 1
+    db.commit()
+    return written
+
+
+def hold_delivery(db: Db, delivery_id: str, token: datetime, not_before: datetime) -> bool:
+    """Hold a claimed delivery until ``not_before`` (quiet hours, docs/api.md#quiet-hours):
+    back to ``queued`` with ``not_before`` set and this attempt's claim released, in one
+    UPDATE fenced by the claim ``token``; commits. False (nothing written) when the claim
+    was taken over or the outcome is final."""
+    statement = _outcome_update(("outcome", "updated_at", "not_before"), fenced=True,
+                                count_attempt=False, release_claim=True)
+    written = statement.run(_connection(db), {
+        "new_outcome": Outcome.QUEUED.value, "new_updated_at": utcnow(),
+        "new_not_before": not_before, "delivery_id": delivery_id,
+        "token": token}).rowcount == 1
     db.commit()
     return written
 

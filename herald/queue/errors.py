@@ -59,7 +59,8 @@ class Defer(Retry):
     """Run the job again after ``delay`` without counting a failed attempt.
 
     Deferrals still count as started attempts, so ``max_started_attempts`` bounds a job
-    that keeps deferring.
+    that keeps deferring — unless ``count_start`` is False: a run that found its job not
+    due yet (a time the domain sets, which always comes) gives its start back.
     """
 
     #: How long until the job runs again. Dramatiq's ``Retry.delay`` holds milliseconds;
@@ -68,7 +69,9 @@ class Defer(Retry):
     #: (``default_middleware`` in middleware.py).
     delay: timedelta  # type: ignore[assignment]  # a public delay is a timedelta
 
-    def __init__(self, delay: timedelta, reason: str = "deferred") -> None:
+    def __init__(self, delay: timedelta, reason: str = "deferred", *,
+                 count_start: bool = True) -> None:
         super().__init__(reason, delay=int(delay.total_seconds() * 1000))
         self.delay = delay
         self.reason = reason
+        self.count_start = count_start

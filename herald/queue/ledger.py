@@ -186,6 +186,8 @@ class RunEnd:
     FAILED = "f"
     PERMANENT = "p"
     DEFERRED = "d"
+    #: Deferred, and the run's start given back (``Defer(count_start=False)``).
+    DEFERRED_UNCOUNTED = "u"
     RELEASED = "r"
     EXCEEDED = "x"
 

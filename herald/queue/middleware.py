@@ -65,7 +65,9 @@ def finish_for(message: MessageProxy, *, result: Any = None,
         return RunEnd(job_id=job_id, token=token, outcome=RunEnd.COMPLETED,
                       value="null" if result is None else _encode_result(result), actor=actor)
     if isinstance(exception, Defer):
-        return RunEnd(job_id=job_id, token=token, outcome=RunEnd.DEFERRED,
+        return RunEnd(job_id=job_id, token=token,
+                      outcome=RunEnd.DEFERRED if exception.count_start
+                      else RunEnd.DEFERRED_UNCOUNTED,
                       value=str(int(exception.delay.total_seconds() * 1000)),
                       next_token=new_token(), actor=actor)
     stack = "".join(traceback.format_exception(exception))[-STACK_LIMIT:]

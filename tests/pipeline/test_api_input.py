@@ -113,11 +113,12 @@ def test_null_removes_an_address_and_the_schema_offers_null_only_there(
     # When its email is set to null, then it is removed
     patched = client.patch(f"/v1/accounts/{account_id}", json={"email": None})
     assert patched.status_code == 200 and patched.json()["email"] is None
-    # And the published schema lets null through for the addresses only
+    # And the published schema lets null through for the addresses and the quiet-hours
+    # fields only (null: UTC, never held)
     schema = client.get("/openapi.json").json()["components"]["schemas"]["AccountPatch"]
     nullable = {name for name, field in schema["properties"].items()
                 if "null" in json.dumps(field)}
-    assert nullable == {"email", "phone", "push_subscription_id"}
+    assert nullable == {"email", "phone", "push_subscription_id", "timezone", "quiet_hours"}
 
 
 @pytest.mark.parametrize("email", ["x<a@b.co>,y", "a@b.co,c@d.co", "Amal <a@b.co>",

@@ -237,6 +237,19 @@ def test_a_job_that_keeps_deferring_ends_at_max_started_attempts(herald_on: Hera
         ("forever", True)]
 
 
+def test_a_deferral_that_gives_its_start_back_is_not_bounded_by_max_started_attempts(
+        herald_on: HeraldOn) -> None:
+    # Given t-stall allows 3 starts and a job that defers 5 times with count_start=False
+    enqueue(stall, {"key": "not-yet", "defer_ms": 20, "defer_times": 5,
+                    "defer_uncounted": True}, job_id="job-not-yet")
+    with running_worker(["t-stall"]):
+        wait_for(lambda: finished("t-stall", "job-not-yet"), timeout=20)
+    # Then it ran a sixth time and completed, with one start counted
+    job = queue("t-stall").get("job-not-yet")
+    assert (job.state, job.attempts_made, job.attempts_started) == ("completed", 0, 1)
+    assert len(events("start")) == 6
+
+
 
 
 def _text(value: object) -> object:

@@ -11,6 +11,7 @@
 --     of the message that carries the next attempt, external only)
 --     c = completed (value = return value JSON), f = failed attempt (value = message),
 --     p = permanent failure (value = message), d = deferred (value = delay ms),
+--     u = deferred and the start given back (value = delay ms),
 --     r = released unstarted (worker shutdown), x = exceeded max_started_attempts
 --   then per extended lock 2 fields: id, token
 -- Returns {finished, started, next_delayed_at, rate_limited_ms, drained}:
@@ -63,7 +64,8 @@ end
 local function rescheduled_already(jk, outcome, next_token)
   local job = redis.call("HMGET", jk, "state", "msg", "run_at")
   if job[1] == "delayed" and job[2] == next_token then
-    return (outcome == "d" and "deferred" or "retry"), tonumber(job[3])
+    local deferred = outcome == "d" or outcome == "u"
+    return (deferred and "deferred" or "retry"), tonumber(job[3])
   end
   return "stale", 0
 end
@@ -126,7 +128,9 @@ for _ = 1, n_finish do
       -- too many starts (RabbitMQ's claim found it): no attempt ran, none is counted
       fail_for_good(jk, id, value, "", options, job[4])
       result = "failed"
-    elseif outcome == "d" then
+    elseif outcome == "d" or outcome == "u" then
+      -- "u": the run found its job not due yet; its start does not count
+      if outcome == "u" then redis.call("HINCRBY", jk, "as", -1) end
       run_at = reschedule(jk, id, tonumber(value), next_token, job[6])
       bump("deferred")
       result = "deferred"

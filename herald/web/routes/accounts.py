@@ -26,6 +26,13 @@ def _unchanged() -> Any:
     return Field(default=None, json_schema_extra=_absent_when_unset)
 
 
+#: An IANA name (null: UTC); checked against the tz database (docs/api.md#quiet-hours).
+_TIMEZONE: Any = Field(default=None, max_length=64, examples=["Europe/Berlin"])
+#: Daily or per weekday windows (null: never held), checked by actors.quiet_hours.
+_QUIET_HOURS: Any = Field(default=None, examples=[
+    {"start": "22:00", "end": "08:00"}, {"sat": [{"start": "20:00", "end": "10:00"}]}])
+
+
 class AccountIn(BaseModel):
     """A new account. Accounts are keyed by id: an email or phone may appear on several."""
 
@@ -36,11 +43,14 @@ class AccountIn(BaseModel):
     active: bool = True
     marketing_opt_out: bool = False
     push_subscription_id: SingleLine | None = Field(default=None, max_length=128)
+    timezone: SingleLine | None = _TIMEZONE
+    quiet_hours: dict[str, Any] | None = _QUIET_HOURS
 
 
 class AccountPatch(BaseModel):
-    """Changes to an account (only the fields given). ``email``, ``phone`` and
-    ``push_subscription_id`` may be set to null (removed); the others may not."""
+    """Changes to an account (only the fields given). ``email``, ``phone``,
+    ``push_subscription_id``, ``timezone`` and ``quiet_hours`` may be set to null
+    (removed); the others may not."""
 
     model_config = ConfigDict(extra="forbid")
     email: SingleLine | None = Field(default=None, max_length=320)
@@ -49,6 +59,8 @@ class AccountPatch(BaseModel):
     active: bool = _unchanged()
     marketing_opt_out: bool = _unchanged()
     push_subscription_id: SingleLine | None = Field(default=None, max_length=128)
+    timezone: SingleLine | None = _TIMEZONE
+    quiet_hours: dict[str, Any] | None = _QUIET_HOURS
 
 
 def _account_view(account: Any) -> dict[str, Any]:
@@ -56,13 +68,15 @@ def _account_view(account: Any) -> dict[str, Any]:
             "locale": account.locale, "active": account.active,
             "marketing_opt_out": account.marketing_opt_out,
             "push_subscription_id": account.push_subscription_id,
+            "timezone": account.timezone, "quiet_hours": account.quiet_hours,
             "created_at": account.created_at.isoformat(),
             "updated_at": account.updated_at.isoformat()}
 
 
 @router.post("/accounts", status_code=201, summary="Create an account")
 def create_account(body: AccountIn) -> dict[str, Any]:
-    """Create an account (email, E.164 phone, locale, active, marketing opt-out)."""
+    """Create an account (email, E.164 phone, locale, active, marketing opt-out, time
+    zone, quiet hours)."""
     try:
         account = orchestration.create_account(**body.model_dump())
     except ValueError as error:

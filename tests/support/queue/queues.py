@@ -70,6 +70,9 @@ class Step(BaseModel):
     permanent: bool = False
     defer_ms: int = 0
     defer_times: int = 0
+    #: defer with the start given back (``Defer(count_start=False)``), counting the
+    #: deferrals by the starts recorded
+    defer_uncounted: bool = False
     #: wait for the test to open this step's gate (see :func:`open_gate`), then fail
     #: if it said "fail", else go on
     gated: bool = False
@@ -135,7 +138,9 @@ def _run(job: Step) -> dict:
         raise Permanent(f"{job.key} cannot succeed")
     if made < job.fail_times:
         raise RuntimeError(f"{job.key} failed on attempt {made + 1}")
-    if started <= job.defer_times and job.defer_ms:
+    if job.defer_uncounted and len(events("start")) <= job.defer_times:
+        raise Defer(timedelta(milliseconds=job.defer_ms), count_start=False)
+    if started <= job.defer_times and job.defer_ms and not job.defer_uncounted:
         raise Defer(timedelta(milliseconds=job.defer_ms))
     record("done", job.key)
     return {"key": job.key}
