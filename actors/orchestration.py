@@ -447,7 +447,8 @@ def get_delivery(delivery_id: str) -> Delivery | None:
 
 
 _DELIVERY_FIELDS = ("id", "notification_id", "channel", "outcome", "reason", "provider",
-                    "provider_message_id", "attempts", "created_at", "updated_at")
+                    "provider_message_id", "attempts", "attempts_log", "created_at",
+                    "updated_at")
 _NOTIFICATION_FIELDS = ("id", "account_id", "type", "occurrence", "urgency", "transactional",
                         "created_at")
 
@@ -462,6 +463,8 @@ def _view(row: Notification | Delivery, read: FieldReader) -> dict[str, Any]:
     view["created_at"] = _iso(view["created_at"])
     if "updated_at" in view:
         view["updated_at"] = _iso(view["updated_at"])
+    if "attempts_log" in view:
+        view["attempts_log"] = view["attempts_log"] or []  # no attempt yet: an empty list
     return view
 
 
