@@ -101,13 +101,19 @@ def test_an_ambiguous_answer_never_moves_on_and_its_retry_is_one_message(
     MockProvider.set_state("mock-a", "ambiguous")
     delivery_id = email(client, account(client), "signup")
     with email_workers(1):
-        # When the first attempt gets the ambiguous answer
+        # When the first attempt gets the ambiguous answer (nothing went to mock-b)
         wait_for(lambda: history(delivery(client, delivery_id)), timeout=30,
                  what="the first attempt")
-        # Then it is pinned to mock-a: nothing reached mock-b
         assert history(delivery(client, delivery_id)) == [("mock-a", "ambiguous")]
+        # and mock-a then fails definitely: the delivery is pinned to it, so the retry
+        # does not move to mock-b (which could deliver it a second time)
+        MockProvider.set_state("mock-a", "down")
+        wait_for(lambda: len(history(delivery(client, delivery_id))) == 2, timeout=30,
+                 what="the second attempt")
+        assert history(delivery(client, delivery_id)) == [("mock-a", "ambiguous"),
+                                                          ("mock-a", "definite_failure")]
         assert MockProvider.sends(provider="mock-b") == []
-        # When mock-a answers again, the retry is accepted
+        # When mock-a answers again, the next retry is accepted
         MockProvider.set_state("mock-a", "up")
         body = wait_for(lambda: sent(client, delivery_id), timeout=30, what="the retry")
     assert isinstance(body, dict)
