@@ -201,3 +201,20 @@ def test_a_kill_between_the_failure_and_the_next_providers_send_ends_with_one_ac
     assert len(accepted(delivery_id)) == 1
     assert history(body) == [("mock-a", "definite_failure"), ("mock-a", "definite_failure"),
                              ("mock-b", "accepted")]
+
+
+def test_each_send_is_counted_by_provider_and_result(client: TestClient) -> None:
+    def count(provider: str, result: str) -> float:
+        return REGISTRY.get_sample_value("provider_sends_total",
+                                         {"provider": provider, "result": result}) or 0.0
+
+    before = {(p, r): count(p, r) for p, r in [("mock-a", "definite_failure"),
+                                               ("mock-b", "accepted"), ("mock-a", "accepted")]}
+    # Given mock-a is down, when a worker (in this process) sends one delivery
+    MockProvider.set_state("mock-a", "down")
+    delivery_id = email(client, account(client), "signup")
+    with running_worker(["notification-email"]):
+        wait_for(lambda: sent(client, delivery_id), timeout=30, what="it to be sent")
+    # Then provider_sends_total counted mock-a's failure and mock-b's acceptance
+    assert {key: count(*key) - value for key, value in before.items()} == {
+        ("mock-a", "definite_failure"): 1, ("mock-b", "accepted"): 1, ("mock-a", "accepted"): 0}
