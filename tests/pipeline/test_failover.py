@@ -218,3 +218,29 @@ def test_each_send_is_counted_by_provider_and_result(client: TestClient) -> None
     # Then provider_sends_total counted mock-a's failure and mock-b's acceptance
     assert {key: count(*key) - value for key, value in before.items()} == {
         ("mock-a", "definite_failure"): 1, ("mock-b", "accepted"): 1, ("mock-a", "accepted"): 0}
+
+
+def test_every_circuit_open_is_a_retry_not_a_failure(client: TestClient) -> None:
+    from herald.queue import current_app, now_ms
+    from herald.settings import get_settings
+
+    # Given both providers' circuits opened just now (as another worker left them)
+    prefix = get_settings().queue_prefix
+    for provider in ("mock-a", "mock-b"):
+        current_app().client.hset(f"{prefix}:circuit:{provider}",
+                                  mapping={"state": "open", "since": now_ms()})
+    delivery_id = email(client, account(client), "signup")
+    with running_worker(["notification-email"]):
+        # When the first attempt finds both open, it sends nothing and waits for a retry
+        wait_for(lambda: len(history(delivery(client, delivery_id))) == 2, timeout=30,
+                 what="the first attempt")
+        body = delivery(client, delivery_id)
+        assert (body["outcome"], body["attempts"]) == ("sending", 0)
+        assert history(body) == [("mock-a", "skipped_open_circuit"),
+                                 ("mock-b", "skipped_open_circuit")]
+        assert MockProvider.sends() == []
+        # Then the retry, after the cooldown, is mock-a's probe, and it is accepted
+        body = wait_for(lambda: sent(client, delivery_id), timeout=30, what="the retry")
+    assert isinstance(body, dict)
+    assert history(body)[2:] == [("mock-a", "accepted")]
+    assert gauge("mock-a") == 0 and gauge("mock-b") == 1
