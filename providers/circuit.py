@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from enum import StrEnum
 
+import redis
 from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -246,10 +247,10 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def circuit_states(client: object, prefix: str, providers: list[str]
+def circuit_states(client: redis.Redis, prefix: str, providers: list[str]
                    ) -> dict[str, CircuitState]:
     """The stored state of each provider's circuit (one round trip)."""
-    pipe = client.pipeline(transaction=False)  # type: ignore[attr-defined]
+    pipe = client.pipeline(transaction=False)
     for provider in providers:
         pipe.hget(circuit_key(prefix, provider), "state")
     return {provider: CircuitState(_text(state)) if state else CircuitState.CLOSED
