@@ -30,6 +30,7 @@ from sqlmodel import Session, col, select
 from actors.queues import registry
 from herald.db import session as db_session
 from herald.queue import NORMAL_PRIORITY, SECOND, Defer, Permanent, enqueue
+from herald.settings import get_settings
 from models.base import utcnow
 from models.callbacks import (
     RESULT_APPLIED,
@@ -93,13 +94,22 @@ class Ingested:
 
 
 # -- ingestion ------------------------------------------------------------------------------
+def adapter_module(provider: str) -> str | None:
+    """The module that reads ``provider``'s callbacks, or None: a mock instance's
+    (MOCK_INSTANCES) are the mock's, received under the instance's own name so that they
+    correlate with the deliveries that instance accepted."""
+    if provider in get_settings().mock_instance_names:
+        return CALLBACK_ADAPTERS["mock"]
+    return CALLBACK_ADAPTERS.get(provider)
+
+
 def parse_callback(provider: str, request: CallbackRequest) -> CallbackEvent:
     """The provider's adapter verifies the signature and reads the body.
 
     Raises :class:`UnknownProvider`, or the adapter's
     :class:`~providers.base.InvalidSignature` / :class:`~providers.base.InvalidCallback`.
     """
-    module = CALLBACK_ADAPTERS.get(provider)
+    module = adapter_module(provider)
     if module is None:
         raise UnknownProvider(provider)
     event: CallbackEvent = importlib.import_module(module).parse_callback(request)

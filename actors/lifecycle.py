@@ -41,7 +41,7 @@ from providers.esim import esim_providers
 from providers.operators import operators
 from providers.pdf import renderer_ready
 from providers.plugins import PluginRegistry
-from providers.select import SERVICE_SETTINGS, active_provider
+from providers.select import SERVICE_SETTINGS, provider_chain
 
 log = logging.getLogger("herald.lifecycle")
 
@@ -57,14 +57,14 @@ class StartupError(RuntimeError):
 
 
 def start_notification_queues() -> None:
-    """Build the provider of each channel (``EMAIL_PROVIDER``, ``SMS_PROVIDER``,
-    ``PUSH_PROVIDER``) and compile every notification template, so that a setting or a
+    """Build every provider of each channel's chain (``EMAIL_PROVIDERS`` or
+    ``EMAIL_PROVIDER``, and so on) and compile every notification template, so that a setting or a
     template that cannot work fails here instead of in every send."""
     for channel, setting in SERVICE_SETTINGS.items():
         try:
-            active_provider(channel)
+            provider_chain(channel)
         except Exception as error:
-            raise StartupError(f"{setting.upper()}: the {channel} provider cannot be built "
+            raise StartupError(f"{setting.upper()}(S): a {channel} provider cannot be built "
                                f"({type(error).__name__}: {error})") from error
     templates = environment()
     names = templates.list_templates(filter_func=lambda name: name.startswith(

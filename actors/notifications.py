@@ -1,5 +1,6 @@
 """The channel workers: claim a delivery, gate it, hold it through quiet hours, render it,
-check the claim, dispatch it through the active provider, and write the fenced outcome
+check the claim, dispatch it through the channel's provider chain
+(:mod:`actors.provider_chain`), and write the fenced outcome
 (docs/pipeline.md#channel-workers).
 
 Outcomes move ``queued → sending → sent → delivered``, or to ``failed_terminal`` or
@@ -19,6 +20,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import Connection
 
 from actors.preferences import blocking_setting
+from actors.provider_chain import send_through_chain
 from actors.queues import registry
 from actors.quiet_hours import hold_if_quiet
 from actors.render import RenderError, render
@@ -30,7 +32,6 @@ from herald.queue import (
     Permanent,
     enqueue,
     enqueue_many_actors,
-    is_last_attempt,
 )
 from models.base import FieldReader
 from models.notifications import (
@@ -43,7 +44,7 @@ from models.notifications import (
     still_claimed,
 )
 from providers.base import Channel, OutboundMessage
-from providers.select import active_provider
+from providers.select import provider_chain
 
 log = logging.getLogger("herald.notifications")
 
@@ -153,13 +154,13 @@ def deliver(job: DeliveryJob) -> dict[str, Any]:
                 held := hold_if_quiet(db, job.delivery_id, token, recipient, job.channel)):
             return held
         channel = Channel(job.channel)
-        provider = active_provider(channel)
-        if verdict.reason is None and provider is None:
+        providers = provider_chain(channel)
+        if verdict.reason is None and not providers:
             verdict = Gate(reason=SuppressionReason.PROVIDER_UNSUPPORTED)
         if verdict.reason is not None:
             write(Outcome.SUPPRESSED, reason=verdict.reason.value, error=verdict.detail)
             return {"delivery_id": job.delivery_id, "suppressed": verdict.reason.value}
-        assert provider is not None and verdict.address is not None
+        assert verdict.address is not None
         try:
             rendered = render(recipient.type, job.channel, recipient.locale,
                               recipient.data, {"locale": recipient.locale})
@@ -172,22 +173,8 @@ def deliver(job: DeliveryJob) -> dict[str, Any]:
             channel=channel, to=verdict.address, subject=rendered.subject,
             text=rendered.text, html=rendered.html, idempotency_key=job.delivery_id,
             attachments=rendered.attachments)
-        result = provider.send(message)
-        if result.accepted:
-            write(Outcome.SENT, provider=provider.name, count_attempt=True,
-                  provider_message_id=result.provider_message_id)
-            return {"delivery_id": job.delivery_id, "provider": provider.name,
-                    "provider_message_id": result.provider_message_id}
-        failure = f"{result.failure_code}: {result.failure_message}"
-        if result.retryable and not is_last_attempt():
-            # keep sending, record the failure and release the claim for the retry
-            write(Outcome.SENDING, provider=provider.name, error=failure, count_attempt=True,
-                  release_claim=True)
-            raise RuntimeError(f"transient provider failure ({result.failure_code})")
-        write(Outcome.FAILED_TERMINAL, provider=provider.name, error=failure,
-              count_attempt=True, reason="provider_rejected" if not result.retryable
-              else "attempts_exhausted")
-        raise Permanent(f"provider failure ({result.failure_code})")
+        return send_through_chain(write, job.delivery_id, providers, message,
+                                  recipient.attempts_log)
 
 
 def record_exhausted(job: DeliveryJob, reason: str) -> None:

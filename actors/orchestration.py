@@ -453,8 +453,8 @@ def get_delivery(delivery_id: str) -> Delivery | None:
 
 
 _DELIVERY_FIELDS = ("id", "notification_id", "channel", "outcome", "reason", "provider",
-                    "provider_message_id", "attempts", "created_at", "updated_at",
-                    "not_before")
+                    "provider_message_id", "attempts", "attempts_log", "created_at",
+                    "updated_at", "not_before")
 _NOTIFICATION_FIELDS = ("id", "account_id", "type", "occurrence", "urgency", "transactional",
                         "created_at")
 
@@ -471,6 +471,8 @@ def _view(row: Notification | Delivery, read: FieldReader) -> dict[str, Any]:
         view["updated_at"] = _iso(view["updated_at"])
     if view.get("not_before") is not None:  # set while quiet hours hold the delivery
         view["not_before"] = view["not_before"].isoformat()
+    if "attempts_log" in view:
+        view["attempts_log"] = view["attempts_log"] or []  # no attempt yet: an empty list
     return view
 
 

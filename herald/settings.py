@@ -22,6 +22,14 @@ EMBEDDED_DIR = Path(".herald")
 EMBEDDED_DATABASE_URL = "sqlite:///./herald.db"
 #: The channels a provider can carry (``providers.base.Channel``; in-app needs none).
 PROVIDER_CHANNELS = ("email", "sms", "push")
+#: The providers able to carry each channel (``mock`` and its instances carry them all).
+CHANNEL_PROVIDERS: dict[str, tuple[str, ...]] = {
+    "email": ("smtp", "onesignal", "mock"),
+    "sms": ("taqnyat", "twilio", "onesignal", "mock"),
+    "push": ("onesignal", "mock"),
+}
+#: A mock instance's name: short (it is stored as a delivery's provider), and no separator.
+_MOCK_INSTANCE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 #: A bare email address: one ``@``, a dot in the domain, no spaces, control characters,
 #: quotes, brackets or separators (which would let one field smuggle in more recipients
 #: or headers).
@@ -112,6 +120,19 @@ class Settings(BaseSettings):
     email_provider: Literal["smtp", "onesignal", "mock"] = "mock"
     sms_provider: Literal["taqnyat", "twilio", "onesignal", "mock"] = "mock"
     push_provider: Literal["onesignal", "mock"] = "mock"
+    #: Ordered failover chains per channel, comma-separated (docs/pipeline.md#provider-chains);
+    #: empty: the single *_PROVIDER above is a chain of one. Provider or mock instance names.
+    email_providers: str = ""
+    sms_providers: str = ""
+    push_providers: str = ""
+    #: The circuit breaker each provider has, shared by every worker through Redis
+    #: (docs/pipeline.md#the-circuit-breaker): definite failures in a row that open it, or
+    #: the share of definite failures among at least 20 sends within the window; how long
+    #: it stays open before one probe send is let through.
+    provider_circuit_failures: int = Field(default=5, ge=1)
+    provider_circuit_ratio: float = Field(default=0.5, gt=0, le=1)
+    provider_circuit_window_s: float = Field(default=60.0, gt=0)
+    provider_circuit_cooldown_s: float = Field(default=30.0, gt=0)
 
     smtp_host: str = "localhost"
     smtp_port: int = Field(default=587, ge=1, le=65535)
@@ -180,6 +201,10 @@ class Settings(BaseSettings):
     #: delivery on a channel it lacks is suppressed ``provider_unsupported``, as with a
     #: real provider that cannot carry that channel.
     mock_channels: str = ""
+    #: Named instances of the mock provider, comma-separated (``mock-a,mock-b``): each is
+    #: a provider name the chains may use, its state set at run time in the mock's Redis
+    #: (docs/pipeline.md#mock-instances).
+    mock_instances: str = ""
     #: Shared secrets of the Taqnyat and OneSignal delivery-receipt webhooks (callbacks are
     #: refused while unset); Twilio's are signed with TWILIO_AUTH_TOKEN.
     taqnyat_callback_secret: str = ""
@@ -267,6 +292,11 @@ class Settings(BaseSettings):
                 raise ValueError(f"unknown channel {name!r}: use {', '.join(PROVIDER_CHANNELS)}")
         return ",".join(names)
 
+    @field_validator("email_providers", "sms_providers", "push_providers", "mock_instances")
+    @classmethod
+    def _name_list(cls, value: str) -> str:
+        return ",".join(part.strip() for part in value.split(",") if part.strip())
+
     @field_validator("admin_alert_email")
     @classmethod
     def _alert_address(cls, value: str) -> str:
@@ -315,6 +345,26 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _chains_known(self) -> Settings:
+        instances = self.mock_instance_names
+        for name in instances:
+            if not _MOCK_INSTANCE_NAME.fullmatch(name) or name in _ALL_PROVIDERS:
+                raise ValueError(f"MOCK_INSTANCES: {name!r} is not a usable instance name "
+                                 "(lower-case letters, digits, - and _, at most 32, not a "
+                                 "provider's name)")
+        for channel in PROVIDER_CHANNELS:
+            setting = f"{channel}_providers"
+            names = [name for name in getattr(self, setting).split(",") if name]
+            for name in names:
+                if name not in CHANNEL_PROVIDERS[channel] and name not in instances:
+                    known = ", ".join((*CHANNEL_PROVIDERS[channel], *instances))
+                    raise ValueError(f"{setting.upper()}: {name!r} cannot carry {channel} "
+                                     f"(known: {known})")
+            if len(set(names)) != len(names):
+                raise ValueError(f"{setting.upper()}: a provider is named twice")
+        return self
+
+    @model_validator(mode="after")
     def _s3_bucket_when_s3(self) -> Settings:
         if self.supplier_storage == "s3" and not self.s3_bucket.strip():
             raise ValueError("S3_BUCKET must be set when SUPPLIER_STORAGE=s3")
@@ -340,16 +390,34 @@ class Settings(BaseSettings):
         return [int(part) / 1000 for part in self.email_in_call_backoff_ms.split(",") if part]
 
     @property
+    def mock_instance_names(self) -> tuple[str, ...]:
+        """The MOCK_INSTANCES names, in order."""
+        return tuple(name for name in self.mock_instances.split(",") if name)
+
+    def provider_chain_names(self, channel: str) -> tuple[str, ...]:
+        """The providers of ``channel``'s chain, in order: ``<CHANNEL>_PROVIDERS``, else the
+        single ``<CHANNEL>_PROVIDER`` as a chain of one."""
+        chain = getattr(self, f"{channel}_providers")
+        return tuple(chain.split(",")) if chain else (getattr(self, f"{channel}_provider"),)
+
+    @property
     def mock_provider_configured(self) -> bool:
-        """True while the mock provider carries some channel or is one of ESIM_PROVIDERS:
-        only then do its callback and webhook routes exist (their default secret is public)."""
+        """True while the mock provider (or one of its instances) carries some channel or
+        is one of ESIM_PROVIDERS: only then do its callback and webhook routes exist
+        (their default secret is public)."""
         esim = {name.strip() for name in self.esim_providers.split(",")}
-        return "mock" in {self.email_provider, self.sms_provider, self.push_provider} | esim
+        chained = {name for channel in PROVIDER_CHANNELS
+                   for name in self.provider_chain_names(channel)}
+        return bool({"mock", *self.mock_instance_names} & (chained | esim))
 
     @property
     def embedded_redis(self) -> bool:
         """True when neither REDIS_URL nor REDIS_SENTINELS is set."""
         return not self.redis_url and not self.redis_sentinels
+
+
+#: Every provider name a chain may use besides the mock instances.
+_ALL_PROVIDERS = frozenset(name for names in CHANNEL_PROVIDERS.values() for name in names)
 
 
 class SettingsError(SystemExit):

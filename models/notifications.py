@@ -531,19 +531,22 @@ def record_delivery_outcome(db: Db, delivery_id: str, *, token: datetime | None,
                             outcome: Outcome, reason: str | None = None,
                             provider: str | None = None, provider_message_id: str | None = None,
                             error: str | None = None, count_attempt: bool = False,
-                            release_claim: bool = False) -> bool:
+                            release_claim: bool = False,
+                            attempts_log: list[dict[str, Any]] | None = None) -> bool:
     """Write an attempt's outcome, fenced by its claim ``token``, in one conditional
     UPDATE; commits.
 
     Returns False (and changes nothing) when the claim was taken over or the delivery
     already reached a final outcome. ``token=None`` writes without a claim (the queue
     layer's exhausted-restarts hook), still never over a final outcome. Fields left None
-    keep their stored value.
+    keep their stored value; ``attempts_log`` replaces the stored list whole (the claim
+    read it, and the fence keeps any other attempt from writing it meanwhile).
     """
     given = {name: value for name, value in (
         ("outcome", outcome.value), ("updated_at", utcnow()), ("reason", reason),
         ("provider", provider), ("provider_message_id", provider_message_id),
-        ("last_error", None if error is None else error[:500])) if value is not None}
+        ("last_error", None if error is None else error[:500]),
+        ("attempts_log", attempts_log)) if value is not None}
     statement = _outcome_update(tuple(given), fenced=token is not None,
                                 count_attempt=count_attempt, release_claim=release_claim)
     params = {f"new_{name}": value for name, value in given.items()}

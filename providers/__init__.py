@@ -24,7 +24,7 @@ from providers.base import (
     Provider,
     SendResult,
 )
-from providers.select import active_provider, provider_named, reset_providers
+from providers.select import active_provider, provider_chain, provider_named, reset_providers
 
 if TYPE_CHECKING:
     from providers.mock import MockProvider
@@ -54,6 +54,7 @@ __all__ = [
     "TaqnyatProvider",
     "TwilioProvider",
     "active_provider",
+    "provider_chain",
     "provider_named",
     "reset_providers",
 ]

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from herald.settings import Settings
 from providers import Attachment, Channel, FailureKind, MockProvider, OutboundMessage
 from tests.support.providers.fakes import forget_herald_state, use_herald_env
 
@@ -152,3 +153,54 @@ def test_another_process_obeys_the_script(mock: MockProvider) -> None:
     assert child.stdout.strip() == "transient"
     assert mock.send(sms("+966500000009")).accepted
     assert [r["outcome"] for r in MockProvider.sends()] == ["transient", "ok"]
+
+
+def test_an_instance_obeys_its_state_and_tags_its_records(mock: MockProvider) -> None:
+    settings = instance_settings()
+    a, b = MockProvider(settings, instance="mock-a"), MockProvider(settings, instance="mock-b")
+    assert (a.name, b.name) == ("mock-a", "mock-b")
+    # down: a definite (transient) failure, recorded; the other instance is unaffected
+    MockProvider.set_state("mock-a", "down")
+    down = a.send(sms("+966500000001", "d-1"))
+    assert (down.failure_kind, down.definite) == (FailureKind.TRANSIENT, True)
+    assert b.send(sms("+966500000001", "d-1")).accepted
+    # ambiguous: accepted and recorded, then answered as a timeout
+    MockProvider.set_state("mock-a", "ambiguous")
+    lost = a.send(sms("+966500000001", "d-2"))
+    assert (lost.failure_kind, lost.retryable) == (FailureKind.AMBIGUOUS, True)
+    assert [(r["provider"], r["outcome"]) for r in MockProvider.sends()] == [
+        ("mock-a", "transient"), ("mock-b", "ok"), ("mock-a", "ok")]
+    assert [r["idempotency_key"] for r in MockProvider.sends(provider="mock-a",
+                                                             accepted_only=True)] == ["d-2"]
+    # the plain mock's records carry no tag and read as the mock's
+    MockProvider().send(sms("+966500000001", "d-3"))
+    assert [r["idempotency_key"] for r in MockProvider.sends(provider="mock")] == ["d-3"]
+
+
+def test_an_instance_accepts_one_idempotency_key_once(mock: MockProvider) -> None:
+    a = MockProvider(instance_settings(), instance="mock-a")
+    MockProvider.set_state("mock-a", "ambiguous")
+    first = a.send(sms("+966500000001", "d-1"))
+    again = a.send(sms("+966500000001", "d-1"))  # still ambiguous: answered so, not re-accepted
+    MockProvider.set_state("mock-a", "up")
+    retry = a.send(sms("+966500000001", "d-1"))
+
+    assert (first.accepted, again.accepted, retry.accepted) == (False, False, True)
+    [accepted] = MockProvider.sends(accepted_only=True)
+    assert retry.provider_message_id == accepted["provider_message_id"]
+    assert [r["outcome"] for r in MockProvider.sends()] == ["ok", "replayed", "replayed"]
+    # another key is another message
+    assert a.send(sms("+966500000001", "d-2")).provider_message_id != accepted[
+        "provider_message_id"]
+
+
+def test_an_unknown_instance_state_is_refused(mock: MockProvider) -> None:
+    with pytest.raises(ValueError, match="unknown mock instance state 'sideways'"):
+        MockProvider.set_state("mock-a", "sideways")
+
+
+def instance_settings() -> Settings:
+    """The test's settings with MOCK_INSTANCES=mock-a,mock-b."""
+    from herald.settings import get_settings
+
+    return get_settings().model_copy(update={"mock_instances": "mock-a,mock-b"})

@@ -16,6 +16,7 @@ from providers import (
     TaqnyatProvider,
     TwilioProvider,
     active_provider,
+    provider_chain,
     reset_providers,
 )
 from tests.support.providers.fakes import FakeTaqnyat, forget_herald_state, use_herald_env
@@ -103,3 +104,44 @@ def test_the_selected_provider_is_the_one_that_sends() -> None:
 
         assert result.accepted
         assert [m["recipients"] for m in taqnyat.messages] == [["966500000001"]]
+
+
+def test_a_chain_lists_its_providers_in_order_and_the_single_setting_is_a_chain_of_one(
+        ) -> None:
+    chained = Settings(sms_providers="taqnyat, twilio", sms_provider="mock")
+    single = Settings(sms_provider="twilio")
+
+    assert [p.name for p in provider_chain(Channel.SMS, chained)] == ["taqnyat", "twilio"]
+    assert [p.name for p in provider_chain(Channel.SMS, single)] == ["twilio"]
+    # the first of the chain sends one-off messages; in-app has no chain
+    assert active_provider(Channel.SMS, chained) is provider_chain(Channel.SMS, chained)[0]
+    assert provider_chain("in_app", chained) == ()
+
+
+def test_mock_instances_are_providers_of_their_own_name_usable_in_chains() -> None:
+    settings = Settings(mock_instances="mock-a,mock-b", email_providers="mock-a,smtp,mock-b",
+                        mock_channels="email,sms")
+
+    chain = provider_chain(Channel.EMAIL, settings)
+
+    assert [p.name for p in chain] == ["mock-a", "smtp", "mock-b"]
+    assert isinstance(chain[0], MockProvider) and chain[0] is not chain[2]
+    assert chain[0].channels == {Channel.EMAIL, Channel.SMS}  # the mock's channels
+    assert settings.mock_provider_configured
+
+
+@pytest.mark.parametrize(("env", "problem"), [
+    ({"SMS_PROVIDERS": "taqnyat,smtp"}, r"SMS_PROVIDERS: 'smtp' cannot carry sms"),
+    ({"EMAIL_PROVIDERS": "smtp,mock-c", "MOCK_INSTANCES": "mock-a"},
+     r"EMAIL_PROVIDERS: 'mock-c' cannot carry email \(known: smtp, onesignal, mock, mock-a\)"),
+    ({"PUSH_PROVIDERS": "mock,mock"}, r"PUSH_PROVIDERS: a provider is named twice"),
+    ({"MOCK_INSTANCES": "twilio"}, r"MOCK_INSTANCES: 'twilio' is not a usable instance name"),
+])
+def test_a_chain_naming_an_unknown_or_unfit_provider_stops_the_start(
+        monkeypatch: pytest.MonkeyPatch, env: dict[str, str], problem: str) -> None:
+    from herald.settings import SettingsError, load_settings
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError, match=problem):
+        load_settings()

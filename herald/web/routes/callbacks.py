@@ -33,11 +33,12 @@ async def callback_request(provider: str, request: Request) -> CallbackRequest:
     """The callback as the provider sent it: 404 for an unknown provider, or the mock
     while it is not configured (before the body is read); 413 for a body over
     :data:`SIGNED_BODY_MAX_BYTES`."""
-    if provider not in callbacks.CALLBACK_ADAPTERS:
+    adapter = callbacks.adapter_module(provider)
+    if adapter is None:
         raise api_error(404, "unknown_provider",
                         f"no provider {provider!r} accepts callbacks "
                         f"(known: {', '.join(sorted(callbacks.CALLBACK_ADAPTERS))})")
-    if provider == "mock":
+    if adapter == callbacks.CALLBACK_ADAPTERS["mock"]:
         require_mock_configured()
     return CallbackRequest(url=public_url(request),
                            headers={name.lower(): value for name, value in request.headers.items()},
