@@ -9,8 +9,11 @@ succeeded. A redelivered event finds its receipt; an unstamped one is enqueued a
 stamped then, which is how a sender's retry after a 503 repairs it. Receipts that no
 request repairs are re-driven by the handoff sweep through :func:`enqueue_normalisation`.
 
-Normalization correlates the delivery by channel, provider and provider message id and
-moves its outcome forward only (:func:`models.notifications.advance_delivery_from_receipt`).
+Normalization correlates the delivery by channel, provider and provider message id (of
+its first message or of its delivery-report fallback's) and moves its outcome forward
+only (:func:`models.notifications.advance_delivery_from_receipt`); a delivery sent twice
+by the fallback is ``delivered`` when either message is, ``failed_terminal`` only when
+both failed.
 An unmatched receipt is deferred (each wait as long as the receipt's age, at least
 10 s: an exponential backoff, logged at INFO) until it is 30 minutes old, then marked
 processed ``unmatched`` without touching any delivery, with one WARNING.
@@ -41,6 +44,7 @@ from models.callbacks import (
     mark_receipt_processed,
     stamp_receipts,
 )
+from models.delivery_fallback import other_message_failed, sent_as
 from models.notifications import Delivery, Outcome, advance_delivery_from_receipt
 from providers.base import CallbackEvent, CallbackRequest, CallbackStatus
 
@@ -191,6 +195,8 @@ def normalise(job: CallbackJob) -> dict[str, Any]:
                         CORRELATION_CUTOFF.total_seconds() // 60, extra=extra)
             return {"receipt_id": receipt.id, "result": RESULT_UNMATCHED}
         applied = (receipt.status != CallbackStatus.OTHER.value
+                   and (receipt.status != Outcome.FAILED_TERMINAL.value
+                        or other_message_failed(session, delivery_id, receipt))
                    and advance_delivery_from_receipt(session, delivery_id,
                                                      Outcome(receipt.status),
                                                      detail=receipt.detail))
@@ -201,11 +207,12 @@ def normalise(job: CallbackJob) -> dict[str, Any]:
 
 def correlated_delivery(session: Session, receipt: CallbackReceipt) -> str | None:
     """The id of the delivery the receipt reports on: same channel, provider and provider
-    message id (None when no delivery carries that message id yet)."""
+    message id, of its first message or of its delivery-report fallback's (None when no
+    delivery carries that message id yet)."""
     return session.exec(
         select(Delivery.id)
-        .where(Delivery.channel == receipt.channel, Delivery.provider == receipt.provider,
-               Delivery.provider_message_id == receipt.provider_message_id)
+        .where(Delivery.channel == receipt.channel,
+               sent_as(receipt.provider, receipt.provider_message_id))
         .order_by(col(Delivery.created_at)).limit(1)).first()
 
 

@@ -49,6 +49,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from herald.settings import get_settings
+
 
 def _not_blank(value: str) -> str:
     if not value.strip():
@@ -127,6 +129,10 @@ class EventType:
     #: Channels on which the type always goes out: preferences cannot turn it off there,
     #: and quiet hours do not hold it (docs/api.md#preferences).
     required_channels: tuple[str, ...] = ()
+    #: Seconds an urgent SMS of this type waits for its ``delivered`` receipt before it
+    #: is sent once more through the next provider (None: never;
+    #: docs/pipeline.md#delivery-report-fallback). SMS_FALLBACK_AFTER_S overrides it.
+    fallback_after_s: float | None = None
 
     def __post_init__(self) -> None:
         # in-app's preferences are settled in SQL as the event is persisted, which reads
@@ -159,6 +165,30 @@ EVENT_TYPES: dict[str, EventType] = {
                   data=PromoData),
     )
 }
+
+
+def fallback_after_s(name: str) -> float | None:
+    """How long an urgent SMS of the type ``name`` waits for its ``delivered`` receipt
+    before the delivery-report fallback: SMS_FALLBACK_AFTER_S's value for it, else the
+    type's own :attr:`EventType.fallback_after_s` (None: no fallback, or unknown type)."""
+    wait = get_settings().sms_fallback_waits_s.get(name)
+    if wait is not None:
+        return wait
+    spec = EVENT_TYPES.get(name)
+    return spec.fallback_after_s if spec is not None else None
+
+
+def fallback_setting_problem() -> str | None:
+    """Why SMS_FALLBACK_AFTER_S cannot work, or None: each type it names must be in the
+    catalogue and carry SMS (the worker's start refuses it otherwise)."""
+    for name in get_settings().sms_fallback_waits_s:
+        spec = EVENT_TYPES.get(name)
+        if spec is None:
+            return (f"SMS_FALLBACK_AFTER_S: unknown event type {name!r} "
+                    f"(known: {', '.join(EVENT_TYPES)})")
+        if "sms" not in spec.channels:
+            return f"SMS_FALLBACK_AFTER_S: {name} is never sent by SMS"
+    return None
 
 
 class UnknownEventType(ValueError):

@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from actors.event_catalogue import fallback_setting_problem
 from actors.queues import registry
 from actors.render import NOTIFICATIONS_DIR, environment
 from actors.store_recovery import start_store_recovery
@@ -59,7 +60,11 @@ class StartupError(RuntimeError):
 def start_notification_queues() -> None:
     """Build every provider of each channel's chain (``EMAIL_PROVIDERS`` or
     ``EMAIL_PROVIDER``, and so on) and compile every notification template, so that a setting or a
-    template that cannot work fails here instead of in every send."""
+    template that cannot work fails here instead of in every send; SMS_FALLBACK_AFTER_S
+    must name event types that send SMS."""
+    problem = fallback_setting_problem()
+    if problem is not None:
+        raise StartupError(problem)
     for channel, setting in SERVICE_SETTINGS.items():
         try:
             provider_chain(channel)

@@ -1,7 +1,8 @@
 """The channel workers: claim a delivery, gate it, hold it through quiet hours, render it,
 check the claim, dispatch it through the channel's provider chain
 (:mod:`actors.provider_chain`), and write the fenced outcome
-(docs/pipeline.md#channel-workers).
+(docs/pipeline.md#channel-workers); an accepted urgent SMS may get its delivery-report
+fallback check (:mod:`actors.sms_fallback`).
 
 Outcomes move ``queued → sending → sent → delivered``, or to ``failed_terminal`` or
 ``suppressed``; every write goes through :func:`models.notifications.record_delivery_outcome`
@@ -24,6 +25,7 @@ from actors.provider_chain import send_through_chain
 from actors.queues import registry
 from actors.quiet_hours import hold_if_quiet
 from actors.render import RenderError, render
+from actors.sms_fallback import schedule_fallback
 from herald.db import autocommit
 from herald.db import session as db_session
 from herald.queue import (
@@ -173,8 +175,10 @@ def deliver(job: DeliveryJob) -> dict[str, Any]:
             channel=channel, to=verdict.address, subject=rendered.subject,
             text=rendered.text, html=rendered.html, idempotency_key=job.delivery_id,
             attachments=rendered.attachments)
-        return send_through_chain(write, job.delivery_id, providers, message,
+        sent = send_through_chain(write, job.delivery_id, providers, message,
                                   recipient.attempts_log)
+        schedule_fallback(job.delivery_id, job.channel, recipient.urgency, recipient.type, sent)
+        return sent
 
 
 def record_exhausted(job: DeliveryJob, reason: str) -> None:

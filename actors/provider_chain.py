@@ -81,9 +81,10 @@ def log_entry(provider: str, result: AttemptResult, error: str | None = None
 
 
 def pinned_provider(attempts_log: Sequence[dict[str, Any]]) -> str | None:
-    """The provider an ambiguous answer pinned the delivery to, if one did."""
+    """The provider an ambiguous answer pinned the delivery to, if one did (a
+    delivery-report fallback's entry pins nothing: it follows an acceptance)."""
     for entry in reversed(attempts_log):
-        if entry.get("result") == AttemptResult.AMBIGUOUS.value:
+        if entry.get("result") == AttemptResult.AMBIGUOUS.value and not entry.get("fallback"):
             return str(entry["provider"])
     return None
 
@@ -107,20 +108,20 @@ def send_through_chain(write: Write, delivery_id: str, chain: Sequence[Provider]
     retryable = unsent = False
     last: tuple[Provider, SendResult] | None = None
     for position, provider in enumerate(chain):
-        verdict = Verdict.SEND if pinned is not None else _allow(provider.name)
+        verdict = Verdict.SEND if pinned is not None else circuit_verdict(provider.name)
         if verdict is Verdict.SKIP:
             entries.append(log_entry(provider.name, AttemptResult.SKIPPED_OPEN_CIRCUIT))
             retryable = True
             continue
         result = provider.send(message)
-        _record(provider.name, result, probe=verdict is Verdict.PROBE)
+        record_send(provider.name, result, probe=verdict is Verdict.PROBE)
         unsent = True
         if result.accepted:
             entries.append(log_entry(provider.name, AttemptResult.ACCEPTED))
             PROVIDER_SENDS.labels(provider.name, AttemptResult.ACCEPTED.value).inc()
             write(Outcome.SENT, provider=provider.name, count_attempt=True,
                   provider_message_id=result.provider_message_id,
-                  attempts_log=_kept(entries))
+                  attempts_log=kept(entries))
             return {"delivery_id": delivery_id, "provider": provider.name,
                     "provider_message_id": result.provider_message_id}
         failure = f"{result.failure_code}: {result.failure_message}"
@@ -136,7 +137,7 @@ def send_through_chain(write: Write, delivery_id: str, chain: Sequence[Provider]
             # the history is written before the next provider is asked: a crash between
             # the two leaves it, and the next attempt starts over (mock-a, then mock-b)
             if not write(Outcome.SENDING, provider=provider.name, error=failure,
-                         count_attempt=True, attempts_log=_kept(entries)):
+                         count_attempt=True, attempts_log=kept(entries)):
                 return {"delivery_id": delivery_id, "skipped": "claim taken over"}
             unsent = False
     return _exhausted(write, entries, last, retryable=retryable, count_attempt=unsent)
@@ -156,21 +157,23 @@ def _exhausted(write: Write, entries: list[dict[str, Any]],
     if retryable and not terminal and not is_last_attempt():
         # keep sending, record the failure and release the claim for the retry
         write(Outcome.SENDING, provider=provider, error=failure, count_attempt=count_attempt,
-              release_claim=True, attempts_log=_kept(entries))
+              release_claim=True, attempts_log=kept(entries))
         raise RuntimeError(f"transient provider failure ({code})")
     write(Outcome.FAILED_TERMINAL, provider=provider, error=failure,
-          count_attempt=count_attempt, attempts_log=_kept(entries),
+          count_attempt=count_attempt, attempts_log=kept(entries),
           reason="attempts_exhausted" if retryable and not terminal else "provider_rejected")
     raise Permanent(f"provider failure ({code})")
 
 
-def _kept(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def kept(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The newest :data:`ATTEMPTS_LOG_KEPT` entries of an attempts log."""
     return entries[-ATTEMPTS_LOG_KEPT:]
 
 
-def _allow(provider: str) -> Verdict:
-    """The breaker's verdict; a Redis that does not answer opens no circuit (the send is
-    what matters, and the job queue lives on that Redis anyway)."""
+def circuit_verdict(provider: str) -> Verdict:
+    """The breaker's verdict for a send to ``provider``; a Redis that does not answer
+    opens no circuit (the send is what matters, and the job queue lives on that Redis
+    anyway)."""
     try:
         return breaker().allow(provider)
     except redis.RedisError as error:
@@ -179,7 +182,7 @@ def _allow(provider: str) -> Verdict:
         return Verdict.SEND
 
 
-def _record(provider: str, result: SendResult, *, probe: bool) -> CircuitState | None:
+def record_send(provider: str, result: SendResult, *, probe: bool) -> CircuitState | None:
     """Report a send to the breaker; never lets a Redis error stop the outcome write (an
     accepted send unrecorded would be sent again)."""
     try:

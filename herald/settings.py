@@ -28,6 +28,9 @@ CHANNEL_PROVIDERS: dict[str, tuple[str, ...]] = {
     "sms": ("taqnyat", "twilio", "onesignal", "mock"),
     "push": ("onesignal", "mock"),
 }
+#: The longest delivery-report fallback wait (SMS_FALLBACK_AFTER_S): a day; an urgent
+#: message not confirmed in a day is past helping.
+SMS_FALLBACK_MAX_S = 86_400.0
 #: A mock instance's name: short (it is stored as a delivery's provider), and no separator.
 _MOCK_INSTANCE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 #: A bare email address: one ``@``, a dot in the domain, no spaces, control characters,
@@ -133,6 +136,11 @@ class Settings(BaseSettings):
     provider_circuit_ratio: float = Field(default=0.5, gt=0, le=1)
     provider_circuit_window_s: float = Field(default=60.0, gt=0)
     provider_circuit_cooldown_s: float = Field(default=30.0, gt=0)
+    #: Event types whose urgent SMS get the delivery-report fallback, with its wait:
+    #: ``esim.ready=30,account.welcome=45`` (docs/pipeline.md#delivery-report-fallback).
+    #: Empty: off for every type. The names are checked against the catalogue when the
+    #: notification queues start (``actors.lifecycle``).
+    sms_fallback_after_s: str = ""
 
     smtp_host: str = "localhost"
     smtp_port: int = Field(default=587, ge=1, le=65535)
@@ -297,6 +305,26 @@ class Settings(BaseSettings):
     def _name_list(cls, value: str) -> str:
         return ",".join(part.strip() for part in value.split(",") if part.strip())
 
+    @field_validator("sms_fallback_after_s")
+    @classmethod
+    def _fallback_waits(cls, value: str) -> str:
+        entries = [part.strip() for part in value.split(",") if part.strip()]
+        for entry in entries:
+            name, equals, seconds = (part.strip() for part in entry.partition("="))
+            if not name or not equals:
+                raise ValueError(f"entry {entry!r} is not <event type>=<seconds>")
+            try:
+                wait = float(seconds)
+            except ValueError:
+                raise ValueError(f"{name}: {seconds!r} is not a number of seconds") from None
+            if not 0 < wait < SMS_FALLBACK_MAX_S:
+                raise ValueError(f"{name}: the wait must be positive seconds, under "
+                                 f"{SMS_FALLBACK_MAX_S:g}")
+        names = [entry.partition("=")[0].strip() for entry in entries]
+        if len(set(names)) != len(names):
+            raise ValueError("an event type is named twice")
+        return ",".join(entries)
+
     @field_validator("admin_alert_email")
     @classmethod
     def _alert_address(cls, value: str) -> str:
@@ -393,6 +421,12 @@ class Settings(BaseSettings):
     def mock_instance_names(self) -> tuple[str, ...]:
         """The MOCK_INSTANCES names, in order."""
         return tuple(name for name in self.mock_instances.split(",") if name)
+
+    @property
+    def sms_fallback_waits_s(self) -> dict[str, float]:
+        """SMS_FALLBACK_AFTER_S as event type → seconds."""
+        return {name.strip(): float(seconds) for name, _, seconds in (
+            entry.partition("=") for entry in self.sms_fallback_after_s.split(",") if entry)}
 
     def provider_chain_names(self, channel: str) -> tuple[str, ...]:
         """The providers of ``channel``'s chain, in order: ``<CHANNEL>_PROVIDERS``, else the

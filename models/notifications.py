@@ -222,6 +222,9 @@ class Delivery(SQLModel, table=True):
                       Index("ix_deliveries_provider_message_id", "provider_message_id",
                             postgresql_where=text("provider_message_id IS NOT NULL"),
                             sqlite_where=text("provider_message_id IS NOT NULL")),
+                      Index("ix_deliveries_fallback_message_id", "fallback_message_id",
+                            postgresql_where=text("fallback_message_id IS NOT NULL"),
+                            sqlite_where=text("fallback_message_id IS NOT NULL")),
                       {"postgresql_with": {"fillfactor": DELIVERIES_FILLFACTOR}})
 
     id: str = id_field()
@@ -243,6 +246,11 @@ class Delivery(SQLModel, table=True):
         default=None, sa_type=JSON(none_as_null=True), nullable=True)
     #: While quiet hours hold the delivery: when it is due (None: not held).
     not_before: datetime | None = Field(default=None, sa_type=UtcDateTime, nullable=True)
+    #: The provider of the delivery-report fallback's second send, written before it is
+    #: sent (None: no fallback taken; docs/pipeline.md#delivery-report-fallback).
+    fallback_provider: str | None = Field(default=None, max_length=32)
+    #: That second send's message id: its receipts correlate to this delivery too.
+    fallback_message_id: str | None = Field(default=None, max_length=255)
     # no index of its own: the sweep reads it through ix_deliveries_pending (migration 0004)
     created_at: datetime = timestamp_field()
     updated_at: datetime = timestamp_field()
