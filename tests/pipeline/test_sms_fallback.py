@@ -4,7 +4,7 @@ opted in with SMS_FALLBACK_AFTER_S: an urgent SMS with no receipt is sent once m
 through mock-b after the wait, and the attempts log says so; a ``delivered`` receipt
 before the wait, normal urgency or a type not opted in send nothing more; mock-b's
 receipt delivers it; two workers, a duplicate check job or a SIGKILL mid-send never make
-a third send."""
+a third send. SMS_FALLBACK_AFTER_S is checked at start."""
 
 from __future__ import annotations
 
@@ -17,10 +17,14 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
+from actors.event_catalogue import EVENT_TYPES, fallback_after_s
+from actors.lifecycle import StartupError, start_notification_queues
 from actors.sms_fallback import FallbackJob, check_sms_fallback, fallback_job_id
 from herald import db
 from herald.queue import Job, enqueue, queue, running_worker
+from herald.settings import SettingsError, load_settings
 from herald.web import create_app
+from models.delivery_fallback import take_fallback
 from providers.mock import MockProvider, signed_callback
 from tests.support.pipeline.steps import account, delivery, event
 from tests.support.pipeline.workers import sms_worker, sms_workers
@@ -233,3 +237,53 @@ def test_a_kill_during_the_fallback_send_never_sends_again(client: TestClient) -
                                             ("mock-b", "ambiguous", True)]
     assert delivery(client, delivery_id)["attempts_log"][-1]["error"].startswith(
         "fallback_unconfirmed")
+
+
+def test_the_fallback_is_taken_once_whoever_read_the_delivery_before(
+        client: TestClient) -> None:
+    # Given a sent SMS that two checks both read as having no fallback yet
+    delivery_id = sms(client)
+    with sms_workers(1):
+        sent_by_a(client, delivery_id)
+        queue("notification-sms").remove(fallback_job_id(delivery_id))
+    # When both write their take, one after the other
+    with db.autocommit() as connection:
+        takes = [take_fallback(connection, delivery_id, accepted_by="mock-a",
+                               provider="mock-b", attempts_log=[]) for _ in range(2)]
+    # Then only the first may send
+    assert takes == [True, False]
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    ("esim.ready", "is not <event type>=<seconds>"),
+    ("esim.ready=0", "must be positive seconds"),
+    ("esim.ready=-5", "must be positive seconds"),
+    ("esim.ready=nan", "must be positive seconds"),
+    ("esim.ready=soon", "is not a number of seconds"),
+    ("esim.ready=30,esim.ready=45", "named twice"),
+])
+def test_a_malformed_fallback_setting_stops_the_start(
+        monkeypatch: pytest.MonkeyPatch, value: str, problem: str) -> None:
+    monkeypatch.setenv("SMS_FALLBACK_AFTER_S", value)
+    with pytest.raises(SettingsError, match=f"SMS_FALLBACK_AFTER_S: .*{problem}"):
+        load_settings()
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    ("esim.readyy=30", "unknown event type 'esim.readyy'"),
+    ("payment.receipt=30", "payment.receipt is never sent by SMS"),
+])
+def test_a_fallback_for_a_type_that_cannot_have_one_stops_the_notification_queues(
+        monkeypatch: pytest.MonkeyPatch, value: str, problem: str) -> None:
+    use_herald_env(monkeypatch, sms_fallback_after_s=value)
+    with pytest.raises(StartupError, match=problem):
+        start_notification_queues()
+
+
+def test_the_setting_opts_types_in_and_no_built_in_type_has_a_fallback(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert all(spec.fallback_after_s is None for spec in EVENT_TYPES.values())
+    use_herald_env(monkeypatch, sms_fallback_after_s="esim.ready=30, account.welcome=4.5")
+    assert {name: fallback_after_s(name) for name in EVENT_TYPES} == {
+        "account.welcome": 4.5, "payment.receipt": None, "esim.ready": 30.0,
+        "promo.offer": None}
