@@ -5,8 +5,8 @@ what a failure of that step stops (docs/queue.md#capsules).
 capsule                startup step                                a failed step
 =====================  ==========================================  =====================
 notification queues    build each channel's active provider; load  stops these queues
-                       and compile every notification template     only (``/readyz`` of
-                                                                   the worker says so)
+                       and compile every notification template;    only (``/readyz`` of
+                       check SMS_FALLBACK_AFTER_S's event types    the worker says so)
 business queues        build the enabled eSIM provider plugins     stops the process
                        (``ESIM_PROVIDERS``) and operators
                        (``OPERATORS``)
