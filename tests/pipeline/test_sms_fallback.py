@@ -21,8 +21,8 @@ from actors.event_catalogue import EVENT_TYPES, fallback_after_s
 from actors.lifecycle import StartupError, start_notification_queues
 from actors.sms_fallback import FallbackJob, check_sms_fallback, fallback_job_id
 from herald import db
-from herald.queue import Job, enqueue, queue, running_worker
-from herald.settings import SettingsError, load_settings
+from herald.queue import Job, current_app, enqueue, now_ms, queue, running_worker
+from herald.settings import SettingsError, get_settings, load_settings
 from herald.web import create_app
 from models.delivery_fallback import take_fallback
 from providers.mock import MockProvider, signed_callback
@@ -237,6 +237,38 @@ def test_a_kill_during_the_fallback_send_never_sends_again(client: TestClient) -
                                             ("mock-b", "ambiguous", True)]
     assert delivery(client, delivery_id)["attempts_log"][-1]["error"].startswith(
         "fallback_unconfirmed")
+
+
+def test_a_failed_fallback_send_is_logged_and_never_retried(client: TestClient) -> None:
+    # Given mock-b is down when the fallback of a delivery accepted by mock-a comes
+    MockProvider.set_state("mock-b", "down")
+    delivery_id = sms(client)
+    with sms_workers(1):
+        sent_by_a(client, delivery_id)
+        check = wait_for(lambda: finished("notification-sms", fallback_job_id(delivery_id)),
+                         timeout=30, what="the fallback check")
+    # Then its one send failed, the log says so, and the check ended there (one run)
+    assert check.return_value["result"] == "definite_failure"
+    assert check.attempts_started == 1
+    assert [r["outcome"] for r in sends("mock-b", delivery_id)] == ["transient"]
+    assert history(delivery_id, client) == [("mock-a", "accepted", False),
+                                            ("mock-b", "definite_failure", True)]
+    assert delivery(client, delivery_id)["outcome"] == "sent"
+
+
+def test_no_fallback_while_the_next_providers_circuit_is_open(client: TestClient) -> None:
+    # Given mock-b's circuit was opened just now (as another worker left it)
+    current_app().client.hset(f"{get_settings().queue_prefix}:circuit:mock-b",
+                              mapping={"state": "open", "since": now_ms()})
+    delivery_id = sms(client)
+    with sms_workers(1):
+        sent_by_a(client, delivery_id)
+        check = wait_for(lambda: finished("notification-sms", fallback_job_id(delivery_id)),
+                         timeout=30, what="the fallback check")
+    # Then nothing was sent a second time
+    assert check.return_value["skipped"] == "no provider to fall back to"
+    assert sends("mock-b", delivery_id) == []
+    assert history(delivery_id, client) == [("mock-a", "accepted", False)]
 
 
 def test_the_fallback_is_taken_once_whoever_read_the_delivery_before(
