@@ -73,6 +73,13 @@ def finished(queue_name: str, job_id: str) -> Job | None:
     return job if job is not None and job.state == "completed" else None
 
 
+def completed(job_id: str, what: str = "the fallback check") -> Job:
+    """Wait for the notification-sms job ``job_id`` to complete; the job."""
+    job = wait_for(lambda: finished("notification-sms", job_id), timeout=30, what=what)
+    assert isinstance(job, Job)
+    return job
+
+
 def sent_by_a(client: TestClient, delivery_id: str) -> dict[str, Any]:
     """Wait for mock-a's acceptance and for its channel job to end; the delivery."""
     wait_for(lambda: finished("notification-sms", delivery_id), timeout=30,
@@ -106,8 +113,7 @@ def test_an_urgent_sms_without_a_receipt_is_sent_once_more_through_the_next_prov
     with sms_workers(1):
         sent_by_a(client, delivery_id)
         # When no receipt comes within the wait
-        check = wait_for(lambda: finished("notification-sms", fallback_job_id(delivery_id)),
-                         timeout=30, what="the fallback check")
+        check = completed(fallback_job_id(delivery_id))
     # Then mock-b sent it once, after the wait, and the attempts log says it on purpose
     assert check.return_value == {"delivery_id": delivery_id, "fallback_provider": "mock-b",
                                   "result": "accepted"}
@@ -139,8 +145,7 @@ def test_a_delivered_receipt_within_the_wait_cancels_the_fallback(
             wait_for(lambda: delivery(client, delivery_id)["outcome"] == "delivered",
                      timeout=LONG_WAIT_S - 1, what="the receipt to apply")
         # When the check runs at the end of the wait
-        check = wait_for(lambda: finished("notification-sms", fallback_job_id(delivery_id)),
-                         timeout=30, what="the fallback check")
+        check = completed(fallback_job_id(delivery_id))
     # Then it sent nothing
     assert check.return_value == {"delivery_id": delivery_id, "skipped": "outcome delivered"}
     assert sends("mock-b", delivery_id) == []
@@ -170,8 +175,7 @@ def test_a_receipt_of_either_message_correlates_and_delivered_from_the_fallback_
     delivery_id = sms(client)
     with sms_workers(1):
         sent_by_a(client, delivery_id)
-        wait_for(lambda: finished("notification-sms", fallback_job_id(delivery_id)),
-                 timeout=30, what="the fallback check")
+        completed(fallback_job_id(delivery_id))
     [first], [second] = sends("mock-a", delivery_id), sends("mock-b", delivery_id)
     with running_worker(["notification-orchestration"]):
         # When mock-a reports its message failed, the delivery stays sent (mock-b's may
@@ -204,8 +208,7 @@ def test_two_workers_and_a_duplicate_check_still_send_one_fallback(
         enqueue(check_sms_fallback, FallbackJob(delivery_id=delivery_id),
                 job_id=f"again-{delivery_id}", delay=timedelta(seconds=WAIT_S))
         # When both checks run in two worker processes
-        checks = [wait_for(lambda j=job_id: finished("notification-sms", j), timeout=30,
-                           what="both checks")
+        checks = [completed(job_id, "both checks")
                   for job_id in (fallback_job_id(delivery_id), f"again-{delivery_id}")]
     # Then one of them sent, the other found the fallback taken
     results = sorted(check.return_value.get("skipped", "sent") for check in checks)
@@ -228,8 +231,7 @@ def test_a_kill_during_the_fallback_send_never_sends_again(client: TestClient) -
         workers[0].wait(timeout=10)
         MockProvider.script(PHONE, "ok")
         workers[0] = sms_worker()
-        check = wait_for(lambda: finished("notification-sms", fallback_job_id(delivery_id)),
-                         timeout=30, what="the restarted check")
+        check = completed(fallback_job_id(delivery_id), "the restarted check")
     # Then the restarted check sent nothing, and the log keeps the send as unconfirmed
     assert check.return_value == {"delivery_id": delivery_id, "skipped": "fallback taken"}
     assert sends("mock-b", delivery_id) == []
@@ -245,8 +247,7 @@ def test_a_failed_fallback_send_is_logged_and_never_retried(client: TestClient) 
     delivery_id = sms(client)
     with sms_workers(1):
         sent_by_a(client, delivery_id)
-        check = wait_for(lambda: finished("notification-sms", fallback_job_id(delivery_id)),
-                         timeout=30, what="the fallback check")
+        check = completed(fallback_job_id(delivery_id))
     # Then its one send failed, the log says so, and the check ended there (one run)
     assert check.return_value["result"] == "definite_failure"
     assert check.attempts_started == 1
@@ -263,8 +264,7 @@ def test_no_fallback_while_the_next_providers_circuit_is_open(client: TestClient
     delivery_id = sms(client)
     with sms_workers(1):
         sent_by_a(client, delivery_id)
-        check = wait_for(lambda: finished("notification-sms", fallback_job_id(delivery_id)),
-                         timeout=30, what="the fallback check")
+        check = completed(fallback_job_id(delivery_id))
     # Then nothing was sent a second time
     assert check.return_value["skipped"] == "no provider to fall back to"
     assert sends("mock-b", delivery_id) == []
