@@ -116,28 +116,30 @@ class SendResult:
         return cls(accepted=True, provider_message_id=message_id)
 
     @classmethod
+    def failed(cls, kind: FailureKind, code: str, message: str) -> SendResult:
+        """A failure of ``kind``; ``message`` is clipped to FAILURE_MESSAGE_MAX_CHARS."""
+        return cls(accepted=False, failure_kind=kind, failure_code=code,
+                   failure_message=_clip(message))
+
+    @classmethod
     def transient(cls, code: str, message: str) -> SendResult:
         """A failure that another attempt may get past."""
-        return cls(accepted=False, failure_kind=FailureKind.TRANSIENT, failure_code=code,
-                   failure_message=_clip(message))
+        return cls.failed(FailureKind.TRANSIENT, code, message)
 
     @classmethod
     def terminal(cls, code: str, message: str) -> SendResult:
         """A failure no retry at any provider can fix."""
-        return cls(accepted=False, failure_kind=FailureKind.TERMINAL, failure_code=code,
-                   failure_message=_clip(message))
+        return cls.failed(FailureKind.TERMINAL, code, message)
 
     @classmethod
     def refused(cls, code: str, message: str) -> SendResult:
         """A failure no retry at this provider can fix; another provider may succeed."""
-        return cls(accepted=False, failure_kind=FailureKind.REFUSED, failure_code=code,
-                   failure_message=_clip(message))
+        return cls.failed(FailureKind.REFUSED, code, message)
 
     @classmethod
     def ambiguous(cls, code: str, message: str) -> SendResult:
         """A send that may have been accepted: retry this provider only."""
-        return cls(accepted=False, failure_kind=FailureKind.AMBIGUOUS, failure_code=code,
-                   failure_message=_clip(message))
+        return cls.failed(FailureKind.AMBIGUOUS, code, message)
 
     @property
     def retryable(self) -> bool:

@@ -53,7 +53,7 @@ again. The reasoning the rows follow:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -70,11 +70,6 @@ TERMINAL, AMBIGUOUS = FailureKind.TERMINAL, FailureKind.AMBIGUOUS
 #: How deep :func:`raised_from` follows an exception's causes (a guard against cycles).
 CAUSE_DEPTH = 8
 
-_BUILDERS: Mapping[FailureKind, Callable[[str, str], SendResult]] = {
-    TRANSIENT: SendResult.transient, REFUSED: SendResult.refused,
-    TERMINAL: SendResult.terminal, AMBIGUOUS: SendResult.ambiguous}
-
-
 @dataclass(frozen=True)
 class Rule:
     """One row's verdict: the failure's kind and why."""
@@ -84,7 +79,7 @@ class Rule:
 
     def result(self, code: str, message: str) -> SendResult:
         """The failed :class:`SendResult` of this kind under ``code``."""
-        return _BUILDERS[self.kind](code, message)
+        return SendResult.failed(self.kind, code, message)
 
 
 @dataclass(frozen=True)
