@@ -134,7 +134,9 @@ def run_failover(events: int, console: Console) -> int:
         console.print(f"[red]--failover-events must be 0 or at least {MIN_FAILOVER_EVENTS}[/]")
         return 2
     chain = f"{FIRST},{SECOND}"
+    # MOCK_CHANNELS empty: the instances carry email and SMS whatever the user narrowed
     with environment(MOCK_INSTANCES=chain, EMAIL_PROVIDERS=chain, SMS_PROVIDERS=chain,
+                     MOCK_CHANNELS="",
                      PROVIDER_CIRCUIT_COOLDOWN_S=str(COOLDOWN.total_seconds())), \
             own_namespace() as prefix, registry.redeclared(QUEUES, rate_limit=None):
         return _run(events, console, prefix)
