@@ -205,10 +205,13 @@ class Stretch:
 def _run(events: int, console: Console, prefix: str) -> int:
     from actors.handoffs import Scope
     from herald.db import migrate
-    from herald.queue import running_worker
+    from herald.queue import current_app, running_worker
+    from providers.circuit import circuit_key
     from providers.mock import MockProvider
 
     migrate()
+    # the circuits start closed: an interrupted earlier run may have left one open
+    current_app().client.delete(*(circuit_key(prefix, name) for name in (FIRST, SECOND)))
     run_id = uuid.uuid4().hex[:8]
     accounts = _seed_accounts(run_id)
     scope = Scope.of(accounts)
