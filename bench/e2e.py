@@ -18,6 +18,7 @@ bulk path), reported on lines of its own. Appends to ``bench/results.md``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -25,6 +26,7 @@ import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from sqlalchemy import Engine, event, func, text
@@ -254,19 +256,23 @@ def _settle(run: str, events: int, producers: int, accounts: list[str],
 
 
 def run_once(events: int, processes: int, accounts: list[str], producers: int,
-             started: list, bulk: int = 0) -> tuple[float, dict[str, float]]:
+             started: list, bulk: int = 0, *, repo: Path = REPO,
+             watch: AbstractContextManager[object] | None = None
+             ) -> tuple[float, dict[str, float]]:
     """Deliveries/s with ``processes`` worker processes, events from ``producers`` threads
     (each ``bulk`` at a time when not 0), the CPU ms per delivery each process group
-    spent, and the workers' peak RSS."""
+    spent, and the workers' peak RSS. The workers run the code of ``repo`` (this
+    checkout by default); ``watch`` is entered around the measured stretch alone."""
     workers = [subprocess.Popen(
         [sys.executable, "-m", "herald.cli", "worker", "--import", "bench.unlimited",
-         "notification-email", "notification-sms"], cwd=REPO,
+         "notification-email", "notification-sms"], cwd=repo,
         env={**os.environ, "WORKER_PORT": "0", "LOG_LEVEL": "WARNING"},
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(processes)]
     try:
         # warm up before the clock starts: the workers boot, connect and load templates
         _settle(uuid.uuid4().hex[:8], WARM_UP_EVENTS, producers, accounts, bulk)
-        with CpuMeter([worker.pid for worker in workers], started) as meter:
+        with CpuMeter([worker.pid for worker in workers], started) as meter, \
+                watch or contextlib.nullcontext():
             clock = time.perf_counter()
             _settle(uuid.uuid4().hex[:8], events, producers, accounts, bulk)
             elapsed = time.perf_counter() - clock

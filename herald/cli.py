@@ -2,7 +2,8 @@
 
 ::
 
-    herald demo [--jobs N] [--events N] [--batch-size N] [--orders N] [--purchase-orders N]
+    herald demo [--jobs N] [--events N] [--batch-size N] [--failover-events N] [--orders N]
+                [--purchase-orders N]
                                       push jobs, notifications and eSIM orders through the
                                       real workers
     herald up [--procfile P] [NAME…]  run the Procfile's processes in one terminal
@@ -74,6 +75,15 @@ def _batch_size(text: str) -> int:
     return _at_least(1, MAX_RECIPIENTS)(text)
 
 
+def _failover_events(text: str) -> int:
+    from herald.demo.failover import MAX_FAILOVER_EVENTS, MIN_FAILOVER_EVENTS
+
+    value = _at_least(0, MAX_FAILOVER_EVENTS)(text)
+    if 0 < value < MIN_FAILOVER_EVENTS:
+        raise argparse.ArgumentTypeError(f"must be 0 or at least {MIN_FAILOVER_EVENTS}")
+    return value
+
+
 def _orders(text: str) -> int:
     from herald.demo.orders import MAX_ORDERS
 
@@ -141,6 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "phase)")
     demo.add_argument("--batch-size", type=_batch_size,
                       help="accounts in the scheduled batch (default 20)")
+    demo.add_argument("--failover-events", type=_failover_events,
+                      help="events to send through the provider chain mock-a → mock-b while "
+                           "mock-a goes down and comes back (default 120; 0 skips the "
+                           "failover phase)")
     demo.add_argument("--orders", type=_orders,
                       help="eSIM orders to place, paid and issued (default three of each "
                            "mock eSIM product; 0 skips the order phase)")

@@ -17,5 +17,5 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from herald.demo.summary import WIDTH as DEMO_WIDTH
 
     return demo.run(args.jobs, events=args.events, batch_size=args.batch_size,
-                    orders=args.orders, purchase_orders=args.purchase_orders,
-                    console=console(DEMO_WIDTH))
+                    failover_events=args.failover_events, orders=args.orders,
+                    purchase_orders=args.purchase_orders, console=console(DEMO_WIDTH))

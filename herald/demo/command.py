@@ -14,6 +14,11 @@ it) drives real notification traffic through the channel workers, with a schedul
 Redis keys of its own and scoped to the rows it made: a user's own queued work in the
 same Redis and database is neither run, nor waited for, nor counted.
 
+Then the failover phase (:mod:`herald.demo.failover`, ``--failover-events N``; 0 skips
+it) sends email and SMS through the provider chain ``mock-a`` → ``mock-b`` while
+``mock-a`` goes down and comes back: the circuit opens, ``mock-b`` carries the sends, the
+circuit closes again, and no delivery is accepted twice.
+
 Then the order phase (:mod:`herald.demo.orders`, ``--orders N``; 0 skips it) places and
 pays eSIM orders across every behaviour of the mock eSIM provider through the HTTP API,
 runs the payment and store queues in a worker process that one product crashes on purpose
@@ -98,11 +103,11 @@ def _deadline(jobs: int) -> timedelta:
 
 
 def run(jobs: int = DEFAULT_JOBS, *, events: int | None = None, batch_size: int | None = None,
-        orders: int | None = None, purchase_orders: int | None = None,
-        console: Console | None = None) -> int:
+        failover_events: int | None = None, orders: int | None = None,
+        purchase_orders: int | None = None, console: Console | None = None) -> int:
     """Run the demo; returns the process exit code (0 only when every job, delivery and
-    order ended as planned). ``events``, ``orders`` and ``purchase_orders`` of 0 skip their
-    phase; None runs it at its default size."""
+    order ended as planned). ``events``, ``failover_events``, ``orders`` and
+    ``purchase_orders`` of 0 skip their phase; None runs it at its default size."""
     console = console or Console()
     settings = get_settings()
     started_embedded = settings.embedded_redis and not embedded_redis_running()
@@ -115,6 +120,12 @@ def run(jobs: int = DEFAULT_JOBS, *, events: int | None = None, batch_size: int 
             with quiet_logs():
                 code = run_notifications(DEFAULT_EVENTS if events is None else events,
                                          console, batch_size=batch_size)
+        if code == 0 and failover_events != 0:
+            from herald.demo.failover import DEFAULT_FAILOVER_EVENTS, run_failover
+
+            with quiet_logs():
+                code = run_failover(DEFAULT_FAILOVER_EVENTS if failover_events is None
+                                    else failover_events, console)
         if code == 0 and orders != 0:
             from herald.demo.orders import DEFAULT_ORDERS, run_orders
 

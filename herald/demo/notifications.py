@@ -194,6 +194,19 @@ def _sweep(done: Progressed, scope: Scope) -> None:
     done.recreated += report.recreated
 
 
+def tally(scope: Scope) -> Counter[tuple[str, str]]:
+    """The deliveries of ``scope`` by (channel, outcome), counted in one query."""
+    from herald.db import session as db_session
+    from models.notifications import Delivery
+
+    with db_session() as session:
+        rows = session.exec(
+            select(Delivery.channel, Delivery.outcome, func.count())
+            .where(scope.deliveries())
+            .group_by(Delivery.channel, Delivery.outcome)).all()
+    return Counter({(channel, outcome): count for channel, outcome, count in rows})
+
+
 def run_notifications(events: int, console: Console, *, batch_size: int | None = None) -> int:
     """Run the notification phase; returns 0 when every delivery it made ended final, its
     batch finished, every callback it posted was processed and the provider accepted
@@ -237,21 +250,13 @@ def _run(events: int, console: Console, batch_size: int, prefix: str) -> int:
     # every wait, count and repair below reads this run's rows only
     scope = Scope.of(accounts, [batch.id])
 
-    def tally() -> Counter[tuple[str, str]]:
-        with db_session() as session:
-            rows = session.exec(
-                select(Delivery.channel, Delivery.outcome, func.count())
-                .where(scope.deliveries())
-                .group_by(Delivery.channel, Delivery.outcome)).all()
-        return Counter({(channel, outcome): count for channel, outcome, count in rows})
-
     def unprocessed_receipts() -> int:
         with db_session() as session:
             return session.exec(select(func.count()).select_from(CallbackReceipt).where(
                 col(CallbackReceipt.processed_at).is_(None), scope.receipts())).one()
 
     # the batch adds its deliveries when it runs: the bar grows with them
-    expected = sum(tally().values())
+    expected = sum(tally(scope).values())
     done = Progressed()
     settled_at = None
     client = TestClient(create_app())
@@ -261,7 +266,7 @@ def _run(events: int, console: Console, batch_size: int, prefix: str) -> int:
         task = progress.add_task("deliveries", total=expected)
         while time.perf_counter() - started < SETTLE_DEADLINE.total_seconds():
             accepted = _post_callbacks(client, done)
-            counts = tally()
+            counts = tally(scope)
             total = sum(counts.values())
             open_ = sum(n for (_, outcome), n in counts.items() if outcome in OPEN_OUTCOMES)
             progress.update(task, total=total, completed=total - open_)
@@ -278,8 +283,8 @@ def _run(events: int, console: Console, batch_size: int, prefix: str) -> int:
                 settled_at = time.perf_counter()
                 break
             time.sleep(0.2)
-    counts = tally()
-    _print_deliveries(console, counts)
+    counts = tally(scope)
+    print_deliveries(console, counts)
     report = get_batch(batch.id)
     assert report is not None
     enqueued = "all enqueued" if report.batch.fully_enqueued else "not all enqueued"
@@ -341,11 +346,13 @@ def _print_repeated_sends(console: Console) -> None:
                           + ", ".join(f"{s['at']} ({s['provider_message_id']})" for s in sends))
 
 
-def _print_deliveries(console: Console, counts: Counter[tuple[str, str]]) -> None:
+def print_deliveries(console: Console, counts: Counter[tuple[str, str]],
+                     channels: Sequence[str] = ("email", "sms", "in_app")) -> None:
+    """A table of ``counts`` (:func:`tally`): a row per channel, a column per outcome."""
     table = Table(title="deliveries by channel × outcome")
     table.add_column("channel")
     for outcome in OUTCOMES:
         table.add_column(outcome, justify="right")
-    for channel in ("email", "sms", "in_app"):
+    for channel in channels:
         table.add_row(channel, *(str(counts[(channel, o)]) for o in OUTCOMES))
     console.print(table)

@@ -577,7 +577,7 @@ def test_demo_runs_every_job_to_its_planned_end_twice(tmp_path: Path,
                                                       demo_env: dict[str, str]) -> None:
     for run in (1, 2):
         # When the demo runs (the second time on the queue the first one left behind)
-        result = run_herald("demo", "--purchase-orders", "0",
+        result = run_herald("demo", "--purchase-orders", "0", "--failover-events", "0",
                             "--jobs", "300", cwd=tmp_path, env=demo_env,
                             timeout_s=DEMO_S)
 
@@ -658,7 +658,7 @@ def test_demo_on_the_embedded_default(tmp_path: Path) -> None:
 
 def test_demo_events_0_skips_the_notification_phase(tmp_path: Path,
                                                    demo_env: dict[str, str]) -> None:
-    result = run_herald("demo", "--purchase-orders", "0",
+    result = run_herald("demo", "--purchase-orders", "0", "--failover-events", "0",
                         "--jobs", "20", "--events", "0", "--orders", "0", cwd=tmp_path,
                         env=demo_env, timeout_s=DEMO_S)
 
@@ -668,6 +668,7 @@ def test_demo_events_0_skips_the_notification_phase(tmp_path: Path,
     # database was made
     assert "deliveries by channel" not in result.stdout
     assert "orders by product" not in result.stdout
+    assert "sends per stretch" not in result.stdout  # --failover-events 0: nor failover
     assert not (tmp_path / "herald.db").exists()
 
 
@@ -710,7 +711,7 @@ def test_demo_after_a_user_session_counts_and_touches_only_its_own_rows(
 
     for run in (1, 2):
         # When the demo runs (twice)
-        result = run_herald("demo", "--purchase-orders", "0",
+        result = run_herald("demo", "--purchase-orders", "0", "--failover-events", "0",
                             "--jobs", "20", "--events", "40", "--batch-size", "5",
                             cwd=tmp_path, env=demo_env, timeout_s=DEMO_S)
 
@@ -749,7 +750,7 @@ def test_demo_after_a_user_session_counts_and_touches_only_its_own_rows(
 
 def test_demo_sends_notifications_through_every_phase(
         tmp_path: Path, demo_env: dict[str, str]) -> None:
-    result = run_herald("demo", "--purchase-orders", "0",
+    result = run_herald("demo", "--purchase-orders", "0", "--failover-events", "0",
                         "--jobs", "20", "--events", "40", "--batch-size", "5",
                         cwd=tmp_path, env=demo_env, timeout_s=DEMO_S)
 
