@@ -54,7 +54,8 @@ def delivery_values() -> dict[str, Any]:
     return {"id": "d-1", "notification_id": "n-1", "channel": "sms", "outcome": "queued",
             "reason": None, "provider": None, "provider_message_id": None, "attempts": 0,
             "last_error": None, "claimed_at": None, "queued_at": None, "attempts_log": None,
-            "not_before": None, "created_at": now, "updated_at": now}
+            "not_before": None, "fallback_provider": None, "fallback_message_id": None,
+            "created_at": now, "updated_at": now}
 
 
 def test_a_table_model_keeps_its_loaded_values_in_its_field_values(fresh_sqlite: str) -> None:
