@@ -1,0 +1,149 @@
+"""``/v1/webhook-endpoints``: the customer's URLs that herald's events are sent to, signed
+(docs/api.md#webhooks). A URL is checked against server-side request forgery
+(:mod:`providers.webhook_target`) when an endpoint is created or its URL changed: a 422
+then, and nothing is written. The signing secret is shown only by the answers that make
+one (create, rotate-secret); reading an endpoint never shows it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import Response
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from sqlmodel import col, select
+
+from herald import db
+from herald.settings import get_settings
+from herald.text import SINGLE_LINE
+from herald.web.auth import protected_router
+from herald.web.errors import api_error, found
+from models.base import utcnow
+from models.webhooks import WEBHOOK_EVENT_TYPES, WebhookEndpoint
+from providers.webhook_target import UnsafeTarget, check_target
+
+router = protected_router(["webhooks"])
+
+EventType = Literal[WEBHOOK_EVENT_TYPES]  # type: ignore[valid-type]  # the tuple is constant
+Url = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2048),
+                SINGLE_LINE]
+Description = Annotated[str, StringConstraints(strip_whitespace=True, max_length=500),
+                        SINGLE_LINE]
+Events = Annotated[list[EventType], Field(min_length=1, max_length=len(WEBHOOK_EVENT_TYPES))]
+
+
+class EndpointIn(BaseModel):
+    """A new endpoint: its URL, the event types it gets, a note for the customer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: Url
+    events: Events
+    description: Description = ""
+
+
+class EndpointPatch(BaseModel):
+    """What a PATCH may change; a field left out stays as it is."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: Url | None = None
+    events: Events | None = None
+    description: Description | None = None
+    disabled: bool | None = None
+
+
+def _checked_url(url: str) -> str:
+    """``url`` when a webhook may be sent to it now; else a 422 saying why."""
+    settings = get_settings()
+    try:
+        check_target(url, allow_http=settings.webhook_allow_http,
+                     allow_private=settings.webhook_allow_private)
+    except UnsafeTarget as error:
+        raise api_error(422, "unsafe_webhook_url", f"url: {error}") from None
+    return url
+
+
+def endpoint_view(endpoint: WebhookEndpoint) -> dict[str, Any]:
+    """An endpoint as JSON, without its secret."""
+    return {"id": endpoint.id, "url": endpoint.url, "events": list(endpoint.events),
+            "description": endpoint.description, "disabled": endpoint.disabled,
+            "created_at": endpoint.created_at.isoformat(),
+            "updated_at": endpoint.updated_at.isoformat()}
+
+
+@router.post("/webhook-endpoints", status_code=201, summary="Create a webhook endpoint")
+def create_endpoint(body: EndpointIn) -> dict[str, Any]:
+    """201 with the endpoint and its signing `secret` (`whsec_…`), shown this once. 422
+    for an event type herald does not send, or a URL it may not send to (not `https://`,
+    or a host that resolves to a loopback, private, link-local or metadata address)."""
+    endpoint = WebhookEndpoint(url=_checked_url(body.url),
+                               events=list(dict.fromkeys(body.events)),
+                               description=body.description)
+    with db.session() as session:
+        session.add(endpoint)
+    return endpoint_view(endpoint) | {"secret": endpoint.secret}
+
+
+@router.get("/webhook-endpoints", summary="The webhook endpoints")
+def list_endpoints() -> dict[str, Any]:
+    """Every endpoint, oldest first (secrets never shown)."""
+    with db.session() as session:
+        endpoints = session.exec(select(WebhookEndpoint).order_by(
+            col(WebhookEndpoint.created_at), col(WebhookEndpoint.id))).all()
+        return {"items": [endpoint_view(endpoint) for endpoint in endpoints]}
+
+
+@router.get("/webhook-endpoints/{endpoint_id}", summary="A webhook endpoint")
+def get_endpoint(endpoint_id: str) -> dict[str, Any]:
+    """The endpoint (its secret never shown)."""
+    with db.session() as session:
+        return endpoint_view(found(session.get(WebhookEndpoint, endpoint_id),
+                                   "webhook_endpoint", endpoint_id))
+
+
+@router.patch("/webhook-endpoints/{endpoint_id}", summary="Change a webhook endpoint")
+def patch_endpoint(endpoint_id: str, body: EndpointPatch) -> dict[str, Any]:
+    """Change its `url`, `events`, `description` or `disabled`; a new URL is checked as
+    at creation (422, nothing changed). Turning `disabled` off starts sending again."""
+    changes = body.model_dump(exclude_none=True)
+    if "url" in changes:
+        _checked_url(changes["url"])
+    if "events" in changes:
+        changes["events"] = list(dict.fromkeys(changes["events"]))
+    with db.session() as session:
+        endpoint = found(session.get(WebhookEndpoint, endpoint_id), "webhook_endpoint",
+                         endpoint_id)
+        for name, value in changes.items():
+            setattr(endpoint, name, value)
+        if changes.get("disabled") is False:
+            endpoint.failing_since = None  # re-enabled: its failing streak starts afresh
+        endpoint.updated_at = utcnow()
+        session.add(endpoint)
+        session.flush()
+        return endpoint_view(endpoint)
+
+
+@router.delete("/webhook-endpoints/{endpoint_id}", status_code=204,
+               summary="Delete a webhook endpoint")
+def delete_endpoint(endpoint_id: str) -> Response:
+    """Delete the endpoint and its messages; nothing more is sent to it."""
+    with db.session() as session:
+        endpoint = found(session.get(WebhookEndpoint, endpoint_id), "webhook_endpoint",
+                         endpoint_id)
+        session.delete(endpoint)
+    return Response(status_code=204)
+
+
+@router.post("/webhook-endpoints/{endpoint_id}/rotate-secret",
+             summary="Rotate a webhook endpoint's secret")
+def rotate_secret(endpoint_id: str) -> dict[str, Any]:
+    """The endpoint with its new `secret`, shown this once. For 24 hours every message is
+    signed with both the old and the new secret, so the receiver can switch at leisure."""
+    with db.session() as session:
+        endpoint = found(session.get(WebhookEndpoint, endpoint_id), "webhook_endpoint",
+                         endpoint_id)
+        secret = endpoint.rotate_secret()
+        session.add(endpoint)
+        session.flush()
+        return endpoint_view(endpoint) | {"secret": secret}
