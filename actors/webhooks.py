@@ -30,6 +30,7 @@ from actors.queues import registry
 from herald import db
 from herald.queue import Defer, Schedule, enqueue
 from herald.settings import get_settings
+from models import webhooks
 from models.base import utcnow
 from models.webhooks import MessageStatus, WebhookEndpoint, WebhookMessage
 from providers.webhook_http import Attempt, post_message
@@ -86,6 +87,11 @@ def enqueue_message(message_id: str, endpoint_id: str, *, at: datetime | None = 
     return enqueue(deliver_webhook, WebhookJob(message_id=message_id), job_id=message_id,
                    group=endpoint_id, at=at, retry_failed=replay,
                    replay_completed=replay).status
+
+
+def _hand_off(messages: list[tuple[str, str]]) -> None:
+    for message_id, endpoint_id in messages:
+        enqueue_message(message_id, endpoint_id)
 
 
 @registry.actor(queue=QUEUE, payload=WebhookJob)
@@ -219,3 +225,5 @@ registry.schedule(Schedule(name="sweep-webhook-messages", actor=sweep_webhook_me
                            every=timedelta(seconds=get_settings().handoff_sweep_interval_s),
                            run_at_start=True))
 registry.sweep("webhook-messages", sweep_webhook_messages)
+# the messages a state change writes are handed to this relay once they are committed
+webhooks.hand_off = _hand_off

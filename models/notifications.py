@@ -22,6 +22,7 @@ from sqlalchemy import (
     Insert,
     String,
     UniqueConstraint,
+    Update,
     and_,
     bindparam,
     insert,
@@ -34,6 +35,7 @@ from sqlalchemy import (
 from sqlmodel import Field, Session, SQLModel, col, select
 
 from herald.db import Prepared, autocommit, get_engine, is_postgres
+from models import webhooks
 from models.base import (
     UtcDateTime,
     id_field,
@@ -561,9 +563,32 @@ def record_delivery_outcome(db: Db, delivery_id: str, *, token: datetime | None,
     params["delivery_id"] = delivery_id
     if token is not None:
         params["token"] = token
-    written = statement.run(_connection(db), params).rowcount == 1
-    db.commit()
+    event = webhooks.DELIVERY_EVENTS.get(outcome.value)
+    if event is None or event not in webhooks.subscribed_types(_connection(db)):
+        written = statement.run(_connection(db), params).rowcount == 1
+        db.commit()
+        return written
+    written, messages = _record_with_messages(db, statement, params, event)
+    webhooks.hand_off_messages(messages)
     return written
+
+
+def _record_with_messages(db: Db, statement: Prepared, params: dict[str, Any],
+                          event: str) -> tuple[bool, list[tuple[str, str]]]:
+    """The outcome UPDATE and its webhook messages, landing together
+    (docs/api.md#webhooks); committed."""
+    update_statement = statement.statement
+    assert isinstance(update_statement, Update)
+    if isinstance(db, Session) or is_postgres():
+        # PostgreSQL: one statement; a session: its own transaction
+        done = webhooks.update_with_messages(_connection(db), update_statement, params,
+                                             event, _deliveries)
+        db.commit()
+        return done
+    # an autocommit SQLite connection commits each statement: the two need a transaction
+    with get_engine().begin() as connection:
+        return webhooks.update_with_messages(connection, update_statement, params, event,
+                                             _deliveries)
 
 
 def hold_delivery(db: Db, delivery_id: str, token: datetime, not_before: datetime) -> bool:

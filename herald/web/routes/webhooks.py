@@ -19,7 +19,7 @@ from herald.text import SINGLE_LINE
 from herald.web.auth import protected_router
 from herald.web.errors import api_error, found
 from models.base import utcnow
-from models.webhooks import WEBHOOK_EVENT_TYPES, WebhookEndpoint
+from models.webhooks import WEBHOOK_EVENT_TYPES, WebhookEndpoint, forget_subscribed_types
 from providers.webhook_target import UnsafeTarget, check_target
 
 router = protected_router(["webhooks"])
@@ -82,6 +82,7 @@ def create_endpoint(body: EndpointIn) -> dict[str, Any]:
                                description=body.description)
     with db.session() as session:
         session.add(endpoint)
+    forget_subscribed_types()
     return endpoint_view(endpoint) | {"secret": endpoint.secret}
 
 
@@ -121,7 +122,9 @@ def patch_endpoint(endpoint_id: str, body: EndpointPatch) -> dict[str, Any]:
         endpoint.updated_at = utcnow()
         session.add(endpoint)
         session.flush()
-        return endpoint_view(endpoint)
+        view = endpoint_view(endpoint)
+    forget_subscribed_types()
+    return view
 
 
 @router.delete("/webhook-endpoints/{endpoint_id}", status_code=204,
@@ -132,6 +135,7 @@ def delete_endpoint(endpoint_id: str) -> Response:
         endpoint = found(session.get(WebhookEndpoint, endpoint_id), "webhook_endpoint",
                          endpoint_id)
         session.delete(endpoint)
+    forget_subscribed_types()
     return Response(status_code=204)
 
 
