@@ -625,7 +625,7 @@ def advance_delivery_from_receipt(session: Session, delivery_id: str, outcome: O
 
     A ``failed_terminal`` receipt records reason ``provider_undelivered`` and the
     provider's ``detail``. Does not commit: the caller commits it together with the
-    receipt's mark.
+    receipt's mark (and the webhook messages it writes, docs/api.md#webhooks).
     """
     predecessors = RECEIPT_FORWARD_FROM.get(outcome)
     if predecessors is None:
@@ -634,6 +634,16 @@ def advance_delivery_from_receipt(session: Session, delivery_id: str, outcome: O
     if outcome is Outcome.FAILED_TERMINAL:
         values |= {"reason": "provider_undelivered",
                    "last_error": None if detail is None else detail[:500]}
+    event = webhooks.DELIVERY_EVENTS[outcome.value]
+    if event in webhooks.subscribed_types(session.connection()):
+        # its webhook messages in the same transaction, handed to the relay once committed
+        written, messages = webhooks.update_with_messages(
+            session.connection(),
+            update(_deliveries).where(_deliveries.c.id == bindparam("delivery_id"),
+                                      _deliveries.c.outcome.in_(sorted(predecessors)))
+            .values(**values), {"delivery_id": delivery_id}, event, _deliveries)
+        webhooks.hand_off_after_commit(session, messages)
+        return written
     result = session.exec(update(Delivery)
                           .where(col(Delivery.id) == delivery_id,
                                  col(Delivery.outcome).in_(sorted(predecessors)))

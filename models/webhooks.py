@@ -38,8 +38,9 @@ from sqlalchemy import (
     text,
     true,
 )
+from sqlalchemy import event as orm_events
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlmodel import Field, SQLModel
+from sqlmodel import Field, Session, SQLModel
 
 from models.base import UtcDateTime, id_field, table_of, timestamp_field, utcnow
 
@@ -171,6 +172,14 @@ def hand_off_messages(messages: list[tuple[str, str]]) -> None:
     except Exception as error:  # Redis down: the sweep repairs it
         log.warning("webhook hand-off failed: %s", type(error).__name__,
                     extra={"messages": len(messages)})
+
+
+def hand_off_after_commit(session: Session, messages: list[tuple[str, str]]) -> None:
+    """Hand ``messages`` to the relay once ``session`` commits (never before: a job that
+    ran first would find no message); a rollback drops them with their rows."""
+    if messages:
+        orm_events.listen(session, "after_commit",
+                     lambda _session: hand_off_messages(messages), once=True)
 
 
 def subscribed_types(connection: Connection) -> frozenset[str]:

@@ -135,3 +135,30 @@ def test_on_sqlite_the_outcome_and_its_messages_land_together(on_sqlite: None) -
     assert message.id.startswith("msg_") and message.handed_off_at is not None
     assert message.body["data"]["outcome"] == "failed_terminal"
     assert message.body["data"]["id"] == row.id
+
+
+def test_a_delivered_receipt_reaches_the_endpoint_once(client: TestClient,
+                                                       receiver: Receiver) -> None:
+    from providers.mock import MockProvider, signed_callback
+
+    # Given an endpoint subscribed to delivery.delivered, and an SMS sent
+    subscribe(client, receiver, ["delivery.delivered"])
+    person = client.post("/v1/accounts", json={"phone": "+966501234567"}).json()
+    sms = client.post("/v1/events", json={"type": "account.welcome", "channels": ["sms"],
+                                          "account_id": person["id"],
+                                          "occurrence": "signup"}).json()["deliveries"][0]
+    with running_worker(["notification-sms", "notification-orchestration", relay.QUEUE]):
+        wait_for(lambda: delivery(client, sms["id"])["outcome"] == "sent", what="sent")
+        [send] = MockProvider.sends()
+        # When the provider reports it delivered, twice
+        for _ in range(2):
+            body, headers = signed_callback(send, "delivered")
+            assert client.post("/v1/callbacks/mock", content=body,
+                               headers=headers).status_code in (200, 202)
+        wait_for(lambda: receiver.received, what="the webhook")
+        wait_for(lambda: delivery(client, sms["id"])["outcome"] == "delivered", what="done")
+    # Then one delivery.delivered message arrived, verified
+    (got,) = receiver.received
+    assert got.verified_by and json.loads(got.body)["type"] == "delivery.delivered"
+    assert json.loads(got.body)["data"]["outcome"] == "delivered"
+    assert messages() == 1
