@@ -165,6 +165,7 @@ def record_attempt(message_id: str, attempt: Attempt, now: datetime) -> dict[str
                 endpoint.disabled = True
                 log.warning("webhook endpoint disabled", extra={
                     "endpoint_id": endpoint.id, "status_code": attempt.status_code})
+            # a replayed message's attempts go on counting: a failed replay fails again
             retry_in = None if endpoint.disabled else retry_wait_s(len(message.attempts))
             if retry_in is not None and attempt.retry_after_s is not None:
                 retry_in = attempt.retry_after_s
@@ -227,3 +228,28 @@ registry.schedule(Schedule(name="sweep-webhook-messages", actor=sweep_webhook_me
 registry.sweep("webhook-messages", sweep_webhook_messages)
 # the messages a state change writes are handed to this relay once they are committed
 webhooks.hand_off = _hand_off
+
+
+def replay_failed(endpoint_id: str, *, message_id: str | None = None,
+                  since: datetime | None = None) -> list[str]:
+    """Send again the endpoint's ``failed`` messages (one by id, or every one created
+    since ``since``): each back to ``pending``, due now, its job added again; its attempts
+    so far stay listed. Returns the ids replayed."""
+    query = select(WebhookMessage).where(
+        col(WebhookMessage.endpoint_id) == endpoint_id,
+        col(WebhookMessage.status) == MessageStatus.FAILED.value)
+    if message_id is not None:
+        query = query.where(col(WebhookMessage.id) == message_id)
+    if since is not None:
+        query = query.where(col(WebhookMessage.created_at) >= since)
+    now = utcnow()
+    with db.session() as session:
+        rows = session.exec(query.with_for_update()).all()
+        for message in rows:
+            message.status, message.next_attempt_at = MessageStatus.PENDING, None
+            message.handed_off_at = now
+        session.add_all(rows)
+        replayed = [message.id for message in rows]
+    for replay_id in replayed:
+        enqueue_message(replay_id, endpoint_id, replay=True)
+    return replayed

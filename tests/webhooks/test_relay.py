@@ -155,3 +155,38 @@ def test_a_flushall_loses_no_message(receiver: Receiver) -> None:
     with running_worker([relay.QUEUE]):
         wait_for(lambda: all(settled(message_id) for message_id in ids), what="delivered")
     assert sorted(got.headers["webhook-id"] for got in receiver.received) == sorted(ids)
+
+
+def test_failed_messages_are_listed_with_attempts_and_sent_again_on_retry_and_recover(
+        receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    client = TestClient(create_app())
+    # Given three messages that failed their only attempt
+    monkeypatch.setattr(relay, "RETRY_SCHEDULE_S", (0.0,))
+    receiver.answer(500, times=3)
+    endpoint_id = endpoint(receiver)
+    ids = [message(endpoint_id) for _ in range(3)]
+    url = f"/v1/webhook-endpoints/{endpoint_id}/messages"
+    with running_worker([relay.QUEUE]):
+        wait_for(lambda: all(settled(message_id) for message_id in ids), what="failed")
+        # Then ?status=failed lists them with their attempt
+        listed = client.get(url, params={"status": "failed"}).json()["items"]
+        assert sorted(item["id"] for item in listed) == sorted(ids)
+        assert set(listed[0]["attempts"][0]) == {"at", "status_code", "duration_ms", "error"}
+        assert listed[0]["attempts"][0]["status_code"] == 500
+        # When one is retried
+        answer = client.post(f"{url}/{ids[0]}/retry")
+        assert answer.status_code == 202, answer.text
+        wait_for(lambda: read(ids[0]).status == "delivered", what="the retry delivered")
+        # and the others recovered since before they were made
+        since = (read(ids[1]).created_at - timedelta(seconds=1)).isoformat()
+        answer = client.post(f"/v1/webhook-endpoints/{endpoint_id}/recover",
+                             json={"since": since})
+        assert (answer.status_code, answer.json()) == (202, {"recovered": 2})
+        wait_for(lambda: all(read(m).status == "delivered" for m in ids), what="recovered")
+    # Then each was sent again under its own id, and keeps both attempts
+    assert sorted(got.headers["webhook-id"] for got in receiver.received) == sorted(ids * 2)
+    assert all(codes(read(message_id)) == [500, 200] for message_id in ids)
+    assert client.get(url, params={"status": "failed"}).json() == {"items": []}
+    # And a message that is not failed, or not there, is refused
+    assert client.post(f"{url}/{ids[0]}/retry").status_code == 409
+    assert client.post(f"{url}/msg_nothere/retry").status_code == 404

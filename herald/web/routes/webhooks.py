@@ -10,16 +10,22 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import Response
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
 from sqlmodel import col, select
 
+from actors.webhooks import replay_failed
 from herald import db
 from herald.settings import get_settings
 from herald.text import SINGLE_LINE
 from herald.web.auth import protected_router
-from herald.web.errors import api_error, found
+from herald.web.errors import api_error, found, not_found
 from models.base import utcnow
-from models.webhooks import WEBHOOK_EVENT_TYPES, WebhookEndpoint, forget_subscribed_types
+from models.webhooks import (
+    WEBHOOK_EVENT_TYPES,
+    WebhookEndpoint,
+    WebhookMessage,
+    forget_subscribed_types,
+)
 from providers.webhook_target import UnsafeTarget, check_target
 
 router = protected_router(["webhooks"])
@@ -151,3 +157,82 @@ def rotate_secret(endpoint_id: str) -> dict[str, Any]:
         session.add(endpoint)
         session.flush()
         return endpoint_view(endpoint) | {"secret": secret}
+
+
+# -- messages --------------------------------------------------------------------------------
+#: Most messages one listing shows.
+MESSAGES_LIMIT = 100
+
+
+def message_view(message: WebhookMessage) -> dict[str, Any]:
+    """A message as JSON: its body and every attempt (``at``, ``status_code``,
+    ``duration_ms``, ``error``)."""
+    return {"id": message.id, "endpoint_id": message.endpoint_id, "type": message.type,
+            "status": message.status, "body": message.body,
+            "attempts": list(message.attempts),
+            "next_attempt_at": (message.next_attempt_at.isoformat()
+                                if message.next_attempt_at else None),
+            "created_at": message.created_at.isoformat()}
+
+
+def _endpoint_exists(endpoint_id: str) -> None:
+    with db.session() as session:
+        endpoint = found(session.get(WebhookEndpoint, endpoint_id), "webhook_endpoint",
+                         endpoint_id)
+        if endpoint.disabled:
+            raise api_error(409, "webhook_endpoint_disabled",
+                            f"webhook endpoint {endpoint_id} is disabled: PATCH it with "
+                            f"\"disabled\": false first")
+
+
+@router.get("/webhook-endpoints/{endpoint_id}/messages", summary="A webhook endpoint's messages")
+def list_messages(endpoint_id: str,
+                  status: Literal["pending", "delivered", "failed"] | None = None,
+                  ) -> dict[str, Any]:
+    """The endpoint's messages, newest first (at most 100), with their attempts;
+    `?status=failed` (or `pending`, `delivered`) lists only those."""
+    query = select(WebhookMessage).where(col(WebhookMessage.endpoint_id) == endpoint_id)
+    if status is not None:
+        query = query.where(col(WebhookMessage.status) == status)
+    with db.session() as session:
+        found(session.get(WebhookEndpoint, endpoint_id), "webhook_endpoint", endpoint_id)
+        rows = session.exec(query.order_by(col(WebhookMessage.created_at).desc(),
+                                           col(WebhookMessage.id).desc())
+                            .limit(MESSAGES_LIMIT)).all()
+        return {"items": [message_view(message) for message in rows]}
+
+
+@router.post("/webhook-endpoints/{endpoint_id}/messages/{message_id}/retry",
+             status_code=202, summary="Send a failed webhook message again")
+def retry_message(endpoint_id: str, message_id: str) -> dict[str, Any]:
+    """A `failed` message back to `pending` and sent again now (one more attempt); 404
+    for no such message of the endpoint, 409 when it is not `failed` or the endpoint is
+    disabled."""
+    _endpoint_exists(endpoint_id)
+    if not replay_failed(endpoint_id, message_id=message_id):
+        with db.session() as session:
+            message = session.get(WebhookMessage, message_id)
+            if message is None or message.endpoint_id != endpoint_id:
+                raise not_found("webhook_message", message_id)
+            raise api_error(409, "webhook_message_not_failed",
+                            f"webhook message {message_id} is {message.status}, not failed")
+    with db.session() as session:
+        return message_view(found(session.get(WebhookMessage, message_id),
+                                  "webhook_message", message_id))
+
+
+class RecoverIn(BaseModel):
+    """Which failed messages to send again: those created at or after ``since``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    since: AwareDatetime
+
+
+@router.post("/webhook-endpoints/{endpoint_id}/recover", status_code=202,
+             summary="Send a webhook endpoint's failed messages again")
+def recover_messages(endpoint_id: str, body: RecoverIn) -> dict[str, Any]:
+    """Every `failed` message of the endpoint created since `since` back to `pending`
+    and sent again; answers how many (`recovered`). 409 while the endpoint is disabled."""
+    _endpoint_exists(endpoint_id)
+    return {"recovered": len(replay_failed(endpoint_id, since=body.since))}
