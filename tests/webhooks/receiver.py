@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,16 +34,18 @@ class Receiver:
 
     def __init__(self) -> None:
         self.secrets: list[str] = []
-        self.answers: deque[tuple[int, dict[str, str]]] = deque()
+        self.answers: deque[tuple[int, dict[str, str], float]] = deque()
         self.received: list[Received] = []
         self.lock = threading.Lock()
         self.url = ""
 
-    def answer(self, status: int, headers: dict[str, str] | None = None, times: int = 1) -> None:
-        """Answer the next ``times`` requests with ``status`` (and ``headers``)."""
-        self.answers.extend([(status, headers or {})] * times)
+    def answer(self, status: int, headers: dict[str, str] | None = None, times: int = 1,
+               after_s: float = 0.0) -> None:
+        """Answer the next ``times`` requests with ``status`` (and ``headers``), each
+        ``after_s`` seconds after it arrived."""
+        self.answers.extend([(status, headers or {}, after_s)] * times)
 
-    def record(self, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, str]]:
+    def record(self, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, str], float]:
         verified, payload = [], None
         for secret in self.secrets:
             try:
@@ -52,7 +55,7 @@ class Receiver:
             verified.append(secret)
         with self.lock:
             self.received.append(Received(headers, body, tuple(verified), payload))
-            return self.answers.popleft() if self.answers else (200, {})
+            return self.answers.popleft() if self.answers else (200, {}, 0.0)
 
 
 @contextmanager
@@ -63,8 +66,9 @@ def running_receiver() -> Iterator[Receiver]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("content-length", 0)))
-            status, headers = receiver.record(
+            status, headers, after_s = receiver.record(
                 {name.lower(): value for name, value in self.headers.items()}, body)
+            time.sleep(after_s)
             self.send_response(status)
             for name, value in headers.items():
                 self.send_header(name, value)

@@ -6,6 +6,7 @@ sweep (docs/api.md#webhooks)."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -19,6 +20,7 @@ from herald.queue import current_app, running_worker
 from herald.web import create_app
 from models.base import utcnow
 from models.webhooks import WebhookEndpoint, WebhookMessage
+from tests.support.processes import spawn_herald
 from tests.support.waiting import wait_for
 from tests.webhooks.receiver import Receiver, running_receiver
 
@@ -190,3 +192,28 @@ def test_failed_messages_are_listed_with_attempts_and_sent_again_on_retry_and_re
     # And a message that is not failed, or not there, is refused
     assert client.post(f"{url}/{ids[0]}/retry").status_code == 409
     assert client.post(f"{url}/msg_nothere/retry").status_code == 404
+
+
+def test_a_relay_killed_mid_send_loses_no_message(receiver: Receiver) -> None:
+    # Given a relay process whose first send the receiver holds for 30 s
+    receiver.answer(200, after_s=30)
+    endpoint_id = endpoint(receiver)
+    first = message(endpoint_id)
+    worker = spawn_herald("worker", "--import", "tests.webhooks.relay_worker", relay.QUEUE)
+    try:
+        wait_for(lambda: receiver.received, timeout=30, what="the first send in flight")
+        # When the relay is SIGKILLed in the middle of it, with more messages pending
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=10)
+        more = [message(endpoint_id) for _ in range(3)]
+        worker = spawn_herald("worker", "--import", "tests.webhooks.relay_worker", relay.QUEUE)
+        # Then a new relay delivers every one
+        wait_for(lambda: all(read(m).status == "delivered" for m in [first, *more]),
+                 timeout=60, what="every message delivered")
+    finally:
+        worker.kill()
+        worker.wait(timeout=10)
+    # each verified; only the message in flight at the kill arrived twice
+    ids = [got.headers["webhook-id"] for got in receiver.received]
+    assert sorted(ids) == sorted([first, first, *more])
+    assert all(got.verified_by for got in receiver.received)
