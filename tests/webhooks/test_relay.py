@@ -217,3 +217,23 @@ def test_a_relay_killed_mid_send_loses_no_message(receiver: Receiver) -> None:
     ids = [got.headers["webhook-id"] for got in receiver.received]
     assert sorted(ids) == sorted([first, first, *more])
     assert all(got.verified_by for got in receiver.received)
+
+
+def test_a_slow_endpoint_never_delays_another(receiver: Receiver) -> None:
+    # Given an endpoint that holds every request 20 s, with more messages than its group
+    # may run at once, and another endpoint that answers at once
+    receiver.answer(200, after_s=20, times=10)
+    slow = endpoint(receiver)
+    stuck = [message(slow) for _ in range(10)]
+    with running_receiver() as fast_receiver:
+        fast = endpoint(fast_receiver)
+        with running_worker([relay.QUEUE]):
+            wait_for(lambda: len(receiver.received) == 2, what="the slow group full")
+            # When the other endpoint's messages come
+            quick = [message(fast) for _ in range(4)]
+            # Then they are delivered while the slow endpoint's still wait
+            wait_for(lambda: all(read(m).status == "delivered" for m in quick), timeout=10,
+                     what="the fast endpoint's messages")
+            assert all(read(m).status == "pending" for m in stuck)
+            # its group never ran more than its limit
+            assert len(receiver.received) == 2
