@@ -237,3 +237,17 @@ def test_a_slow_endpoint_never_delays_another(receiver: Receiver) -> None:
             assert all(read(m).status == "pending" for m in stuck)
             # its group never ran more than its limit
             assert len(receiver.received) == 2
+
+
+def test_the_url_is_checked_again_at_each_send(receiver: Receiver,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given an endpoint saved while private addresses were allowed, and then no more
+    message_id = message(endpoint(receiver), enqueue=False)
+    monkeypatch.setenv("WEBHOOK_ALLOW_PRIVATE", "0")
+    settings.reset_settings()
+    # When its message is attempted
+    assert relay.attempt_message(message_id)["retry_in_s"] is not None
+    # Then nothing was sent, and the attempt says why
+    assert receiver.received == []
+    (attempt,) = read(message_id).attempts
+    assert attempt["status_code"] is None and "WEBHOOK_ALLOW_PRIVATE" in attempt["error"]
