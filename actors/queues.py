@@ -73,6 +73,11 @@ def herald_queues(settings: Settings | None = None) -> list[QueueSpec]:
         # inbound acknowledgments and admin → move a back-ordered line
         QueueSpec(name="backorder-reroute", concurrency=settings.email_worker_concurrency,
                   attempts=3, backoff_base=SECOND, retention=DISPATCH_RETENTION),
+        # the state changes' webhook messages → one signed POST each; a group per endpoint
+        # (its key the endpoint id), so a slow or dead endpoint holds only its own slots;
+        # retries are the relay's own schedule (deferrals), attempts count only crashes
+        QueueSpec(name="webhook-delivery", concurrency=8, attempts=5, backoff_base=5 * SECOND,
+                  lock_duration=MINUTE, retention=DISPATCH_RETENTION, default_group_limit=2),
         # failed in-call sends → 5 min, 30 min, 2 h, 12 h, 24 h schedule
         QueueSpec(name="email-retry", concurrency=4, attempts=1, backoff=Backoff.NONE,
                   retention=EMAIL_RETRY_RETENTION),

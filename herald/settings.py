@@ -141,6 +141,13 @@ class Settings(BaseSettings):
     #: Empty: off for every type. The names are checked against the catalogue when the
     #: notification queues start (``actors.lifecycle``).
     sms_fallback_after_s: str = ""
+    #: Outbound webhooks (docs/api.md#webhooks): ``http://`` endpoint URLs allowed beside
+    #: ``https://``; hosts that resolve to loopback, private, link-local or metadata
+    #: addresses allowed. Both off: a customer's URL cannot reach an internal service.
+    webhook_allow_http: bool = False
+    webhook_allow_private: bool = False
+    #: Seconds an endpoint may fail every attempt before it is disabled (5 days).
+    webhook_disable_after_s: float = Field(default=432_000.0, gt=0)
 
     smtp_host: str = "localhost"
     smtp_port: int = Field(default=587, ge=1, le=65535)

@@ -33,11 +33,12 @@ from models.purchasing import (
     VendorDocument,
 )
 from models.store import Order, StoreOrder, StoreOrderStatusEvent
+from models.webhooks import WebhookEndpoint, WebhookMessage
 
 __all__ = ["ADMIN_ACTOR", "SYSTEM_ACTOR", "Account", "Activation", "ActivationStepRecord",
            "AuditEntry", "Batch", "CallbackReceipt", "CatalogItem", "Delivery", "DispatchLine",
            "DispatchOutbox", "FxRate", "IdempotencyKey", "Notification", "OperatorPackage",
            "Order", "Payment", "ProviderHealth", "PurchaseOrder", "PurchaseOrderEvent",
            "PurchaseOrderLine", "StoreOrder", "StoreOrderStatusEvent", "StoreProduct",
-           "Supplier", "SupplierDispatch", "SupplierMapping", "VendorDocument", "begin_audit",
-           "complete_audit", "recent_audit", "record_audit"]
+           "Supplier", "SupplierDispatch", "SupplierMapping", "VendorDocument", "WebhookEndpoint",
+           "WebhookMessage", "begin_audit", "complete_audit", "recent_audit", "record_audit"]

@@ -22,6 +22,7 @@ from sqlalchemy import (
     Insert,
     String,
     UniqueConstraint,
+    Update,
     and_,
     bindparam,
     insert,
@@ -34,6 +35,7 @@ from sqlalchemy import (
 from sqlmodel import Field, Session, SQLModel, col, select
 
 from herald.db import Prepared, autocommit, get_engine, is_postgres
+from models import webhooks
 from models.base import (
     UtcDateTime,
     id_field,
@@ -561,9 +563,32 @@ def record_delivery_outcome(db: Db, delivery_id: str, *, token: datetime | None,
     params["delivery_id"] = delivery_id
     if token is not None:
         params["token"] = token
-    written = statement.run(_connection(db), params).rowcount == 1
-    db.commit()
+    event = webhooks.DELIVERY_EVENTS.get(outcome.value)
+    if event is None or event not in webhooks.subscribed_types(_connection(db)):
+        written = statement.run(_connection(db), params).rowcount == 1
+        db.commit()
+        return written
+    written, messages = _record_with_messages(db, statement, params, event)
+    webhooks.hand_off_messages(messages)
     return written
+
+
+def _record_with_messages(db: Db, statement: Prepared, params: dict[str, Any],
+                          event: str) -> tuple[bool, list[tuple[str, str]]]:
+    """The outcome UPDATE and its webhook messages, landing together
+    (docs/api.md#webhooks); committed."""
+    update_statement = statement.statement
+    assert isinstance(update_statement, Update)
+    if isinstance(db, Session) or is_postgres():
+        # PostgreSQL: one statement; a session: its own transaction
+        done = webhooks.update_with_messages(_connection(db), update_statement, params,
+                                             event, _deliveries)
+        db.commit()
+        return done
+    # an autocommit SQLite connection commits each statement: the two need a transaction
+    with get_engine().begin() as connection:
+        return webhooks.update_with_messages(connection, update_statement, params, event,
+                                             _deliveries)
 
 
 def hold_delivery(db: Db, delivery_id: str, token: datetime, not_before: datetime) -> bool:
@@ -600,7 +625,7 @@ def advance_delivery_from_receipt(session: Session, delivery_id: str, outcome: O
 
     A ``failed_terminal`` receipt records reason ``provider_undelivered`` and the
     provider's ``detail``. Does not commit: the caller commits it together with the
-    receipt's mark.
+    receipt's mark (and the webhook messages it writes, docs/api.md#webhooks).
     """
     predecessors = RECEIPT_FORWARD_FROM.get(outcome)
     if predecessors is None:
@@ -609,6 +634,16 @@ def advance_delivery_from_receipt(session: Session, delivery_id: str, outcome: O
     if outcome is Outcome.FAILED_TERMINAL:
         values |= {"reason": "provider_undelivered",
                    "last_error": None if detail is None else detail[:500]}
+    event = webhooks.DELIVERY_EVENTS[outcome.value]
+    if event in webhooks.subscribed_types(session.connection()):
+        # its webhook messages in the same transaction, handed to the relay once committed
+        written, messages = webhooks.update_with_messages(
+            session.connection(),
+            update(_deliveries).where(_deliveries.c.id == bindparam("delivery_id"),
+                                      _deliveries.c.outcome.in_(sorted(predecessors)))
+            .values(**values), {"delivery_id": delivery_id}, event, _deliveries)
+        webhooks.hand_off_after_commit(session, messages)
+        return written
     result = session.exec(update(Delivery)
                           .where(col(Delivery.id) == delivery_id,
                                  col(Delivery.outcome).in_(sorted(predecessors)))

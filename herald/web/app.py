@@ -53,13 +53,14 @@ def _routers() -> list[APIRouter]:
         products,
         purchasing,
         store,
+        webhooks,
     )
 
     return [health.router, accounts.router, events.router, notifications.router,
             batches.router, callbacks.router, payments.router, activations.router,
             store.router, store.webhooks, products.router, purchasing.router, admin.router,
             admin_search.router, console.router, inbound.router, inbound.admin,
-            mock_mail.router, preferences.router]
+            mock_mail.router, preferences.router, webhooks.router]
 
 
 def _version() -> str:

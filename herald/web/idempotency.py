@@ -58,7 +58,7 @@ log = logging.getLogger("herald.web")
 IDEMPOTENT_ROUTES = (
     "/v1/accounts", "/v1/events", "/v1/events/bulk", "/v1/batches", "/v1/store/orders",
     "/v1/payments", "/v1/payments/{payment_id}/complete", "/v1/activations",
-    "/v1/suppliers", "/v1/catalog-items", "/v1/purchase-orders",
+    "/v1/suppliers", "/v1/catalog-items", "/v1/purchase-orders", "/v1/webhook-endpoints",
 )
 HEADER = b"idempotency-key"
 #: The header a replayed answer carries.

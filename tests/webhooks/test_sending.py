@@ -1,0 +1,111 @@
+"""One webhook message sent: signed so that the ``standardwebhooks`` package verifies it
+(with both secrets during a rotation), sent to the address the guard checked and never
+to what the name resolves to later, and each kind of answer read as the attempt it is
+(docs/api.md#webhooks)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import time
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from models.webhooks import new_secret
+from providers.webhook_http import Attempt, post_message, retry_after_s
+from providers.webhook_target import Target, check_target
+from tests.webhooks.receiver import Receiver, running_receiver
+
+BODY = json.dumps({"type": "delivery.sent", "timestamp": "2026-12-05T03:00:00Z",
+                   "data": {"id": "d1"}}).encode()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with running_receiver() as receiver:
+        yield receiver
+
+
+@pytest.fixture
+def client() -> Iterator[httpx.Client]:
+    with httpx.Client() as client:
+        yield client
+
+
+def target(receiver: Receiver) -> Target:
+    return check_target(receiver.url, allow_http=True, allow_private=True)
+
+
+def send(client: httpx.Client, target: Target, secrets: list[str],
+         msg_id: str = "msg_1") -> Attempt:
+    return post_message(client, target, msg_id=msg_id, timestamp=int(time.time()),
+                        body=BODY, secrets=secrets)
+
+
+def test_a_message_verifies_with_standard_webhooks(receiver: Receiver,
+                                                   client: httpx.Client) -> None:
+    secret = new_secret()
+    receiver.secrets = [secret, new_secret()]
+    attempt = send(client, target(receiver), [secret], msg_id="msg_abc")
+    assert attempt.ok and attempt.status_code == 200
+    (got,) = receiver.received
+    assert got.verified_by == (secret,) and got.headers["webhook-id"] == "msg_abc"
+    assert got.payload == json.loads(BODY)
+
+
+def test_during_a_rotation_both_secrets_verify(receiver: Receiver,
+                                               client: httpx.Client) -> None:
+    old, new = new_secret(), new_secret()
+    receiver.secrets = [old, new]
+    send(client, target(receiver), [new, old])
+    (got,) = receiver.received
+    assert got.verified_by == (old, new)
+    assert len(got.headers["webhook-signature"].split(" ")) == 2
+
+
+def test_the_send_goes_to_the_checked_address_not_a_new_resolution(
+        receiver: Receiver, client: httpx.Client) -> None:
+    # Given a target checked when its name resolved to the receiver's address; the name
+    # resolves to nothing now (a rebinding DNS server could answer anything)
+    port = urlsplit(receiver.url).port
+    pinned = Target(url=f"http://hooks.invalid:{port}/hooks", scheme="http",
+                    host="hooks.invalid", port=port or 80,
+                    address=ipaddress.ip_address("127.0.0.1"))
+    # When the message is sent
+    attempt = send(client, pinned, [new_secret()])
+    # Then it reached the checked address, naming the host it was meant for
+    assert attempt.ok
+    assert receiver.received[0].headers["host"] == f"hooks.invalid:{port}"
+
+
+@pytest.mark.parametrize(("status", "headers", "retry_after"), [
+    (500, {}, None), (302, {"location": "https://elsewhere.example/"}, None),
+    (410, {}, None), (429, {"retry-after": "7"}, 7.0), (503, {"retry-after": "30"}, 30.0),
+])
+def test_an_answer_that_is_no_2xx_is_a_failed_attempt(
+        receiver: Receiver, client: httpx.Client, status: int, headers: dict[str, str],
+        retry_after: float | None) -> None:
+    receiver.answer(status, headers)
+    attempt = send(client, target(receiver), [new_secret()])
+    assert (attempt.ok, attempt.status_code, attempt.retry_after_s) == (
+        False, status, retry_after)
+    assert len(receiver.received) == 1  # a redirect is not followed
+
+
+def test_no_answer_is_a_failed_attempt_without_a_status(client: httpx.Client) -> None:
+    closed = check_target("http://127.0.0.1:9/hooks", allow_http=True, allow_private=True)
+    attempt = send(client, closed, [new_secret()])
+    assert (attempt.ok, attempt.status_code) == (False, None)
+    assert attempt.error
+
+
+def test_retry_after_reads_seconds_and_dates() -> None:
+    from datetime import UTC, datetime
+    now = datetime(2026, 12, 5, 3, 0, tzinfo=UTC)
+    assert retry_after_s("120", now) == 120
+    assert retry_after_s("Sat, 05 Dec 2026 03:01:00 GMT", now) == 60
+    assert retry_after_s("soon", now) is None and retry_after_s(None, now) is None
+    assert retry_after_s("99999999", now) == 86_400
