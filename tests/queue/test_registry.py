@@ -15,7 +15,7 @@ TABLE_QUEUES = {"notification-email", "notification-sms", "notification-push",
                 "notification-orchestration",
                "activation", "payment", "store-fulfillment", "package-sync",
                "esim-product-sync", "fx-refresh", "supplier-dispatch", "backorder-reroute",
-               "email-retry"}
+               "email-retry", "webhook-delivery"}
 
 
 def specs(**settings: object) -> dict[str, QueueSpec]:
