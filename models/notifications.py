@@ -523,7 +523,15 @@ def suppress_gated(deliveries: list[Delivery], gates: dict[str, str | None]) -> 
 def _outcome_update(columns: tuple[str, ...], *, fenced: bool, count_attempt: bool,
                     release_claim: bool) -> Prepared:
     """The fenced outcome UPDATE that sets ``columns`` (bound as ``new_<column>``), built
-    once per shape: never over a final outcome, and only under this claim when fenced."""
+    and compiled once per shape."""
+    return Prepared(_outcome_statement(columns, fenced=fenced, count_attempt=count_attempt,
+                                       release_claim=release_claim))
+
+
+def _outcome_statement(columns: tuple[str, ...], *, fenced: bool, count_attempt: bool,
+                       release_claim: bool) -> Update:
+    """A new outcome UPDATE that sets ``columns`` (bound as ``new_<column>``): never over
+    a final outcome, and only under this claim when fenced."""
     values: dict[str, Any] = {name: bindparam(f"new_{name}", type_=_deliveries.c[name].type)
                               for name in columns}
     if count_attempt:
@@ -534,7 +542,7 @@ def _outcome_update(columns: tuple[str, ...], *, fenced: bool, count_attempt: bo
                  not_(_one_of(_deliveries.c.outcome, _FINAL))]
     if fenced:
         condition.append(_deliveries.c.claimed_at == bindparam("token", type_=UtcDateTime))
-    return Prepared(update(_deliveries).where(*condition).values(values))
+    return update(_deliveries).where(*condition).values(values)
 
 
 def record_delivery_outcome(db: Db, delivery_id: str, *, token: datetime | None,
@@ -557,28 +565,28 @@ def record_delivery_outcome(db: Db, delivery_id: str, *, token: datetime | None,
         ("provider", provider), ("provider_message_id", provider_message_id),
         ("last_error", None if error is None else error[:500]),
         ("attempts_log", attempts_log)) if value is not None}
-    statement = _outcome_update(tuple(given), fenced=token is not None,
-                                count_attempt=count_attempt, release_claim=release_claim)
+    shape = {"columns": tuple(given), "fenced": token is not None,
+             "count_attempt": count_attempt, "release_claim": release_claim}
     params = {f"new_{name}": value for name, value in given.items()}
     params["delivery_id"] = delivery_id
     if token is not None:
         params["token"] = token
     event = webhooks.DELIVERY_EVENTS.get(outcome.value)
     if event is None or event not in webhooks.subscribed_types(_connection(db)):
-        written = statement.run(_connection(db), params).rowcount == 1
+        written = _outcome_update(**shape).run(_connection(db), params).rowcount == 1
         db.commit()
         return written
-    written, messages = _record_with_messages(db, statement, params, event)
+    # a new statement, not the prepared one's: compiling a statement memoizes its
+    # (empty) exported columns, and a RETURNING built from it would return none
+    written, messages = _record_with_messages(db, _outcome_statement(**shape), params, event)
     webhooks.hand_off_messages(messages)
     return written
 
 
-def _record_with_messages(db: Db, statement: Prepared, params: dict[str, Any],
+def _record_with_messages(db: Db, update_statement: Update, params: dict[str, Any],
                           event: str) -> tuple[bool, list[tuple[str, str]]]:
     """The outcome UPDATE and its webhook messages, landing together
     (docs/api.md#webhooks); committed."""
-    update_statement = statement.statement
-    assert isinstance(update_statement, Update)
     if isinstance(db, Session) or is_postgres():
         # PostgreSQL: one statement; a session: its own transaction
         done = webhooks.update_with_messages(_connection(db), update_statement, params,

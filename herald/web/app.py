@@ -40,6 +40,7 @@ def _routers() -> list[APIRouter]:
         activations,
         admin,
         admin_search,
+        admin_webhooks,
         batches,
         callbacks,
         console,
@@ -60,7 +61,7 @@ def _routers() -> list[APIRouter]:
             batches.router, callbacks.router, payments.router, activations.router,
             store.router, store.webhooks, products.router, purchasing.router, admin.router,
             admin_search.router, console.router, inbound.router, inbound.admin,
-            mock_mail.router, preferences.router, webhooks.router]
+            mock_mail.router, preferences.router, webhooks.router, admin_webhooks.router]
 
 
 def _version() -> str:

@@ -20,6 +20,9 @@
              states: CLEANABLE_STATES, grace: true },
     obliterate: { title: "Obliterate the queue", text: "Every job and every record of QUEUE is deleted. This cannot be undone." },
   };
+  const WEBHOOK_RETRY = { title: "Send the message again",
+                          text: "Message JOB goes back to pending and is sent to its endpoint now." };
+  const WEBHOOK_COUNTS = ["pending", "retrying", "failed", "delivered"];
   const JOB_ACTIONS = {
     retry: { title: "Retry the job", text: "Job JOB of QUEUE goes back to waiting." },
     remove: { title: "Remove the job", text: "Job JOB of QUEUE is deleted." },
@@ -34,6 +37,7 @@
     auditPage: 1,
     chartAt: 0,
     job: null,             // { queue, id } of the job dialog
+    endpoint: null,        // the webhook endpoint whose failed messages are shown
     stream: null,          // AbortController of the live stream
   };
 
@@ -108,6 +112,7 @@
 
   const queuePath = (name) => "/admin/health/queues/" + encodeURIComponent(name);
   const jobPath = (name, id) => queuePath(name) + "/jobs/" + encodeURIComponent(id);
+  const endpointPath = (id) => "/admin/webhooks/" + encodeURIComponent(id);
 
   // ---------------------------------------------------------------- signing in and out
   async function signIn(token, remembered) {
@@ -135,6 +140,7 @@
     applySample(await response.json());
     startStream();
     loadAudit();
+    loadWebhooks();
   }
 
   function signOut(message) {
@@ -483,6 +489,77 @@
     return " · " + pairs.map(([key, value]) => key + ": " + (typeof value === "object" ? JSON.stringify(value) : value)).join(", ");
   }
 
+  // ---------------------------------------------------------------- webhook endpoints
+  async function loadWebhooks() {
+    let body;
+    try {
+      body = await api("/admin/webhooks");
+    } catch (error) {
+      say("Webhook endpoints: " + error.message, true);
+      return;
+    }
+    const tbody = document.querySelector("#webhooks tbody");
+    tbody.replaceChildren(...body.endpoints.map(endpointRow));
+    if (!body.endpoints.length) tbody.append(el("tr", {}, el("td", { colspan: "7", className: "muted" }, "No webhook endpoints.")));
+    if (view.endpoint) loadFailedMessages();
+  }
+
+  // Red: disabled (a 410, or failing for too long); amber: its last attempts failed.
+  function endpointRow(endpoint) {
+    const open = el("button", { type: "button", className: "link" }, endpoint.url);
+    open.addEventListener("click", () => selectEndpoint(endpoint));
+    const [level, label] = endpoint.disabled ? ["red", "disabled"]
+      : endpoint.failing_since ? ["amber", "failing since " + when(endpoint.failing_since)] : ["ok", "ok"];
+    const row = el("tr", { dataset: { endpoint: endpoint.id } },
+      el("th", { scope: "row" }, open, endpoint.description ? el("div", { className: "muted" }, endpoint.description) : null),
+      el("td", { className: "wrap" }, endpoint.events.join(", ")),
+      el("td", { dataset: { field: "state" } }, el("span", { className: "badge " + level }, label)));
+    for (const field of WEBHOOK_COUNTS) row.append(el("td", { className: "num", dataset: { field } }, endpoint.messages[field]));
+    return row;
+  }
+
+  function selectEndpoint(endpoint) {
+    view.endpoint = endpoint.id;
+    $("webhook-panel").hidden = false;
+    $("webhook-title").textContent = "Failed messages · " + endpoint.url;
+    $("webhook-title").focus();
+    loadFailedMessages();
+  }
+
+  async function loadFailedMessages() {
+    const id = view.endpoint;
+    let body;
+    try {
+      body = await api(endpointPath(id) + "/messages?status=failed");
+    } catch (error) {
+      say("Failed messages: " + error.message, true);
+      return;
+    }
+    if (id !== view.endpoint) return;  // another endpoint was chosen meanwhile
+    const tbody = document.querySelector("#webhook-messages tbody");
+    tbody.replaceChildren(...body.items.map((message) => messageRow(id, message)));
+    if (!body.items.length) tbody.append(el("tr", {}, el("td", { colspan: "6", className: "muted" }, "No failed messages.")));
+  }
+
+  function messageRow(endpointId, message) {
+    const last = message.attempts[message.attempts.length - 1] || {};
+    const answer = [last.status_code ? "HTTP " + last.status_code : "", last.error || ""].filter(Boolean).join(" · ");
+    const retry = el("button", { type: "button" }, "Retry");
+    retry.addEventListener("click", () => retryMessage(endpointId, message.id));
+    return el("tr", { dataset: { message: message.id } },
+      el("td", {}, message.id), el("td", {}, message.type), el("td", {}, when(message.created_at)),
+      el("td", { className: "num" }, message.attempts.length),
+      el("td", { className: "wrap" }, answer), el("td", {}, retry));
+  }
+
+  async function retryMessage(endpointId, id) {
+    const params = await confirmWith(WEBHOOK_RETRY, { queue: "", job: id });
+    if (params === null) return;
+    await act(endpointPath(endpointId) + "/messages/" + encodeURIComponent(id) + "/retry", params,
+              "retry of message " + id);
+    loadWebhooks();
+  }
+
   // ---------------------------------------------------------------- audit log
   async function loadAudit() {
     let body;
@@ -523,6 +600,7 @@
   $("audit-prev").addEventListener("click", () => { view.auditPage = Math.max(1, view.auditPage - 1); loadAudit(); });
   $("audit-next").addEventListener("click", () => { view.auditPage += 1; loadAudit(); });
   $("audit-refresh").addEventListener("click", () => loadAudit());
+  $("webhooks-refresh").addEventListener("click", () => loadWebhooks());
   document.querySelectorAll("#queue-actions [data-action]").forEach((button) => {
     button.addEventListener("click", () => queueAction(button.dataset.action));
   });

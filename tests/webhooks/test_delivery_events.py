@@ -83,6 +83,25 @@ def test_no_endpoint_no_message(client: TestClient) -> None:
     assert messages() == 0
 
 
+def test_an_endpoint_created_while_the_worker_runs_gets_the_next_delivery(
+        client: TestClient, receiver: Receiver) -> None:
+    # Given a worker that already sent an email while no endpoint subscribed (its
+    # outcome statement is compiled and cached by then)
+    person = account(client)
+    first = email_of(event(client, person))
+    with running_worker(["notification-email", relay.QUEUE]):
+        wait_for(lambda: delivery(client, first)["outcome"] == "sent", what="the first")
+        # When an endpoint subscribes to delivery.sent and the next email goes out
+        subscribe(client, receiver, ["delivery.sent"])
+        second = email_of(event(client, person, occurrence="second"))
+        # Then its message arrives, carrying that delivery, and the first wrote none
+        wait_for(lambda: receiver.received, what="the webhook")
+        wait_for(lambda: delivery(client, second)["outcome"] == "sent", what="the second")
+    (got,) = receiver.received
+    assert got.verified_by and json.loads(got.body)["data"]["id"] == second
+    assert messages() == 1
+
+
 @pytest.fixture
 def on_sqlite(fresh_sqlite: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """herald on a migrated SQLite file (the embedded default's database)."""

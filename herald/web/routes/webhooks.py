@@ -191,6 +191,12 @@ def list_messages(endpoint_id: str,
                   ) -> dict[str, Any]:
     """The endpoint's messages, newest first (at most 100), with their attempts;
     `?status=failed` (or `pending`, `delivered`) lists only those."""
+    return endpoint_messages(endpoint_id, status)
+
+
+def endpoint_messages(endpoint_id: str, status: str | None) -> dict[str, Any]:
+    """``{"items": [message…]}``: the endpoint's messages (those in ``status`` when
+    given), newest first, at most :data:`MESSAGES_LIMIT`; 404 for no such endpoint."""
     query = select(WebhookMessage).where(col(WebhookMessage.endpoint_id) == endpoint_id)
     if status is not None:
         query = query.where(col(WebhookMessage.status) == status)
@@ -208,6 +214,13 @@ def retry_message(endpoint_id: str, message_id: str) -> dict[str, Any]:
     """A `failed` message back to `pending` and sent again now (one more attempt); 404
     for no such message of the endpoint, 409 when it is not `failed` or the endpoint is
     disabled."""
+    return retry_failed_message(endpoint_id, message_id)
+
+
+def retry_failed_message(endpoint_id: str, message_id: str) -> dict[str, Any]:
+    """Send the endpoint's failed message again (back to ``pending``, due now) and
+    return it; 404 for no such endpoint or message of it, 409 when the message is not
+    ``failed`` or the endpoint is disabled (nothing changed then)."""
     _endpoint_exists(endpoint_id)
     if not replay_failed(endpoint_id, message_id=message_id):
         with db.session() as session:
