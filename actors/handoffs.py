@@ -40,11 +40,10 @@ from actors.batches import enqueue_batch_run
 from actors.callbacks import enqueue_normalisation
 from actors.notifications import CHANNEL_QUEUES, enqueue_delivery
 from actors.queues import registry
-from actors.quiet_hours import queue_now
 from herald.db import session as db_session
 from herald.queue import NORMAL_PRIORITY, Schedule
 from herald.settings import get_settings
-from models.base import utcnow
+from models.base import queue_now, utcnow
 from models.batches import UNFINISHED_BATCH, Batch, BatchStatus
 from models.callbacks import CallbackReceipt, stamp_receipts
 from models.notifications import (

@@ -30,7 +30,8 @@ from typing import Any, Protocol
 from zoneinfo import ZoneInfo, available_timezones
 
 from actors.event_catalogue import EVENT_TYPES
-from herald.queue import Defer, now_ms
+from herald.queue import Defer
+from models.base import queue_now
 from models.notifications import Db, hold_delivery
 
 log = logging.getLogger("herald.quiet_hours")
@@ -232,12 +233,6 @@ class Recipient(Protocol):
     def timezone(self) -> str | None: ...
     @property
     def quiet_hours(self) -> dict[str, Any] | None: ...
-
-
-def queue_now() -> datetime:
-    """Now in queue time (:func:`herald.queue.now_ms`), the clock a channel job's delay
-    is counted on: holds are decided and delayed on it, so a test may move it."""
-    return datetime.fromtimestamp(now_ms() / 1000, UTC)
 
 
 def held_until(recipient: Recipient, channel: str, instant: datetime) -> datetime | None:

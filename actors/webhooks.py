@@ -31,7 +31,7 @@ from herald import db
 from herald.queue import Defer, Schedule, enqueue
 from herald.settings import get_settings
 from models import webhooks
-from models.base import utcnow
+from models.base import queue_now, utcnow
 from models.webhooks import MessageStatus, WebhookEndpoint, WebhookMessage
 from providers.webhook_http import Attempt, post_message
 from providers.webhook_target import UnsafeTarget, check_target
@@ -107,8 +107,10 @@ def deliver_webhook(job: WebhookJob) -> dict[str, Any]:
 
 def attempt_message(message_id: str, now: datetime | None = None) -> dict[str, Any]:
     """Make the message's next attempt, if it is pending and due; record it. Returns
-    ``status`` and, when another attempt is due later, ``retry_in_s``."""
-    now = now or utcnow()
+    ``status`` and, when another attempt is due later, ``retry_in_s``. ``now`` is queue
+    time by default, the clock the attempt's deferral counts on (so a test that moves
+    queue time walks the retry schedule)."""
+    now = now or queue_now()
     with db.session() as session:
         message = session.get(WebhookMessage, message_id)
         if message is None or message.status != MessageStatus.PENDING:

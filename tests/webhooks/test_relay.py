@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -18,7 +18,7 @@ from actors import webhooks as relay
 from herald import db, settings
 from herald.queue import current_app, running_worker
 from herald.web import create_app
-from models.base import utcnow
+from models.base import queue_now, utcnow
 from models.webhooks import WebhookEndpoint, WebhookMessage
 from tests.support.processes import spawn_herald
 from tests.support.waiting import wait_for
@@ -128,6 +128,36 @@ def test_after_the_last_attempt_the_message_is_failed(receiver: Receiver,
     assert isinstance(row, WebhookMessage) and (row.status, codes(row)) == ("failed",
                                                                             [503] * 3)
     assert len(receiver.received) == 3
+
+
+def test_queue_time_walks_the_whole_retry_schedule(receiver: Receiver) -> None:
+    # Given an endpoint that answers 500 to every attempt
+    receiver.answer(500, times=len(relay.RETRY_SCHEDULE_S))
+    message_id = message(endpoint(receiver))
+    waits: list[float] = []
+    dues: list[datetime] = []
+    with running_worker([relay.QUEUE]):
+        for attempt in range(1, len(relay.RETRY_SCHEDULE_S)):
+            # When each attempt has failed, queue time moves to its next one's turn
+            row = wait_for(lambda n=attempt: read(message_id) if len(
+                read(message_id).attempts) == n else None, what=f"attempt {attempt}")
+            assert isinstance(row, WebhookMessage) and row.next_attempt_at is not None
+            last = datetime.fromisoformat(row.attempts[-1]["at"])
+            waits.append((row.next_attempt_at - last).total_seconds())
+            dues.append(row.next_attempt_at)
+            current_app().time.advance(row.next_attempt_at - queue_now()
+                                       + timedelta(milliseconds=100))
+        final = wait_for(lambda: settled(message_id), what="failed")
+    # Then every wait was the schedule's, within its ±10 %, none was made early, and after
+    # the eighth attempt the message is failed and stays listed
+    for wait, base in zip(waits, relay.RETRY_SCHEDULE_S[1:], strict=True):
+        assert base * 0.9 <= wait <= base * 1.1, (wait, base)
+    assert isinstance(final, WebhookMessage) and final.status == "failed"
+    assert codes(final) == [500] * len(relay.RETRY_SCHEDULE_S)
+    assert len(receiver.received) == len(relay.RETRY_SCHEDULE_S)
+    ats = [datetime.fromisoformat(a["at"]) for a in final.attempts]
+    assert all(at >= due for at, due in zip(ats[1:], dues, strict=True))
+    assert (ats[-1] - ats[0]).total_seconds() >= 0.9 * sum(relay.RETRY_SCHEDULE_S)
 
 
 def test_a_failing_streak_disables_the_endpoint(receiver: Receiver,
