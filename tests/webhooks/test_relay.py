@@ -130,6 +130,23 @@ def test_after_the_last_attempt_the_message_is_failed(receiver: Receiver,
     assert len(receiver.received) == 3
 
 
+def test_an_answer_slower_than_15_s_is_a_failed_attempt_retried_under_the_same_id(
+        receiver: Receiver) -> None:
+    # Given a receiver that takes 16 s to answer the first request (it did get it)
+    receiver.answer(200, after_s=16)
+    message_id = message(endpoint(receiver))
+    with running_worker([relay.QUEUE]):
+        row = wait_for(lambda: settled(message_id), timeout=45, what="delivered")
+    # Then the first attempt failed with no answer in time, the retry was delivered, and
+    # the receiver saw the message twice under one webhook-id (its duplicate to drop)
+    assert isinstance(row, WebhookMessage) and row.status == "delivered"
+    assert codes(row) == [None, 200]
+    assert row.attempts[0]["error"] == "no answer within 15 s"
+    assert row.attempts[0]["duration_ms"] >= 15_000
+    assert [got.headers["webhook-id"] for got in receiver.received] == [message_id] * 2
+    assert all(got.verified_by for got in receiver.received)
+
+
 def test_queue_time_walks_the_whole_retry_schedule(receiver: Receiver) -> None:
     # Given an endpoint that answers 500 to every attempt
     receiver.answer(500, times=len(relay.RETRY_SCHEDULE_S))
