@@ -565,20 +565,23 @@ def record_delivery_outcome(db: Db, delivery_id: str, *, token: datetime | None,
         ("provider", provider), ("provider_message_id", provider_message_id),
         ("last_error", None if error is None else error[:500]),
         ("attempts_log", attempts_log)) if value is not None}
-    shape = {"columns": tuple(given), "fenced": token is not None,
-             "count_attempt": count_attempt, "release_claim": release_claim}
+    columns, fenced = tuple(given), token is not None
     params = {f"new_{name}": value for name, value in given.items()}
     params["delivery_id"] = delivery_id
     if token is not None:
         params["token"] = token
     event = webhooks.DELIVERY_EVENTS.get(outcome.value)
     if event is None or event not in webhooks.subscribed_types(_connection(db)):
-        written = _outcome_update(**shape).run(_connection(db), params).rowcount == 1
+        statement = _outcome_update(columns, fenced=fenced, count_attempt=count_attempt,
+                                    release_claim=release_claim)
+        written = statement.run(_connection(db), params).rowcount == 1
         db.commit()
         return written
     # a new statement, not the prepared one's: compiling a statement memoizes its
     # (empty) exported columns, and a RETURNING built from it would return none
-    written, messages = _record_with_messages(db, _outcome_statement(**shape), params, event)
+    written, messages = _record_with_messages(
+        db, _outcome_statement(columns, fenced=fenced, count_attempt=count_attempt,
+                               release_claim=release_claim), params, event)
     webhooks.hand_off_messages(messages)
     return written
 
