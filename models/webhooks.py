@@ -282,6 +282,9 @@ def write_event_messages(session: Session, event: str,
                                    .where(*_subscribed_to(event, postgres))).scalars().all()
     if not endpoint_ids:
         return []
+    # the caller's pending ORM changes reach the database first: ``data`` reads the rows
+    # afresh, and must neither miss them nor overwrite them
+    session.flush()
     now = utcnow()
     body = {"type": event, "timestamp": now.isoformat(), "data": data()}
     rows = [{"id": message_id(), "endpoint_id": endpoint_id, "type": event, "body": body,

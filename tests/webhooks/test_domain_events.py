@@ -21,16 +21,25 @@ from actors.store import enqueue_issuance
 from herald import db
 from herald.queue import running_worker
 from herald.web import create_app
-from models.activations import ActivationStatus, ActivationStep, transition_activation
-from models.payments import PaymentStatus, transition_payment
+from models.activations import (
+    ACTIVATION_EVENTS,
+    ActivationStatus,
+    ActivationStep,
+    transition_activation,
+)
+from models.payments import PAYMENT_EVENTS, PaymentStatus, transition_payment
 from models.purchasing import (
+    LINE_EVENTS,
+    ORDER_EVENTS,
     DispatchStatus,
     LineStatus,
     roll_up_order,
     set_line_status,
     transition_dispatch,
 )
+from models.store import ISSUANCE_EVENTS
 from models.webhooks import (
+    DELIVERY_EVENTS,
     WEBHOOK_EVENT_TYPES,
     WebhookMessage,
     forget_subscribed_types,
@@ -126,6 +135,13 @@ def shown(api: TestClient, path: str) -> dict[str, Any]:
     answer = api.get(path)
     assert answer.status_code == 200, answer.text
     return dict(answer.json())
+
+
+def test_every_event_type_an_endpoint_may_subscribe_to_is_written_by_one_transition() -> None:
+    written = [event for events in (DELIVERY_EVENTS, ISSUANCE_EVENTS, PAYMENT_EVENTS,
+                                    ACTIVATION_EVENTS, ORDER_EVENTS, LINE_EVENTS)
+               for event in events.values()]
+    assert sorted(written) == sorted(WEBHOOK_EVENT_TYPES) and len(written) == 15
 
 
 # -- the store: order.issued, order.failed, order.verification_required -----------------------
