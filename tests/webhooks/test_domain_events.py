@@ -17,7 +17,7 @@ from sqlmodel import Session
 
 from actors import webhooks as relay
 from actors.backorder_reroute import enqueue_backorder_reroute
-from actors.store import enqueue_issuance
+from actors.store import enqueue_issuance, get_order
 from herald import db
 from herald.queue import running_worker
 from herald.web import create_app
@@ -37,10 +37,11 @@ from models.purchasing import (
     set_line_status,
     transition_dispatch,
 )
-from models.store import ISSUANCE_EVENTS
+from models.store import ISSUANCE_EVENTS, EventSource, IssuanceState, transition_store_order
 from models.webhooks import (
     DELIVERY_EVENTS,
     WEBHOOK_EVENT_TYPES,
+    WebhookEndpoint,
     WebhookMessage,
     forget_subscribed_types,
     set_relay,
@@ -56,13 +57,13 @@ from tests.purchasing.conftest import (
     place_order,
     purchasing,
 )
-from tests.store.conftest import database, store
+from tests.store.conftest import backend, database, store
 from tests.support.payments.steps import store_order
 from tests.support.store.steps import paid
 from tests.support.waiting import wait_for
 from tests.webhooks.receiver import Receiver, running_receiver
 
-__all__ = ["database", "fulfillment", "mailbox", "purchasing", "store"]
+__all__ = ["backend", "database", "fulfillment", "mailbox", "purchasing", "store"]
 
 
 # -- the endpoints and the receiver ----------------------------------------------------------
@@ -161,6 +162,45 @@ def test_an_issuance_outcome_reaches_the_subscribed_endpoint(
     # Then its data is the order as the API shows it
     assert data == shown(api, f"/v1/store/orders/{order_id}")
     MockEsimProvider.reset()
+
+
+def test_a_store_transition_writes_its_message_only_when_it_applies(
+        store: str, backend: str) -> None:
+    # Given (on PostgreSQL and on SQLite) an endpoint subscribed to order.failed, another
+    # to order.issued, a relay that records hand-offs, and a paid order
+    if db.is_postgres():
+        _no_webhooks()
+    with db.session() as session:
+        failed = WebhookEndpoint(url="https://93.184.215.14/a", events=["order.failed"])
+        session.add_all([failed, WebhookEndpoint(url="https://93.184.215.14/b",
+                                                 events=["order.issued"])])
+    forget_subscribed_types()
+    order_id = paid("mock-ok")
+    handed: list[tuple[str, str]] = []
+    set_relay(handed.extend)
+    try:
+        # When a transition its guard refuses is asked, then one that applies
+        with db.session() as session:
+            assert not transition_store_order(
+                session, order_id, to=IssuanceState.FAILED, expect=[IssuanceState.IN_FLIGHT],
+                source=EventSource.SYSTEM, note="refused", error_code="out_of_stock")
+        assert messages() == [] and handed == []
+        with db.session() as session:
+            assert transition_store_order(
+                session, order_id, to=IssuanceState.FAILED, expect=[IssuanceState.PENDING],
+                source=EventSource.SYSTEM, note="applied", error_code="out_of_stock")
+        # Then one message was written for the subscribed endpoint, handed off after its
+        # commit, holding the order as the API shows it
+        assert messages() == [("order.failed", failed.id)]
+        assert [endpoint for _, endpoint in handed] == [failed.id]
+        with db.session() as session:
+            (message,) = session.scalars(select(WebhookMessage)).all()
+            body = message.body
+        assert body["data"] == get_order(order_id) and body["data"]["status"] == "failed"
+    finally:
+        set_relay(relay._hand_off)
+        if db.is_postgres():
+            _no_webhooks()
 
 
 # -- payments: payment.settled ----------------------------------------------------------------
