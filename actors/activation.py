@@ -36,6 +36,7 @@ from models.activations import (
     StepOutcome,
     close_step_record,
     open_step_record,
+    step_records,
     transition_activation,
 )
 from models.base import ID_LENGTH, utcnow
@@ -120,25 +121,7 @@ def get_activation(activation_id: str) -> tuple[Activation, list[ActivationStepR
         activation = session.get(Activation, activation_id)
         if activation is None:
             return None
-        records = session.exec(select(ActivationStepRecord)
-                               .where(col(ActivationStepRecord.activation_id) == activation_id)
-                               .order_by(col(ActivationStepRecord.at),
-                                         col(ActivationStepRecord.id))).all()
-        return activation, list(records)
-
-
-def activation_view(activation: Activation,
-                    records: list[ActivationStepRecord]) -> dict[str, Any]:
-    """An activation as JSON, with its step history."""
-    return {"id": activation.id, "account_id": activation.account_id,
-            "operator_slug": activation.operator_slug, "msisdn": activation.msisdn,
-            "step": activation.step, "status": activation.status,
-            "operator_ref": activation.operator_ref,
-            "failed_reason": activation.failed_reason,
-            "steps": [{"step": r.step, "status": r.status, "at": r.at.isoformat()}
-                      for r in records],
-            "created_at": activation.created_at.isoformat(),
-            "updated_at": activation.updated_at.isoformat()}
+        return activation, step_records(session, activation_id)
 
 
 # -- running the steps --------------------------------------------------------------------
@@ -198,6 +181,9 @@ def _end(activation: Activation, step: ActivationStep, record_id: str, *,
     on, in one transaction; returns the activation as it stands after."""
     following = NEXT_STEP[step]
     with db_session() as session:
+        # the record first: the activation's webhook message, written with its move,
+        # shows the step as it ended
+        close_step_record(session, record_id, outcome, detail)
         if outcome is StepOutcome.COMPLETED:
             transition_activation(
                 session, activation.id, expect_step=step,
@@ -208,7 +194,6 @@ def _end(activation: Activation, step: ActivationStep, record_id: str, *,
             transition_activation(session, activation.id, expect_step=step,
                                   expect_status=[ActivationStatus.RUNNING], step=step,
                                   status=ActivationStatus.FAILED, failed_reason=detail)
-        close_step_record(session, record_id, outcome, detail)
         current = session.get(Activation, activation.id)
         assert current is not None
         session.refresh(current)

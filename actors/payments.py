@@ -197,21 +197,6 @@ def get_payment(payment_id: str) -> Payment | None:
         return session.get(Payment, payment_id)
 
 
-def _stamp(moment: datetime | None) -> str | None:
-    return moment.isoformat() if moment else None
-
-
-def payment_view(payment: Payment) -> dict[str, Any]:
-    """A payment as JSON."""
-    return {"id": payment.id, "status": payment.status, "order_id": payment.order_id,
-            "activation_id": payment.activation_id, "amount": money(payment.amount),
-            "currency": payment.currency, "gateway": payment.gateway,
-            "created_at": payment.created_at.isoformat(),
-            "completed_at": _stamp(payment.completed_at),
-            "settled_at": _stamp(payment.settled_at),
-            "updated_at": payment.updated_at.isoformat()}
-
-
 # -- completing and settling ----------------------------------------------------------------
 def _account_of(session: Session, payment: Payment) -> str:
     """The account that pays (the order's or the activation's)."""

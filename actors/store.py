@@ -52,7 +52,7 @@ from actors.queues import registry
 from herald.db import session as db_session
 from herald.queue import EnqueueResult, Permanent, enqueue, is_last_attempt
 from herald.settings import get_settings
-from models.base import money, utcnow
+from models.base import utcnow
 from models.catalog import StoreProduct, unavailable_reason
 from models.store import (
     FINAL_ISSUANCE_STATES,
@@ -65,6 +65,8 @@ from models.store import (
     find_by_reference,
     insert_store_order,
     mark_announced,
+    order_view,
+    read_order_view,
     record_provider_reference,
     stamp_webhook,
     status_events,
@@ -207,34 +209,10 @@ def place_order(account_id: str, product_id: str, currency: str | None = None
 
 
 # -- reading ----------------------------------------------------------------------------
-def order_view(order: Order, store_order: StoreOrder, events: list[Any]) -> dict[str, Any]:
-    """A store order as JSON (docs/api.md, "The eSIM store"); ``events`` oldest first."""
-    profile = None
-    if store_order.issuance_state == IssuanceState.ISSUED.value:
-        profile = {"iccid": store_order.iccid, "activation_code": store_order.activation_code,
-                   "smdp_address": store_order.smdp_address}
-    updated = max(order.updated_at, store_order.updated_at)
-    return {"id": order.id, "account_id": order.account_id,
-            "product_id": store_order.product_id, "amount": money(order.amount),
-            "currency": order.currency, "status": order.status,
-            "issuance_state": store_order.issuance_state, "provider": store_order.provider,
-            "provider_order_ref": store_order.provider_order_ref,
-            "error_code": store_order.error_code, "failed_reason": store_order.failed_reason,
-            "verification_url": store_order.verification_url, "profile": profile,
-            "status_events": [{"from_state": e.from_state, "to_state": e.to_state,
-                               "error_code": e.error_code, "source": e.source,
-                               "note": e.note, "created_at": e.created_at.isoformat()}
-                              for e in events],
-            "created_at": order.created_at.isoformat(), "updated_at": updated.isoformat()}
-
-
 def get_order(order_id: str) -> dict[str, Any] | None:
     """A store order as JSON with its status events, or None."""
     with db_session() as session:
-        order, store_order = session.get(Order, order_id), session.get(StoreOrder, order_id)
-        if order is None or store_order is None:
-            return None
-        return order_view(order, store_order, status_events(session, order_id))
+        return read_order_view(session, order_id)
 
 
 # -- provider webhooks ------------------------------------------------------------------

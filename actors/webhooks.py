@@ -229,7 +229,7 @@ registry.schedule(Schedule(name="sweep-webhook-messages", actor=sweep_webhook_me
                            run_at_start=True))
 registry.sweep("webhook-messages", sweep_webhook_messages)
 # the messages a state change writes are handed to this relay once they are committed
-webhooks.hand_off = _hand_off
+webhooks.set_relay(_hand_off)
 
 
 def replay_failed(endpoint_id: str, *, message_id: str | None = None,

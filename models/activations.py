@@ -14,11 +14,13 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from sqlalchemy import update
-from sqlmodel import Field, Session, SQLModel, col
+from sqlmodel import Field, Session, SQLModel, col, select
 
 from models.base import id_field, timestamp_field, utcnow
+from models.webhooks import write_event_messages
 
 
 class ActivationStep(StrEnum):
@@ -89,6 +91,43 @@ class StepOutcome(StrEnum):
     RETRYING = "retrying"
 
 
+#: The webhook event of each status an activation enters that has one
+#: (docs/api.md#webhooks).
+ACTIVATION_EVENTS = {ActivationStatus.COMPLETED: "activation.completed",
+                     ActivationStatus.FAILED: "activation.failed"}
+
+
+# -- the activation as the API shows it --------------------------------------------------------
+def step_records(session: Session, activation_id: str) -> list[ActivationStepRecord]:
+    """An activation's step attempts, oldest first, as the database has them now (a
+    record closed in this transaction shows as it ended)."""
+    return list(session.exec(select(ActivationStepRecord)
+                             .where(col(ActivationStepRecord.activation_id) == activation_id)
+                             .order_by(col(ActivationStepRecord.at),
+                                       col(ActivationStepRecord.id))
+                             .execution_options(populate_existing=True)).all())
+
+
+def activation_view(activation: Activation,
+                    records: list[ActivationStepRecord]) -> dict[str, Any]:
+    """An activation as JSON, with its step history (``GET /v1/activations/{id}``)."""
+    return {"id": activation.id, "account_id": activation.account_id,
+            "operator_slug": activation.operator_slug, "msisdn": activation.msisdn,
+            "step": activation.step, "status": activation.status,
+            "operator_ref": activation.operator_ref,
+            "failed_reason": activation.failed_reason,
+            "steps": [{"step": r.step, "status": r.status, "at": r.at.isoformat()}
+                      for r in records],
+            "created_at": activation.created_at.isoformat(),
+            "updated_at": activation.updated_at.isoformat()}
+
+
+def _view(session: Session, activation_id: str) -> dict[str, Any]:
+    activation = session.get(Activation, activation_id, populate_existing=True)
+    assert activation is not None  # its row was just updated
+    return activation_view(activation, step_records(session, activation_id))
+
+
 # -- the activation's transition helper -------------------------------------------------------
 def transition_activation(session: Session, activation_id: str, *,
                           expect_step: ActivationStep,
@@ -100,7 +139,9 @@ def transition_activation(session: Session, activation_id: str, *,
     ``status``) in the caller's transaction, setting ``operator_ref`` and
     ``failed_reason`` when given. One conditional UPDATE decides: False, with nothing
     written, when the activation is elsewhere (a step already past, a failed or completed
-    activation, a missing one)."""
+    activation, a missing one). Entering ``completed`` or ``failed`` writes its webhook
+    messages (:data:`ACTIVATION_EVENTS`) in that transaction, handed to the relay after
+    it commits."""
     values: dict[str, object] = {"step": step.value, "status": status.value,
                                  "updated_at": now or utcnow()}
     if operator_ref is not None:
@@ -113,7 +154,12 @@ def transition_activation(session: Session, activation_id: str, *,
                col(Activation.step) == expect_step.value,
                col(Activation.status).in_([s.value for s in expect_status]))
         .values(**values))
-    return result.rowcount == 1
+    if result.rowcount != 1:
+        return False
+    event = ACTIVATION_EVENTS.get(status)
+    if event is not None:
+        write_event_messages(session, event, lambda: _view(session, activation_id))
+    return True
 
 
 def open_step_record(session: Session, activation_id: str, step: ActivationStep) -> str:

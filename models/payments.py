@@ -14,12 +14,14 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
+from typing import Any
 
 from sqlalchemy import Numeric, update
 from sqlmodel import Field, Session, SQLModel, col
 
-from models.base import UtcDateTime, id_field, timestamp_field, utcnow
+from models.base import UtcDateTime, id_field, money, timestamp_field, utcnow
 from models.store import Order, OrderStatus
+from models.webhooks import write_event_messages
 
 
 class PaymentStatus(StrEnum):
@@ -53,6 +55,23 @@ class Payment(SQLModel, table=True):
 
 #: The timestamp column each status stamps when a payment enters it.
 _STAMPS = {PaymentStatus.COMPLETED: "completed_at", PaymentStatus.SETTLED: "settled_at"}
+#: The webhook event of each status a payment enters that has one (docs/api.md#webhooks).
+PAYMENT_EVENTS = {PaymentStatus.SETTLED: "payment.settled"}
+
+
+def _stamp(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None
+
+
+def payment_view(payment: Payment) -> dict[str, Any]:
+    """A payment as JSON (``GET /v1/payments/{id}``)."""
+    return {"id": payment.id, "status": payment.status, "order_id": payment.order_id,
+            "activation_id": payment.activation_id, "amount": money(payment.amount),
+            "currency": payment.currency, "gateway": payment.gateway,
+            "created_at": payment.created_at.isoformat(),
+            "completed_at": _stamp(payment.completed_at),
+            "settled_at": _stamp(payment.settled_at),
+            "updated_at": payment.updated_at.isoformat()}
 
 
 # -- the payment's transition helper ----------------------------------------------------------
@@ -61,7 +80,9 @@ def transition_payment(session: Session, payment_id: str, expect: PaymentStatus,
     """Move a payment from ``expect`` to ``to`` (stamping ``completed_at`` or
     ``settled_at``) in the caller's transaction. One conditional UPDATE decides: False,
     with nothing written, when the payment is not in ``expect`` (or does not exist), so
-    two completions or two settlements race to one winner."""
+    two completions or two settlements race to one winner. Entering ``settled`` writes
+    its webhook messages (:data:`PAYMENT_EVENTS`) in that transaction, handed to the
+    relay after it commits."""
     now = now or utcnow()
     values: dict[str, object] = {"status": to.value, "updated_at": now}
     if to in _STAMPS:
@@ -70,7 +91,18 @@ def transition_payment(session: Session, payment_id: str, expect: PaymentStatus,
                           .where(col(Payment.id) == payment_id,
                                  col(Payment.status) == expect.value)
                           .values(**values))
-    return result.rowcount == 1
+    if result.rowcount != 1:
+        return False
+    event = PAYMENT_EVENTS.get(to)
+    if event is not None:
+        write_event_messages(session, event, lambda: _view(session, payment_id))
+    return True
+
+
+def _view(session: Session, payment_id: str) -> dict[str, Any]:
+    payment = session.get(Payment, payment_id, populate_existing=True)
+    assert payment is not None  # its row was just updated
+    return payment_view(payment)
 
 
 def pay_order(session: Session, order_id: str, *, now: datetime | None = None) -> bool:

@@ -12,6 +12,7 @@ supplier). None of them commits: the caller's transaction decides what changes t
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
@@ -36,6 +37,7 @@ from sqlmodel import select as sqlmodel_select
 
 from models.base import UtcDateTime, id_field, new_id, table_of, timestamp_field, utcnow
 from models.supplier_jobs import SupplierDispatchJob, dispatch_dedup_id
+from models.webhooks import write_event_messages
 
 #: The supplier types herald has a transport for.
 SUPPLIER_TYPES = ("sysco", "costco", "central_kitchen")
@@ -293,6 +295,13 @@ _links = table_of(DispatchLine)
 
 #: Columns only :func:`transition_dispatch` writes through its own arguments.
 _DISPATCH_GUARDED = frozenset({"status"})
+#: The webhook event of each status an order's roll-up moves it to that has one, and of
+#: each status a line enters that has one (docs/api.md#webhooks).
+ORDER_EVENTS = {PurchaseOrderStatus.COMPLETED: "purchase_order.completed",
+                PurchaseOrderStatus.PARTIAL: "purchase_order.partial",
+                PurchaseOrderStatus.FAILED: "purchase_order.failed"}
+LINE_EVENTS = {LineStatus.BACKORDERED: "line_item.backordered",
+               LineStatus.REROUTED: "line_item.rerouted"}
 
 
 # --------------------------------------------------------------------- transitions
@@ -321,7 +330,9 @@ def set_line_status(session: Session, line_ids: Iterable[str], *, to: LineStatus
                     expect: Collection[LineStatus] | None = None, **columns: Any) -> int:
     """Set the lines' status to ``to`` (only those whose status is one of ``expect``,
     when given); ``columns`` (``dispatch_id``, ``supplier_id``) are written with it.
-    Does not commit; returns how many lines changed."""
+    Entering ``backordered`` or ``rerouted`` writes each changed line's webhook messages
+    (:data:`LINE_EVENTS`) in the caller's transaction, handed to the relay after it
+    commits. Does not commit; returns how many lines changed."""
     ids = list(line_ids)
     if not ids:
         return 0
@@ -330,9 +341,21 @@ def set_line_status(session: Session, line_ids: Iterable[str], *, to: LineStatus
     condition: ColumnElement[bool] = _lines.c.id.in_(ids)
     if expect is not None:
         condition = condition & _lines.c.status.in_([state.value for state in expect])
-    result = session.exec(update(_lines).where(condition)
-                          .values(status=to.value, updated_at=utcnow(), **columns))
-    return int(result.rowcount)
+    statement = (update(_lines).where(condition)
+                 .values(status=to.value, updated_at=utcnow(), **columns))
+    event = LINE_EVENTS.get(to)
+    if event is None:
+        return int(session.exec(statement).rowcount)
+    changed = session.execute(statement.returning(_lines.c.id)).scalars().all()
+    for line_id in changed:
+        write_event_messages(session, event, functools.partial(_line_data, session, line_id))
+    return len(changed)
+
+
+def _line_data(session: Session, line_id: str) -> dict[str, Any]:
+    line = session.get(PurchaseOrderLine, line_id, populate_existing=True)
+    assert line is not None  # it was just updated
+    return line_view(line)
 
 
 def order_status_of(statuses: Sequence[str]) -> PurchaseOrderStatus:
@@ -348,14 +371,27 @@ def order_status_of(statuses: Sequence[str]) -> PurchaseOrderStatus:
 
 def roll_up_order(session: Session, order_id: str) -> PurchaseOrderStatus:
     """Recompute the order's status from its dispatches (:func:`order_status_of`) and
-    write it when it changed. Does not commit."""
+    write it when it changed; a change to ``completed``, ``partial`` or ``failed``
+    writes its webhook messages (:data:`ORDER_EVENTS`) in the caller's transaction,
+    handed to the relay after it commits. Does not commit."""
     statuses = [row[0] for row in session.execute(
         select(_dispatches.c.status).where(_dispatches.c.order_id == order_id))]
     status = order_status_of(statuses)
-    session.execute(update(_orders)
-                    .where(_orders.c.id == order_id, _orders.c.status != status.value)
-                    .values(status=status.value, updated_at=utcnow()))
+    result = session.exec(update(_orders)
+                          .where(_orders.c.id == order_id, _orders.c.status != status.value)
+                          .values(status=status.value, updated_at=utcnow()))
+    event = ORDER_EVENTS.get(status)
+    if event is not None and result.rowcount == 1:
+        write_event_messages(session, event, lambda: _order_data(session, order_id))
     return status
+
+
+def _order_data(session: Session, order_id: str) -> dict[str, Any]:
+    order = session.get(PurchaseOrder, order_id, populate_existing=True)
+    assert order is not None  # it was just updated
+    # without the audit trail: a concurrent transaction may still append to it (a
+    # message is the order as this transaction changed it)
+    return purchase_order_view(session, order)
 
 
 def append_event(session: Session, order_id: str, type: EventType, payload: dict[str, Any],
@@ -409,6 +445,56 @@ def add_outbox(session: Session, dispatch_id: str, payload: dict[str, Any],
     entry = DispatchOutbox(dispatch_id=dispatch_id, payload=payload, dedup_id=dedup_id)
     session.add(entry)
     return entry
+
+
+# --------------------------------------------------------------------- as the API shows it
+
+
+def dispatch_view(dispatch: SupplierDispatch) -> dict[str, Any]:
+    """A dispatch as its order's JSON shows it."""
+    return {"id": dispatch.id, "supplier_id": dispatch.supplier_id,
+            "supplier_type": dispatch.supplier_type, "status": dispatch.status,
+            "reference": dispatch.reference, "attempt": dispatch.attempt,
+            "failure_reason": dispatch.failure_reason, "is_reroute": dispatch.is_reroute,
+            "reroute_of_dispatch_id": dispatch.reroute_of_dispatch_id,
+            "submitted_at": dispatch.submitted_at and dispatch.submitted_at.isoformat()}
+
+
+def line_view(line: PurchaseOrderLine) -> dict[str, Any]:
+    """A line as its order's JSON shows it."""
+    return {"id": line.id, "order_id": line.order_id, "catalog_item_id": line.catalog_item_id,
+            "quantity": f"{line.quantity.normalize():f}", "status": line.status,
+            "supplier_id": line.supplier_id, "dispatch_id": line.dispatch_id}
+
+
+def purchase_order_view(session: Session, order: PurchaseOrder, *,
+                        audit: bool = False) -> dict[str, Any]:
+    """An order with its dispatches and lines (and its audit trail, oldest first, when
+    ``audit``)."""
+    dispatches = session.exec(sqlmodel_select(SupplierDispatch)
+                              .where(SupplierDispatch.order_id == order.id)
+                              .order_by(col(SupplierDispatch.created_at),
+                                        col(SupplierDispatch.id))).all()
+    lines = session.exec(sqlmodel_select(PurchaseOrderLine)
+                         .where(PurchaseOrderLine.order_id == order.id)
+                         .order_by(col(PurchaseOrderLine.created_at),
+                                   col(PurchaseOrderLine.id))).all()
+    view = {"id": order.id, "order_number": order.order_number,
+            "restaurant": {"id": order.restaurant_id, "name": order.restaurant_name,
+                           "location": order.restaurant_location},
+            "placed_by_email": order.placed_by_email, "delivery_notes": order.delivery_notes,
+            "status": order.status, "dispatches": [dispatch_view(d) for d in dispatches],
+            "lines": [line_view(line) for line in lines],
+            "created_at": order.created_at.isoformat(),
+            "updated_at": order.updated_at.isoformat()}
+    if audit:
+        events = session.exec(sqlmodel_select(PurchaseOrderEvent)
+                              .where(PurchaseOrderEvent.order_id == order.id)
+                              .order_by(col(PurchaseOrderEvent.at),
+                                        col(PurchaseOrderEvent.id))).all()
+        view["audit"] = [{"type": event.type, "payload": event.payload,
+                          "at": event.at.isoformat()} for event in events]
+    return view
 
 
 # --------------------------------------------------------------------- placement

@@ -20,7 +20,16 @@ from sqlalchemy import ColumnElement, Index, Numeric, Row, insert, select, text,
 from sqlmodel import Field, Session, SQLModel, col
 from sqlmodel import select as sqlmodel_select
 
-from models.base import UtcDateTime, id_field, new_id, table_of, timestamp_field, utcnow
+from models.base import (
+    UtcDateTime,
+    id_field,
+    money,
+    new_id,
+    table_of,
+    timestamp_field,
+    utcnow,
+)
+from models.webhooks import write_event_messages
 
 
 class OrderStatus(StrEnum):
@@ -159,6 +168,10 @@ _store = table_of(StoreOrder)
 _orders = table_of(Order)
 _events = table_of(StoreOrderStatusEvent)
 
+#: The webhook event of each issuance state a transition enters that has one
+#: (docs/api.md#webhooks).
+ISSUANCE_EVENTS = {IssuanceState.ISSUED: "order.issued", IssuanceState.FAILED: "order.failed",
+                   IssuanceState.PENDING_VERIFICATION: "order.verification_required"}
 #: What a final issuance does to its order, and the order status it may do it from.
 ORDER_OUTCOMES = {IssuanceState.ISSUED: OrderStatus.COMPLETED,
                   IssuanceState.FAILED: OrderStatus.FAILED}
@@ -195,7 +208,10 @@ def transition_store_order(session: Session, order_id: str, *, to: IssuanceState
     :data:`KEEP` keep their value. When the state or the error code changes, a
     ``store_order_status_events`` row (from, to, error code, ``source``, ``note``) is
     added in the same transaction. Moving to ``issued`` (``failed``) also moves the paid
-    order to ``completed`` (``failed``) in that transaction.
+    order to ``completed`` (``failed``) in that transaction. Entering ``issued``,
+    ``failed`` or ``pending_verification`` writes its webhook messages
+    (:data:`ISSUANCE_EVENTS`) in that transaction too, handed to the relay after it
+    commits.
 
     Locking: the store-order row is locked before the order row. On PostgreSQL the read
     of the current state takes the store-order row (``SELECT … FOR UPDATE``) and the
@@ -250,6 +266,15 @@ def _after_transition(session: Session, order_id: str, seen: Row[Any],
                         .where(_orders.c.id == order_id,
                                _orders.c.status == _ORDER_SETTLES_FROM)
                         .values(status=outcome.value, updated_at=now))
+    event = ISSUANCE_EVENTS.get(IssuanceState(to))
+    if event is not None and to != seen.issuance_state:
+        write_event_messages(session, event, lambda: _view(session, order_id))
+
+
+def _view(session: Session, order_id: str) -> dict[str, Any]:
+    view = read_order_view(session, order_id)
+    assert view is not None  # its row was just updated
+    return view
 
 
 def _insert_event(session: Session, order_id: str, *, from_state: str | None, to_state: str,
@@ -323,3 +348,35 @@ def insert_store_order(session: Session, *, account_id: str, product_id: str, pr
                   error_code=None, source=source, note=note, now=now)
     session.commit()
     return order, store_order
+
+
+# -- the order as the API shows it ------------------------------------------------------
+def order_view(order: Order, store_order: StoreOrder, events: list[Any]) -> dict[str, Any]:
+    """A store order as JSON (docs/api.md, "The eSIM store"); ``events`` oldest first."""
+    profile = None
+    if store_order.issuance_state == IssuanceState.ISSUED.value:
+        profile = {"iccid": store_order.iccid, "activation_code": store_order.activation_code,
+                   "smdp_address": store_order.smdp_address}
+    updated = max(order.updated_at, store_order.updated_at)
+    return {"id": order.id, "account_id": order.account_id,
+            "product_id": store_order.product_id, "amount": money(order.amount),
+            "currency": order.currency, "status": order.status,
+            "issuance_state": store_order.issuance_state, "provider": store_order.provider,
+            "provider_order_ref": store_order.provider_order_ref,
+            "error_code": store_order.error_code, "failed_reason": store_order.failed_reason,
+            "verification_url": store_order.verification_url, "profile": profile,
+            "status_events": [{"from_state": e.from_state, "to_state": e.to_state,
+                               "error_code": e.error_code, "source": e.source,
+                               "note": e.note, "created_at": e.created_at.isoformat()}
+                              for e in events],
+            "created_at": order.created_at.isoformat(), "updated_at": updated.isoformat()}
+
+
+def read_order_view(session: Session, order_id: str) -> dict[str, Any] | None:
+    """The store order as ``GET /v1/store/orders/{id}`` shows it, read afresh in
+    ``session`` (its own uncommitted writes included), or None."""
+    order = session.get(Order, order_id, populate_existing=True)
+    store_order = session.get(StoreOrder, order_id, populate_existing=True)
+    if order is None or store_order is None:
+        return None
+    return order_view(order, store_order, status_events(session, order_id))

@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     Column,
+    ColumnElement,
     Connection,
     ForeignKey,
     FromClause,
@@ -157,18 +158,30 @@ DELIVERY_FIELDS = ("id", "notification_id", "channel", "outcome", "reason", "pro
 _endpoints, _messages = table_of(WebhookEndpoint), table_of(WebhookMessage)
 _subscribed: tuple[float, frozenset[str]] = (-SUBSCRIBED_TTL_S, frozenset())
 _subscribed_lock = threading.Lock()
-#: How written messages are handed to the relay (set by the relay's module): called with
-#: ``(message id, endpoint id)`` pairs after their transaction committed.
-hand_off: Callable[[list[tuple[str, str]]], None] | None = None
+#: A relay: called with ``(message id, endpoint id)`` pairs after their transaction
+#: committed, it adds their delivery jobs.
+Relay = Callable[[list[tuple[str, str]]], None]
+_relay: Relay | None = None
+#: Where a session keeps the messages it wrote until it commits or rolls back.
+_PENDING_KEY = "webhook_messages"
+
+
+def set_relay(relay: Relay | None) -> None:
+    """Make ``relay`` the one that committed messages are handed to (None: none; the
+    sweep adds their jobs). The relay lives in ``actors.webhooks``, a layer above this
+    module (docs/layout.md), so it registers itself here when it is imported instead of
+    being imported."""
+    global _relay
+    _relay = relay
 
 
 def hand_off_messages(messages: list[tuple[str, str]]) -> None:
-    """Give committed messages to the relay (:data:`hand_off`); a failure is logged by
+    """Give committed messages to the relay (:func:`set_relay`); a failure is logged by
     count only: the messages stay pending and the relay's sweep adds their jobs."""
-    if not messages or hand_off is None:
+    if not messages or _relay is None:
         return
     try:
-        hand_off(messages)
+        _relay(messages)
     except Exception as error:  # Redis down: the sweep repairs it
         log.warning("webhook hand-off failed: %s", type(error).__name__,
                     extra={"messages": len(messages)})
@@ -176,10 +189,26 @@ def hand_off_messages(messages: list[tuple[str, str]]) -> None:
 
 def hand_off_after_commit(session: Session, messages: list[tuple[str, str]]) -> None:
     """Hand ``messages`` to the relay once ``session`` commits (never before: a job that
-    ran first would find no message); a rollback drops them with their rows."""
-    if messages:
-        orm_events.listen(session, "after_commit",
-                     lambda _session: hand_off_messages(messages), once=True)
+    ran first would find no message); a rollback drops them with their rows, so that a
+    later commit of the same session hands off only what it wrote."""
+    if not messages:
+        return
+    pending = session.info.get(_PENDING_KEY)
+    if pending is None:
+        pending = session.info[_PENDING_KEY] = []
+        orm_events.listen(session, "after_commit", _committed)
+        orm_events.listen(session, "after_rollback", _rolled_back)
+    pending.extend(messages)
+
+
+def _committed(session: Session) -> None:
+    messages = session.info.get(_PENDING_KEY) or []
+    session.info[_PENDING_KEY] = []
+    hand_off_messages(list(messages))
+
+
+def _rolled_back(session: Session) -> None:
+    session.info[_PENDING_KEY] = []
 
 
 def subscribed_types(connection: Connection) -> frozenset[str]:
@@ -216,15 +245,55 @@ def message_rows(source: FromClause, event: str, postgres: bool) -> Any:
                  literal("data"), data)
     if postgres:
         new_id = literal("msg_") + func.replace(cast(func.gen_random_uuid(), String), "-", "")
-        subscribed = _endpoints.c.events.cast(JSONB).has_key(event)
     else:
         new_id = literal("msg_") + func.lower(func.hex(func.randomblob(16)))
-        each = func.json_each(_endpoints.c.events).table_valued("value")
-        subscribed = exists(select(literal(1)).select_from(each).where(each.c.value == event))
     return (select(new_id, _endpoints.c.id, literal(event), body,
                    literal(MessageStatus.PENDING.value), literal([], JSON), now, now)
             .select_from(source).join(_endpoints, true())
-            .where(_endpoints.c.disabled.is_(False), subscribed))
+            .where(*_subscribed_to(event, postgres)))
+
+
+def _subscribed_to(event: str, postgres: bool) -> tuple[ColumnElement[bool], ...]:
+    """The condition of an endpoint that is enabled and subscribed to ``event``."""
+    if postgres:
+        subscribed = _endpoints.c.events.cast(JSONB).has_key(event)
+    else:
+        each = func.json_each(_endpoints.c.events).table_valued("value")
+        subscribed = exists(select(literal(1)).select_from(each).where(each.c.value == event))
+    return _endpoints.c.disabled.is_(False), subscribed
+
+
+def write_event_messages(session: Session, event: str,
+                         data: Callable[[], dict[str, Any]]) -> list[tuple[str, str]]:
+    """Write one ``event`` message, its ``data`` read by calling ``data()``, for each
+    enabled endpoint subscribed to it, in ``session``'s transaction (the caller's state
+    change commits or rolls back with them), and hand them to the relay once it commits.
+
+    When no endpoint subscribes to ``event`` (:func:`subscribed_types`, cached) nothing
+    is read or written: ``data`` is not called. Returns the ``(message id, endpoint
+    id)`` pairs written. For the ORM session paths; a delivery's outcome has its own
+    single statement (:func:`update_with_messages`)."""
+    if event not in WEBHOOK_EVENT_TYPES:
+        raise ValueError(f"{event!r} is not a webhook event type")
+    if event not in subscribed_types(session.connection()):
+        return []
+    postgres = session.get_bind().dialect.name == "postgresql"
+    endpoint_ids = session.execute(select(_endpoints.c.id)
+                                   .where(*_subscribed_to(event, postgres))).scalars().all()
+    if not endpoint_ids:
+        return []
+    # the caller's pending ORM changes reach the database first: ``data`` reads the rows
+    # afresh, and must neither miss them nor overwrite them
+    session.flush()
+    now = utcnow()
+    body = {"type": event, "timestamp": now.isoformat(), "data": data()}
+    rows = [{"id": message_id(), "endpoint_id": endpoint_id, "type": event, "body": body,
+             "status": MessageStatus.PENDING.value, "attempts": [], "handed_off_at": now,
+             "created_at": now} for endpoint_id in endpoint_ids]
+    session.execute(insert(_messages), rows)
+    messages = [(row["id"], row["endpoint_id"]) for row in rows]
+    hand_off_after_commit(session, messages)
+    return messages
 
 
 MESSAGE_COLUMNS = ("id", "endpoint_id", "type", "body", "status", "attempts",

@@ -11,6 +11,7 @@ from actors import activation as activations
 from herald.text import SingleLine
 from herald.web.auth import protected_router
 from herald.web.errors import api_error, found
+from models.activations import activation_view
 
 router = protected_router(["activations"])
 
@@ -34,7 +35,7 @@ def create_activation(body: ActivationIn) -> dict[str, Any]:
         raise api_error(404, "account_not_found", str(error)) from None
     except activations.InvalidActivation as error:
         raise api_error(422, "invalid_activation", str(error)) from None
-    return activations.activation_view(activation, [])
+    return activation_view(activation, [])
 
 
 @router.get("/activations/{activation_id}", summary="An activation and its steps")
@@ -42,4 +43,4 @@ def get_activation(activation_id: str) -> dict[str, Any]:
     """Step, status and the history of its step attempts."""
     activation, records = found(activations.get_activation(activation_id), "activation",
                                 activation_id)
-    return activations.activation_view(activation, records)
+    return activation_view(activation, records)

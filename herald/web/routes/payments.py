@@ -13,6 +13,7 @@ from actors import payments
 from herald.text import SingleLine
 from herald.web.auth import protected_router
 from herald.web.errors import api_error, found
+from models.payments import payment_view
 
 router = protected_router(["payments"])
 
@@ -49,13 +50,13 @@ def create_payment(body: PaymentIn) -> dict[str, Any]:
         payment = payments.create_payment(**body.model_dump())
     except REFUSALS as error:
         raise _translated(error) from None
-    return payments.payment_view(payment)
+    return payment_view(payment)
 
 
 @router.get("/payments/{payment_id}", summary="A payment")
 def get_payment(payment_id: str) -> dict[str, Any]:
     """Status, amount, what it pays for and when it completed and settled."""
-    return payments.payment_view(found(payments.get_payment(payment_id), "payment",
+    return payment_view(found(payments.get_payment(payment_id), "payment",
                                        payment_id))
 
 
@@ -70,7 +71,7 @@ def complete_payment(payment_id: str, response: Response) -> dict[str, Any]:
         raise _translated(error) from None
     if queued is None:
         response.status_code = 200
-    return payments.payment_view(payment)
+    return payment_view(payment)
 
 
 @router.post("/payments/{payment_id}/settle", status_code=202,
@@ -82,5 +83,5 @@ def replay_settlement(payment_id: str) -> dict[str, Any]:
         payment, result = payments.replay_settlement(payment_id)
     except REFUSALS as error:
         raise _translated(error) from None
-    return {**payments.payment_view(payment),
+    return {**payment_view(payment),
             "settlement": {"job_id": result.job_id, "status": result.status}}

@@ -36,11 +36,9 @@ from models.purchasing import (
     OrderNumberTaken,
     PlacementError,
     PurchaseOrder,
-    PurchaseOrderEvent,
-    PurchaseOrderLine,
     Supplier,
-    SupplierDispatch,
     SupplierMapping,
+    purchase_order_view,
 )
 from models.supplier_jobs import EmailAddress, SupplierTypeName
 from providers.sftp import SftpSettings
@@ -257,51 +255,6 @@ class PurchaseOrderIn(_Body):
             placed_by_email=self.placed_by_email, delivery_notes=self.delivery_notes,
             lines=tuple(OrderedLine(line.catalog_item_id, line.quantity)
                         for line in self.lines))
-
-
-def _dispatch_view(dispatch: SupplierDispatch) -> dict[str, Any]:
-    return {"id": dispatch.id, "supplier_id": dispatch.supplier_id,
-            "supplier_type": dispatch.supplier_type, "status": dispatch.status,
-            "reference": dispatch.reference, "attempt": dispatch.attempt,
-            "failure_reason": dispatch.failure_reason, "is_reroute": dispatch.is_reroute,
-            "reroute_of_dispatch_id": dispatch.reroute_of_dispatch_id,
-            "submitted_at": dispatch.submitted_at and dispatch.submitted_at.isoformat()}
-
-
-def _line_view(line: PurchaseOrderLine) -> dict[str, Any]:
-    return {"id": line.id, "catalog_item_id": line.catalog_item_id,
-            "quantity": f"{line.quantity.normalize():f}", "status": line.status,
-            "supplier_id": line.supplier_id, "dispatch_id": line.dispatch_id}
-
-
-def purchase_order_view(session: Session, order: PurchaseOrder, *,
-                        audit: bool = False) -> dict[str, Any]:
-    """An order with its dispatches and lines (and its audit trail, oldest first, when
-    ``audit``)."""
-    dispatches = session.exec(select(SupplierDispatch)
-                              .where(SupplierDispatch.order_id == order.id)
-                              .order_by(col(SupplierDispatch.created_at),
-                                        col(SupplierDispatch.id))).all()
-    lines = session.exec(select(PurchaseOrderLine)
-                         .where(PurchaseOrderLine.order_id == order.id)
-                         .order_by(col(PurchaseOrderLine.created_at),
-                                   col(PurchaseOrderLine.id))).all()
-    view = {"id": order.id, "order_number": order.order_number,
-            "restaurant": {"id": order.restaurant_id, "name": order.restaurant_name,
-                           "location": order.restaurant_location},
-            "placed_by_email": order.placed_by_email, "delivery_notes": order.delivery_notes,
-            "status": order.status, "dispatches": [_dispatch_view(d) for d in dispatches],
-            "lines": [_line_view(line) for line in lines],
-            "created_at": order.created_at.isoformat(),
-            "updated_at": order.updated_at.isoformat()}
-    if audit:
-        events = session.exec(select(PurchaseOrderEvent)
-                              .where(PurchaseOrderEvent.order_id == order.id)
-                              .order_by(col(PurchaseOrderEvent.at),
-                                        col(PurchaseOrderEvent.id))).all()
-        view["audit"] = [{"type": event.type, "payload": event.payload,
-                          "at": event.at.isoformat()} for event in events]
-    return view
 
 
 @router.post("/purchase-orders", status_code=201, summary="Place a purchase order",
