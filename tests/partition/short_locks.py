@@ -1,0 +1,24 @@
+"""``herald worker --import tests.partition.short_locks``: the partition tests' clocks.
+
+notification-email's job lock is 3 s (30 s in production) and a delivery's claim goes
+stale after 6 s (60 s), the same ratio, so a partition outlasts both in seconds instead
+of minutes. store-fulfillment's lock is 1 s, as in the crash tests.
+"""
+
+import dataclasses
+from datetime import timedelta
+
+import tests.support.store.short_lock  # noqa: F401  (store-fulfillment: a 1 s lock)
+from actors.queues import registry
+from models.notifications import claim_delivery
+
+#: The notification-email job lock of the partitioned workers.
+EMAIL_LOCK = timedelta(seconds=3)
+#: When their deliveries' claims go stale.
+CLAIM_STALE_AFTER = timedelta(seconds=6)
+
+registry.declare(dataclasses.replace(registry.spec("notification-email"),
+                                     lock_duration=EMAIL_LOCK))
+# the channel worker claims with the default staleness; this process's default is shorter
+assert claim_delivery.__kwdefaults__ is not None
+claim_delivery.__kwdefaults__["stale_after"] = CLAIM_STALE_AFTER
