@@ -27,11 +27,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture
-def two_hosts(migrated_database: str, redis_url: str, redis6_url: str,
-              tmp_path: Path) -> Iterator[list[netns.WorkerHost]]:
+def network(migrated_database: str, redis_url: str, redis6_url: str,
+            tmp_path: Path) -> Iterator[netns.Network]:
     """Two worker hosts reaching the test's PostgreSQL and Redis over a link each, and the
     mocks' store (a Redis of its own, MOCK_STORE_URL) over an uplink a partition spares.
     Their processes' output is in ``tmp_path``."""
     with netns.worker_hosts(2, {"DATABASE_URL": migrated_database, "REDIS_URL": redis_url},
-                            {"MOCK_STORE_URL": redis6_url}, tmp_path) as hosts:
-        yield hosts
+                            {"MOCK_STORE_URL": redis6_url}, tmp_path) as network:
+        yield network

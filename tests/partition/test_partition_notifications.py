@@ -27,7 +27,7 @@ from herald.db import session as db_session
 from models.notifications import FINAL_OUTCOMES, Delivery
 from providers.mock import MockProvider
 from tests.partition.short_locks import CLAIM_STALE_AFTER, EMAIL_LOCK
-from tests.support.netns import WorkerHost
+from tests.support.netns import Network
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -87,15 +87,15 @@ def _sends() -> int:
 @pytest.mark.timeout(150)
 def test_a_partitioned_worker_host_loses_nothing_and_its_late_writes_are_refused(
         pipeline: None, monkeypatch: pytest.MonkeyPatch, redis6_url: str,
-        two_hosts: list[WorkerHost]) -> None:
+        network: Network) -> None:
     started = time.monotonic()
     monkeypatch.setenv("MOCK_STORE_URL", redis6_url)  # the provider is not the job Redis
     settings.reset_settings()
     MockProvider.reset()
-    cut_off = two_hosts[0]
-    for host in two_hosts:
+    cut_off = network.hosts[0]
+    for host in network.hosts:
         host.spawn_herald(*WORKER, label="worker")
-    wait_for(lambda: all(host.log_lines("worker", "worker started") for host in two_hosts),
+    wait_for(lambda: all(host.log_lines("worker", "worker started") for host in network.hosts),
              timeout=60, every=0.2, what="both workers to start")
 
     with ThreadPoolExecutor(max_workers=1) as producer:

@@ -25,7 +25,7 @@ from herald import db, settings
 from models.notifications import Notification
 from models.store import Order, StoreOrder
 from providers.esim_mock import MockEsimProvider
-from tests.support.netns import WorkerHost
+from tests.support.netns import Network
 from tests.support.store.steps import events, paid, store_row
 from tests.support.waiting import wait_for
 
@@ -54,12 +54,12 @@ def _issued() -> int:
 @pytest.mark.timeout(150)
 def test_a_host_cut_off_after_the_charge_leaves_orders_reconciled_and_charged_once(
         store: str, monkeypatch: pytest.MonkeyPatch, redis6_url: str,
-        two_hosts: list[WorkerHost]) -> None:
+        network: Network) -> None:
     started = time.monotonic()
     monkeypatch.setenv("MOCK_STORE_URL", redis6_url)  # the provider is not the job Redis
     settings.reset_settings()
     MockEsimProvider.reset()
-    cut_off, other = two_hosts
+    cut_off, other = network.hosts
     order_ids = [paid(PRODUCTS[n % 2]) for n in range(ORDERS)]
     for order_id in order_ids:
         enqueue_issuance(order_id)

@@ -11,9 +11,12 @@ private /30s (10.200.x.y), removed on exit (even when the test fails).
   reachable from a host whose datacenter link failed.
 
 The test servers listen on 127.0.0.1 only (tests/support/services.py); the relays (one
-asyncio thread in the test process) listen on each host's link address and forward to
-them, so the servers need no other address and a cut link drops the host's packets as a
-failed link would: no reset, the connections just stop answering.
+asyncio thread in the test process) listen on two addresses this host adds to its
+loopback, one routed from every namespace over its link, the other over its uplink, and
+forward to the servers. So the servers need no other address, every host reaches a
+server at the same address (a supplier's SFTP server stored in a row works too,
+:meth:`Network.reach`), and a cut link drops that host's packets as a failed link would:
+no reset, the connections just stop answering.
 
 Needs root and iproute2's ``ip``; :func:`unavailable` says why when they are missing, so a
 test can skip with that reason.
@@ -238,7 +241,7 @@ def _relayed(url: str, relays: Relays, listen_host: str) -> str:
 class WorkerHost:
     """One worker "host": a namespace whose ``link`` leads to herald's servers (the one a
     partition cuts) and whose ``uplink`` leads to the provider; ``env`` the server URLs
-    as the host reaches them."""
+    as the hosts reach them."""
 
     name: str
     link: _Link
@@ -290,27 +293,67 @@ class WorkerHost:
                 process.wait(timeout=10)
 
 
+@dataclass(frozen=True)
+class Network:
+    """The worker hosts, and the two addresses of this host they reach: ``servers`` over
+    each host's link (the one a cut takes down), ``provider`` over each one's uplink."""
+
+    hosts: list[WorkerHost]
+    servers: str
+    provider: str
+    relays: Relays
+
+    def reach(self, address: tuple[str, int]) -> tuple[str, int]:
+        """An address (on loopback) as every host reaches it over its link: a relay on
+        :attr:`servers`, e.g. a supplier's SFTP server, cut off with the rest."""
+        return self.servers, self.relays.add(self.servers, address)
+
+
+@contextmanager
+def _service_addresses() -> Iterator[tuple[str, str]]:
+    """Two addresses of this host (a /32 each on its loopback, inside 10.201.0.0/16) for
+    the relays every worker host reaches; removed on exit."""
+    third, fourth = random.randrange(256), random.randrange(1, 253)
+    addresses = (f"10.201.{third}.{fourth}", f"10.201.{third}.{fourth + 1}")
+    added: list[str] = []
+    try:
+        for address in addresses:
+            _ip("addr", "add", f"{address}/32", "dev", "lo")
+            added.append(address)
+        yield addresses
+    finally:
+        for address in added:
+            subprocess.run(["ip", "addr", "del", f"{address}/32", "dev", "lo"],
+                           capture_output=True, timeout=30)
+
+
 @contextmanager
 def worker_hosts(count: int, servers: Mapping[str, str], provider: Mapping[str, str],
-                 log_dir: Path) -> Iterator[list[WorkerHost]]:
+                 log_dir: Path) -> Iterator[Network]:
     """``count`` worker hosts; each reaches the URLs of ``servers`` (variable → URL, on
-    loopback) over its link and those of ``provider`` over its uplink. On exit every
-    process started on a host is killed, and the relays, links and namespaces are gone."""
+    loopback) over its link and those of ``provider`` over its uplink, through relays on
+    two addresses of this host (the same URLs for every host). On exit every process
+    started on a host is killed, and the relays, links and namespaces are gone."""
+    tag = _tag()
     with contextlib.ExitStack() as stack:
+        servers_address, provider_address = stack.enter_context(_service_addresses())
         relays = Relays()
         stack.callback(relays.close)
+        env = {var: _relayed(url, relays, servers_address) for var, url in servers.items()}
+        env |= {var: _relayed(url, relays, provider_address)
+                for var, url in provider.items()}
         hosts: list[WorkerHost] = []
         for number in range(count):
-            tag = f"{_tag()}{number}"
-            name = f"herald-w{tag}"
+            name = f"herald-w{tag}{number}"
             stack.enter_context(_namespace(name))
-            link = stack.enter_context(_link(name, f"hwl{tag}", f"nwl{tag}"))
-            uplink = stack.enter_context(_link(name, f"hwu{tag}", f"nwu{tag}"))
-            env = {var: _relayed(url, relays, link.host_address)
-                   for var, url in servers.items()}
-            env |= {var: _relayed(url, relays, uplink.host_address)
-                    for var, url in provider.items()}
+            link = stack.enter_context(_link(name, f"hwl{tag}{number}", f"nwl{tag}{number}"))
+            uplink = stack.enter_context(_link(name, f"hwu{tag}{number}",
+                                               f"nwu{tag}{number}"))
+            _ip("-n", name, "route", "add", f"{servers_address}/32", "via", link.host_address)
+            _ip("-n", name, "route", "add", f"{provider_address}/32", "via",
+                uplink.host_address)
             host = WorkerHost(name=name, link=link, uplink=uplink, env=env, log_dir=log_dir)
             stack.callback(host.stop)  # before its links and namespace go
             hosts.append(host)
-        yield hosts
+        yield Network(hosts=hosts, servers=servers_address, provider=provider_address,
+                      relays=relays)
