@@ -1,5 +1,6 @@
 """Fixtures of the partition tests: worker hosts in network namespaces over the
-pipeline's and the store's fixtures (reused from their packages, not copied)."""
+pipeline's, the store's and purchasing's fixtures (reused from their packages, not
+copied)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.pipeline.conftest import pipeline  # noqa: F401  (the notification pipeline)
+from tests.purchasing.conftest import mailbox, purchasing, sftp  # noqa: F401  (suppliers)
 from tests.store.conftest import database, store  # noqa: F401  (the eSIM store)
 from tests.support import netns
 
