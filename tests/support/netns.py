@@ -29,7 +29,10 @@ import contextlib
 import json
 import os
 import random
+import re
+import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -318,13 +321,49 @@ def _service_addresses() -> Iterator[tuple[str, str]]:
     added: list[str] = []
     try:
         for address in addresses:
-            _ip("addr", "add", f"{address}/32", "dev", "lo")
+            _ip("addr", "add", f"{address}/32", "dev", "lo", "label", f"lo:hp{os.getpid()}")
             added.append(address)
         yield addresses
     finally:
         for address in added:
             subprocess.run(["ip", "addr", "del", f"{address}/32", "dev", "lo"],
                            capture_output=True, timeout=30)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_leftovers() -> None:
+    """Remove what a test process killed before its clean-up (SIGKILL, a CI timeout) left:
+    the worker hosts' namespaces (their processes killed, their links deleted) and the
+    relays' addresses, each named after the process that made it."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                            timeout=30).stdout
+    for match in re.finditer(r"^herald-w(\d+)-(\w+)", listed, re.MULTILINE):
+        if _alive(int(match[1])):
+            continue
+        pids = subprocess.run(["ip", "netns", "pids", match[0]], capture_output=True,
+                              text=True, timeout=30).stdout.split()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        for end in ("hwl", "hwu"):
+            subprocess.run(["ip", "link", "del", f"{end}{match[2]}"], capture_output=True,
+                           timeout=30)
+        subprocess.run(["ip", "netns", "del", match[0]], capture_output=True, timeout=30)
+    addresses = subprocess.run(["ip", "-o", "-4", "addr", "show", "dev", "lo"],
+                               capture_output=True, text=True, timeout=30).stdout
+    for match in re.finditer(r"inet (\S+) .*lo:hp(\d+)", addresses):
+        if not _alive(int(match[2])):
+            subprocess.run(["ip", "addr", "del", match[1], "dev", "lo"], capture_output=True,
+                           timeout=30)
 
 
 @contextmanager
@@ -334,7 +373,8 @@ def worker_hosts(count: int, servers: Mapping[str, str], provider: Mapping[str, 
     loopback) over its link and those of ``provider`` over its uplink, through relays on
     two addresses of this host (the same URLs for every host). On exit every process
     started on a host is killed, and the relays, links and namespaces are gone."""
-    tag = _tag()
+    _remove_leftovers()
+    tag = secrets.token_hex(3)
     with contextlib.ExitStack() as stack:
         servers_address, provider_address = stack.enter_context(_service_addresses())
         relays = Relays()
@@ -344,7 +384,7 @@ def worker_hosts(count: int, servers: Mapping[str, str], provider: Mapping[str, 
                 for var, url in provider.items()}
         hosts: list[WorkerHost] = []
         for number in range(count):
-            name = f"herald-w{tag}{number}"
+            name = f"herald-w{os.getpid()}-{tag}{number}"
             stack.enter_context(_namespace(name))
             link = stack.enter_context(_link(name, f"hwl{tag}{number}", f"nwl{tag}{number}"))
             uplink = stack.enter_context(_link(name, f"hwu{tag}{number}",
