@@ -51,6 +51,13 @@ def _issued() -> int:
             StoreOrder.issuance_state == "issued")).one()
 
 
+def _ready() -> collections.Counter[str]:
+    """How many ``esim.ready`` notifications each account has."""
+    with db.session() as session:
+        return collections.Counter(session.exec(select(Notification.account_id).where(
+            Notification.type == "esim.ready")).all())
+
+
 @pytest.mark.timeout(150)
 def test_a_host_cut_off_after_the_charge_leaves_orders_reconciled_and_charged_once(
         store: str, monkeypatch: pytest.MonkeyPatch, redis6_url: str,
@@ -90,9 +97,10 @@ def test_a_host_cut_off_after_the_charge_leaves_orders_reconciled_and_charged_on
     with db.session() as session:
         accounts = session.exec(select(Order.account_id).where(
             Order.id.in_(order_ids))).all()
-        ready = collections.Counter(session.exec(select(Notification.account_id).where(
-            Notification.type == "esim.ready")).all())
-    assert ready == {account: 1 for account in accounts}
+    # (each run triggers its order's notification right after the issued write)
+    wait_for(lambda: sum(_ready().values()) >= ORDERS, timeout=30, every=0.2,
+             what="every esim.ready notification")
+    assert _ready() == {account: 1 for account in accounts}
     # the orders cut off after their charge were reconciled, not issued again, and the
     # cut-off host wrote nothing after it came back: issued is their last status event
     for order_id in in_window:
