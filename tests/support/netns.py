@@ -257,12 +257,12 @@ class WorkerHost:
                      env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
         """``herald ARGS…`` inside the namespace, with the test's environment, this host's
         server URLs and ``env``, any free health port, INFO logging to ``log(label)``."""
-        env = {**os.environ, **self.env, "WORKER_PORT": "0", "LOG_LEVEL": "INFO",
-               "PYTHONUNBUFFERED": "1", **(env or {})}
+        variables = {**os.environ, **self.env, "WORKER_PORT": "0", "LOG_LEVEL": "INFO",
+                     "PYTHONUNBUFFERED": "1", **(env or {})}
         with self.log(label).open("ab") as out:
             process = subprocess.Popen(
                 ["ip", "netns", "exec", self.name, sys.executable, "-m", "herald.cli", *args],
-                cwd=_REPO, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                cwd=_REPO, env=variables, stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT)
         self.processes.append(process)
         return process
