@@ -220,6 +220,9 @@ class Settings(BaseSettings):
     #: a provider name the chains may use, its state set at run time in the mock's Redis
     #: (docs/pipeline.md#mock-instances).
     mock_instances: str = ""
+    #: Seconds the mock eSIM provider waits after a charge before it answers: a host can
+    #: be cut off between the charge and the issued write (the partition tests).
+    mock_esim_answer_delay_s: float = Field(default=0.0, ge=0)
     #: Shared secrets of the Taqnyat and OneSignal delivery-receipt webhooks (callbacks are
     #: refused while unset); Twilio's are signed with TWILIO_AUTH_TOKEN.
     taqnyat_callback_secret: str = ""

@@ -16,6 +16,10 @@ issuance job, and counts its charges per order (docs/pipeline.md#the-mock-esim-p
                        it issued. Only the first issue of an order crashes.
 =====================  ==============================================================
 
+``MOCK_ESIM_ANSWER_DELAY_S`` makes every charged order's answer wait that long after the
+charge (and the reference's commit), as a provider slow to answer: the partition tests
+cut a worker host off inside that window.
+
 Like the mock notification provider, its records live in Redis (MOCK_STORE_URL, else the
 job Redis) under ``<QUEUE_PREFIX>:mock:esim:``, so worker processes, the test or the demo
 that scripts them, and a FLUSHALL of the job Redis (with MOCK_STORE_URL elsewhere) all see
@@ -34,6 +38,7 @@ import json
 import logging
 import os
 import signal
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from decimal import Decimal
@@ -136,6 +141,9 @@ class MockEsimProvider:
         status = ("pending_verification" if product == "mock-verify" else "issued")
         reference = self._accept(request, status)
         on_reference(reference)
+        if self.settings.mock_esim_answer_delay_s:
+            # a blocking sleep on purpose: a provider slow to answer after it charged
+            time.sleep(self.settings.mock_esim_answer_delay_s)
         if product == "mock-ambiguous":
             raise AmbiguousEsimError("the mock's answer was cut off",
                                      provider_order_ref=reference)

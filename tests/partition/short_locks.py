@@ -1,0 +1,33 @@
+"""``herald worker --import tests.partition.short_locks``: the partition tests' clocks.
+
+notification-email's job lock is 3 s (30 s in production) and a delivery's claim goes
+stale after 6 s (60 s), the same ratio, so a partition outlasts both in seconds instead
+of minutes. store-fulfillment's lock is 1 s, as in the crash tests. supplier-dispatch's
+is 48 s (120 s): still longer than an SFTP operation's timeout (30 s) plus the lock's
+extension period, so a cut-off upload has aborted before another worker restarts its run,
+as in production (docs/failure-modes.md#partition).
+"""
+
+import dataclasses
+from datetime import timedelta
+
+import tests.support.store.short_lock  # noqa: F401  (store-fulfillment: a 1 s lock)
+from actors.queues import registry
+from models.notifications import claim_delivery
+
+#: The notification-email job lock of the partitioned workers.
+EMAIL_LOCK = timedelta(seconds=3)
+#: The supplier-dispatch job lock: a run is taken over between 32 s and 48 s after its
+#: worker was cut off (the lock is extended every third of it), after its SFTP operation
+#: gave up (30 s).
+DISPATCH_LOCK = timedelta(seconds=48)
+#: When their deliveries' claims go stale.
+CLAIM_STALE_AFTER = timedelta(seconds=6)
+
+registry.declare(dataclasses.replace(registry.spec("notification-email"),
+                                     lock_duration=EMAIL_LOCK))
+registry.declare(dataclasses.replace(registry.spec("supplier-dispatch"),
+                                     lock_duration=DISPATCH_LOCK))
+# the channel worker claims with the default staleness; this process's default is shorter
+assert claim_delivery.__kwdefaults__ is not None
+claim_delivery.__kwdefaults__["stale_after"] = CLAIM_STALE_AFTER
