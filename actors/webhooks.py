@@ -28,7 +28,7 @@ from sqlmodel import col, select
 from actors import queues as _queues  # noqa: F401  (declares the queue)
 from actors.queues import registry
 from herald import db
-from herald.queue import Defer, Schedule, enqueue
+from herald.queue import Defer, Schedule, enqueue, enqueue_many
 from herald.settings import get_settings
 from models import webhooks
 from models.base import queue_now, utcnow
@@ -89,9 +89,12 @@ def enqueue_message(message_id: str, endpoint_id: str, *, at: datetime | None = 
                    replay_completed=replay).status
 
 
-def _hand_off(messages: list[tuple[str, str]]) -> None:
-    for message_id, endpoint_id in messages:
-        enqueue_message(message_id, endpoint_id)
+def hand_off(messages: list[tuple[str, str]]) -> None:
+    """Add the jobs of committed ``(message id, endpoint id)`` pairs, one round trip for
+    many (a state change with several subscribed endpoints writes several)."""
+    enqueue_many(deliver_webhook, [
+        (WebhookJob(message_id=message_id), {"job_id": message_id, "group": endpoint_id})
+        for message_id, endpoint_id in messages])
 
 
 @registry.actor(queue=QUEUE, payload=WebhookJob)
@@ -229,7 +232,7 @@ registry.schedule(Schedule(name="sweep-webhook-messages", actor=sweep_webhook_me
                            run_at_start=True))
 registry.sweep("webhook-messages", sweep_webhook_messages)
 # the messages a state change writes are handed to this relay once they are committed
-webhooks.set_relay(_hand_off)
+webhooks.set_relay(hand_off)
 
 
 def replay_failed(endpoint_id: str, *, message_id: str | None = None,
