@@ -18,6 +18,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from actors.digests import close_due_digests
+from actors.handoffs import reconcile_handoffs
 from actors.queues import registry
 from herald import settings
 from herald.queue import running_worker
@@ -148,6 +149,32 @@ def test_a_worker_killed_inside_the_close_leaves_the_bucket_to_be_closed_once(
     # and a new worker takes the close job up again: exactly one message, one email
     workers.append(spawn_worker())
     wait_for(lambda: one_message_each(ids), timeout=60, what="the digest's email")
+    assert_exactly_one_message_each(ids)
+
+
+def test_a_worker_killed_after_the_close_commits_leaves_its_message_to_the_handoff_sweep(
+        client: TestClient, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        workers: list[subprocess.Popen[bytes]]) -> None:
+    # Given a worker that stalls after its close committed, before the handoff
+    marker = tmp_path / "stalled"
+    monkeypatch.setenv("DIGEST_STALL_MARKER", str(marker))
+    monkeypatch.setenv("DIGEST_STALL_AT", "handoff")
+    digest_activity(monkeypatch, window=timedelta(seconds=1))
+    workers.append(spawn_worker())
+    ids = accounts_with_activity(client, 1)
+    # When it is SIGKILLed there
+    wait_for(marker.exists, timeout=60, what="the close to commit")
+    workers[0].send_signal(signal.SIGKILL)
+    workers[0].wait(timeout=10)
+    # Then the message stands, its email queued with no job; the bucket is closed for good
+    [message] = messages_of(ids[0])
+    assert deliveries_of(message.id)["email"].outcome == "queued"
+    assert buckets_of(ids[0])[0].status == "closed"
+    # and once the handoff sweep re-drives it, a new worker sends it: one email
+    workers.append(spawn_worker())
+    assert reconcile_handoffs(age=timedelta(microseconds=1)).deliveries == 1
+    wait_for(lambda: one_message_each(ids), timeout=60, what="the digest's email")
+    assert close_due_digests() == 0
     assert_exactly_one_message_each(ids)
 
 
