@@ -102,7 +102,8 @@ def trigger_events(events: list[dict[str, Any]]) -> list[EventOutcome | DigestRe
     if not digested:
         return list(trigger_plain_events(events))
     outcomes: list[EventOutcome | DigestResult | None] = [None] * len(events)
-    plain = [i for i in range(len(events)) if i not in set(digested)]
+    apart = set(digested)
+    plain = [i for i in range(len(events)) if i not in apart]
     for index, outcome in zip(plain, trigger_plain_events([events[i] for i in plain]),
                               strict=True):
         outcomes[index] = outcome
