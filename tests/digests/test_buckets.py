@@ -4,6 +4,7 @@ the embedded default's SQLite digests and closes as PostgreSQL does."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -13,9 +14,17 @@ import pytest
 from fastapi.testclient import TestClient
 
 from actors.digests import DigestResult, close_due_digests, trigger_digested
+from actors.event_catalogue import EVENT_TYPES
 from actors.orchestration import create_account
 from herald import db, settings
-from tests.support.digests.steps import ACTIVITY, buckets_of, items_of, messages_of, move_time
+from tests.support.digests.steps import (
+    ACTIVITY,
+    buckets_of,
+    digest_activity,
+    items_of,
+    messages_of,
+    move_time,
+)
 from tests.support.pipeline.steps import account
 from tests.support.queue_app import close_queue_app, install_queue_app
 
@@ -39,6 +48,30 @@ def test_concurrent_events_of_one_account_land_in_one_bucket(client: TestClient)
     assert sum(r.created for r in results) == 31
     # and each new event saw its own count: none was lost or doubled
     assert sorted(r.items for r in results if r.created) == list(range(1, 32))
+
+
+def test_a_data_key_makes_one_digest_per_value_of_the_field(
+        client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given activity digested per account and link
+    digest_activity(monkeypatch, key="data.url")
+    account_id = account(client)
+    # When events for two links arrive, interleaved
+    for n in range(6):
+        trigger_digested(account_id=account_id, type=ACTIVITY, occurrence=f"e-{n}",
+                         data={"text": f"comment {n}", "url": f"https://app.example.com/{n % 2}"})
+    # Then each link has its digest of three events
+    buckets = buckets_of(account_id)
+    assert sorted(b.key for b in buckets) == ["url=https://app.example.com/0",
+                                              "url=https://app.example.com/1"]
+    assert [b.item_count for b in buckets] == [3, 3]
+
+
+def test_a_type_digested_by_an_unknown_field_is_refused() -> None:
+    # Given a digest keyed on a field the type's data does not have / Then it cannot exist
+    spec = EVENT_TYPES[ACTIVITY]
+    assert spec.digest is not None
+    with pytest.raises(ValueError, match="digest key"):
+        dataclasses.replace(spec, digest=dataclasses.replace(spec.digest, key="data.colour"))
 
 
 def test_a_digested_type_cannot_be_sent_as_a_batch(client: TestClient) -> None:

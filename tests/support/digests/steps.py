@@ -22,7 +22,8 @@ ACTIVITY = "account.activity"
 
 
 def digest_activity(monkeypatch: pytest.MonkeyPatch, *, mode: DigestMode | None = None,
-                    max_items: int | None = None, window: timedelta | None = None) -> None:
+                    max_items: int | None = None, window: timedelta | None = None,
+                    key: str | None = None) -> None:
     """Change the ``account.activity`` digest for this test (the catalogue entry is
     replaced, and put back by ``monkeypatch``)."""
     spec = event_catalogue.EVENT_TYPES[ACTIVITY]
@@ -34,6 +35,8 @@ def digest_activity(monkeypatch: pytest.MonkeyPatch, *, mode: DigestMode | None 
         changes["max_items"] = max_items
     if window is not None:
         changes["window"] = lambda: window
+    if key is not None:
+        changes["key"] = key
     digest = dataclasses.replace(spec.digest, **changes)
     monkeypatch.setitem(event_catalogue.EVENT_TYPES, ACTIVITY,
                         dataclasses.replace(spec, digest=digest))
