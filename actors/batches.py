@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import exists, func
 from sqlmodel import Session, col, select
 
+from actors.event_catalogue import EVENT_TYPES
 from actors.orchestration import (
     AccountNotFound,
     InvalidEvent,
@@ -110,6 +111,9 @@ def check_batch(type_name: str, account_ids: Sequence[str], data: dict[str, Any]
         check_event(type_name, data, "normal", None)
     except InvalidEvent as error:
         raise InvalidBatch(str(error)) from None
+    if EVENT_TYPES[type_name].digest is not None:
+        # its messages are digests of its events (docs/api.md#digests), never one per batch
+        raise InvalidBatch(f"type: {type_name} is digested; send its events one by one")
     if not account_ids:
         raise InvalidBatch("account_ids: name at least one account")
     if len(account_ids) > MAX_RECIPIENTS:

@@ -17,6 +17,11 @@ The catalogue (:data:`EVENT_TYPES`)
 ``promo.offer``
     email, sms; marketing (``transactional: false``). Requires ``headline``, ``code``.
     Optional: ``body``, ``valid_until``, ``url``, ``unsubscribe_url``.
+``account.activity``
+    email, in_app; marketing. Requires ``text`` (the item's line). Optional: ``url``.
+    Digested per account over ACTIVITY_DIGEST_WINDOW_S (:class:`Digest`,
+    docs/api.md#digests): its events become one message, whose data is
+    :class:`DigestMessageData` (the events, oldest first).
 
 Each type's data model refuses unknown keys, blank required texts, texts over their
 length (``headline`` 200 characters, ``code`` 64, ``body`` 2,000, URLs 2,048, ...),
@@ -34,8 +39,9 @@ data is personal data (see :mod:`herald.logs`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal
 from typing import Annotated, Any, TypeAlias
 
@@ -50,6 +56,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from herald.settings import get_settings
+from models.digests import DigestMode
 
 
 def _not_blank(value: str) -> str:
@@ -114,6 +121,63 @@ class PromoData(EventData):
     unsubscribe_url: Url = None
 
 
+class ActivityData(EventData):
+    """``account.activity``: one line of activity, maybe with a link."""
+
+    text: Annotated[str, StringConstraints(max_length=500), NOT_BLANK]
+    url: Url = None
+
+
+class DigestEvent(BaseModel):
+    """One event of a digest message: its occurrence, its data (the type's model) and when
+    it was accepted (ISO 8601)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    occurrence: str
+    data: dict[str, Any]
+    at: str
+
+
+class DigestMessageData(EventData):
+    """The data of a digested type's message: its events, oldest first, and how many of
+    the newest the message lists (``shown``; the rest are counted, "and K more")."""
+
+    events: Annotated[list[DigestEvent], Field(min_length=1)]
+    shown: Annotated[int, Field(ge=1)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Digest:
+    """How a digested type's events become one message (docs/api.md#digests).
+
+    Events of one account with the same ``key`` — ``"account"``, or ``"data.<field>"``
+    for the value of one data field — join one bucket, which closes ``window()`` after
+    its first event (or at once when it holds ``max_items``). ``collect`` sends one
+    message at the close; ``lookback`` sends the first event at once and the repeats of
+    the window together at the close (nothing when none came).
+    """
+
+    key: str
+    #: The window, read when a bucket opens (a setting may name it).
+    window: Callable[[], timedelta]
+    mode: DigestMode = DigestMode.COLLECT
+    #: Events at which a bucket closes early; the message lists at most this many.
+    max_items: int = 50
+
+    def key_of(self, account_id: str, data: Mapping[str, Any]) -> str:
+        """The bucket key of an event with this ``data``: ``account``, or
+        ``<field>=<value>``."""
+        if self.key == "account":
+            return "account"
+        field = self.key.removeprefix("data.")
+        return f"{field}={data.get(field)}"[:255]
+
+
+def _activity_window() -> timedelta:
+    return timedelta(seconds=get_settings().activity_digest_window_s)
+
+
 @dataclass(frozen=True, kw_only=True)
 class EventType:
     """One event type of the catalogue: its channels, its category and its data model.
@@ -133,8 +197,14 @@ class EventType:
     #: is sent once more through the next provider (None: never;
     #: docs/pipeline.md#delivery-report-fallback). SMS_FALLBACK_AFTER_S overrides it.
     fallback_after_s: float | None = None
+    #: Its events are collected into one message (None: each event is its own).
+    digest: Digest | None = None
 
     def __post_init__(self) -> None:
+        if self.digest is not None and self.digest.key != "account" and (
+                self.digest.key.removeprefix("data.") not in self.data.model_fields
+                or not self.digest.key.startswith("data.")):
+            raise ValueError(f"{self.name}: digest key must be account or data.<field>")
         # in-app's preferences are settled in SQL as the event is persisted, which reads
         # no catalogue (models.notifications._in_app_gate): no type may require in-app
         if "in_app" in self.required_channels:
@@ -163,6 +233,8 @@ EVENT_TYPES: dict[str, EventType] = {
                   data=EsimReadyData, required_channels=("email",)),
         EventType(name="promo.offer", channels=("email", "sms"), transactional=False,
                   data=PromoData),
+        EventType(name="account.activity", channels=("email", "in_app"), transactional=False,
+                  data=ActivityData, digest=Digest(key="account", window=_activity_window)),
     )
 }
 
@@ -228,11 +300,32 @@ def validate_event_data(name: str, data: Mapping[str, Any]) -> None:
     Raises :class:`UnknownEventType` for an unknown type and :class:`InvalidEventData`
     (a ``ValueError`` naming each key at fault) otherwise; both before anything is stored.
     """
+    _validate(name, event_type(name).data, data)
+
+
+def validate_message_data(name: str, data: Mapping[str, Any]) -> None:
+    """Check the data of a notification of the type ``name`` (what its templates render):
+    the event's data (:func:`validate_event_data`), or for a digested type a
+    :class:`DigestMessageData` whose every event's data fits the type's model. Raises as
+    :func:`validate_event_data` does."""
     spec = event_type(name)
+    if spec.digest is None:
+        _validate(name, spec.data, data)
+        return
+    _validate(name, DigestMessageData, data)
+    for index, event in enumerate(data["events"]):
+        try:
+            _validate(name, spec.data, event["data"])
+        except InvalidEventData as error:
+            raise InvalidEventData(name, [(f"events.{index}.data.{key}", "invalid")
+                                          for key in error.keys]) from None
+
+
+def _validate(name: str, model: type[BaseModel], data: Mapping[str, Any]) -> None:
     if not isinstance(data, Mapping):
         raise ValueError(f"{name} event data must be an object")
     try:
-        spec.data.model_validate(data)
+        model.model_validate(data)
     except ValidationError as error:
         problems = [(".".join(str(part) for part in problem["loc"])[:_KEY_MAX_CHARS],
                      problem["msg"]) for problem in error.errors(include_input=False)]

@@ -194,7 +194,19 @@ def new_notification(*, account_id: str, type: str, occurrence: str, data: dict[
     defaulted: the rows share ``now``.
     """
     chosen = check_event(type, data, urgency, channels)
-    transactional = event_category(type, transactional)
+    return notification_rows(
+        account_id=account_id, type=type, occurrence=occurrence, data=data, urgency=urgency,
+        transactional=event_category(type, transactional), channels=chosen,
+        batch_id=batch_id, now=now)
+
+
+def notification_rows(*, account_id: str, type: str, occurrence: str, data: dict[str, Any],
+                      urgency: str, transactional: bool, channels: list[str],
+                      batch_id: str | None, now: datetime
+                      ) -> tuple[Notification, list[Delivery]]:
+    """The rows of a notification whose type, data, category and ``channels`` are settled
+    already (:func:`new_notification` checks an event's first; a digest's close builds its
+    message's data itself), not persisted yet."""
     notification_id = new_id()
     notification = snapshot(
         Notification, id=notification_id, account_id=account_id, type=type,
@@ -203,7 +215,7 @@ def new_notification(*, account_id: str, type: str, occurrence: str, data: dict[
     deliveries = [snapshot(
         Delivery, id=new_id(), notification_id=notification_id, channel=channel,
         outcome=_DELIVERED if channel == _IN_APP else _QUEUED,
-        created_at=now, updated_at=now) for channel in chosen]
+        created_at=now, updated_at=now) for channel in channels]
     return notification, deliveries
 
 

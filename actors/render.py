@@ -40,7 +40,7 @@ import jinja2
 
 from actors import event_catalogue
 from actors.esim_qr import esim_qr_attachments
-from actors.event_catalogue import EventType, validate_event_data
+from actors.event_catalogue import EventType, validate_message_data
 from actors.locales import resolve_locale
 from actors.template_filters import format_money, http_url
 from herald.queue import Permanent
@@ -227,7 +227,7 @@ def render(
     if source is None:
         raise RenderError(f"{event_type} has no {channel!r} channel")
     try:
-        validate_event_data(event_type, data)
+        validate_message_data(event_type, data)
     except ValueError as exc:
         raise RenderError(str(exc)) from None
     account = dict(account or {})

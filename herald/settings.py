@@ -237,6 +237,9 @@ class Settings(BaseSettings):
     handoff_sweep_age_s: float = Field(default=900.0, gt=0)
     handoff_sweep_limit: int = Field(default=200, ge=1)
     handoff_sweep_interval_s: float = Field(default=60.0, ge=0.1)
+    #: How long an ``account.activity`` digest collects an account's events before it
+    #: sends them as one message (docs/api.md#digests).
+    activity_digest_window_s: float = Field(default=3600.0, gt=0)
 
     admin_token: str = ""
     #: The ``/v1`` bearer token. While it is unset only loopback clients get in (protected

@@ -17,6 +17,7 @@ from models.audit import (
 from models.batches import Batch
 from models.callbacks import CallbackReceipt
 from models.catalog import FxRate, OperatorPackage, ProviderHealth, StoreProduct
+from models.digests import DigestBucket, DigestItem
 from models.idempotency import IdempotencyKey
 from models.notifications import Account, Delivery, Notification
 from models.payments import Payment
@@ -36,8 +37,9 @@ from models.store import Order, StoreOrder, StoreOrderStatusEvent
 from models.webhooks import WebhookEndpoint, WebhookMessage
 
 __all__ = ["ADMIN_ACTOR", "SYSTEM_ACTOR", "Account", "Activation", "ActivationStepRecord",
-           "AuditEntry", "Batch", "CallbackReceipt", "CatalogItem", "Delivery", "DispatchLine",
-           "DispatchOutbox", "FxRate", "IdempotencyKey", "Notification", "OperatorPackage",
+           "AuditEntry", "Batch", "CallbackReceipt", "CatalogItem", "Delivery", "DigestBucket",
+           "DigestItem", "DispatchLine", "DispatchOutbox", "FxRate", "IdempotencyKey",
+           "Notification", "OperatorPackage",
            "Order", "Payment", "ProviderHealth", "PurchaseOrder", "PurchaseOrderEvent",
            "PurchaseOrderLine", "StoreOrder", "StoreOrderStatusEvent", "StoreProduct",
            "Supplier", "SupplierDispatch", "SupplierMapping", "VendorDocument", "WebhookEndpoint",

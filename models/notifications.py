@@ -483,27 +483,38 @@ def persist_notification(notification: Notification, deliveries: list[Delivery])
     a transaction. Raises IntegrityError, persisting nothing, when the (account, type,
     occurrence) key exists already or the account does not exist (its foreign key).
     """
+    if deliveries and is_postgres():
+        with autocommit() as connection:
+            insert_notification(connection, notification, deliveries)
+        return
+    with get_engine().begin() as connection:
+        insert_notification(connection, notification, deliveries)
+
+
+def insert_notification(connection: Connection, notification: Notification,
+                        deliveries: list[Delivery]) -> None:
+    """:func:`persist_notification` on the caller's connection, inside its transaction
+    (commits nothing): for rows that must land with others (a digest's message with its
+    bucket's close, docs/pipeline.md#digests). Raises IntegrityError as it does."""
     params = _row(notification)
     for i, delivery in enumerate(deliveries):
         params |= _row(delivery, f"_{i}")
     in_app = _in_app_index(deliveries)
-    if deliveries and is_postgres():
-        with autocommit() as connection:
-            ran = _insert_notification(len(deliveries), together=True,
-                                       in_app=in_app).run(connection, params)
+    if deliveries and connection.dialect.name == "postgresql":
+        ran = _insert_notification(len(deliveries), together=True,
+                                   in_app=in_app).run(connection, params)
         if in_app is not None:
             gates = {row["id"]: row["gate"] for row in ran.rows}
             suppress_gated(deliveries, {notification.id: gates.get(deliveries[in_app].id)})
         return
-    with get_engine().begin() as connection:
-        ran = _insert_notification(len(deliveries), together=False,
-                                   in_app=in_app).run(connection, params)
-        if in_app is not None:
-            gated = ran.first()
-            suppress_gated(deliveries, {notification.id: gated["gate"] if gated else None})
-            params |= _row(deliveries[in_app], f"_{in_app}")
-        if deliveries:
-            _insert_deliveries(len(deliveries)).run(connection, params)
+    ran = _insert_notification(len(deliveries), together=False,
+                               in_app=in_app).run(connection, params)
+    if in_app is not None:
+        gated = ran.first()
+        suppress_gated(deliveries, {notification.id: gated["gate"] if gated else None})
+        params |= _row(deliveries[in_app], f"_{in_app}")
+    if deliveries:
+        _insert_deliveries(len(deliveries)).run(connection, params)
 
 
 def suppress_gated(deliveries: list[Delivery], gates: dict[str, str | None]) -> None:

@@ -27,6 +27,7 @@ from actors.event_catalogue import (
     UnknownEventType,
     event_type,
     validate_event_data,
+    validate_message_data,
 )
 from actors.locales import DEFAULT_LOCALE, SUPPORTED_LOCALES, resolve_locale
 from actors.render import SMS_MAX_CHARS, TEMPLATES_DIR, Rendered, RenderError, render
@@ -42,6 +43,9 @@ MINIMAL_DATA: dict[str, dict[str, Any]] = {
     "payment.receipt": {"amount": "49.00", "currency": "SAR", "order_id": "ORD-1001"},
     "esim.ready": {"iccid": "8966012345678901234", "activation_code": ACTIVATION_CODE},
     "promo.offer": {"headline": "20% off every plan", "code": "SAVE20"},
+    # a digested type's message carries its events (docs/api.md#digests)
+    "account.activity": {"events": [{"occurrence": "login-1", "data": {"text": "New sign-in"},
+                                     "at": "2024-05-01T09:00:00+00:00"}], "shown": 50},
 }
 
 #: Data with every optional key too.
@@ -58,6 +62,10 @@ FULL_DATA: dict[str, dict[str, Any]] = {
         "valid_until": "2024-06-30", "url": "https://app.example.com/shop",
         "unsubscribe_url": "https://app.example.com/unsubscribe",
     },
+    "account.activity": {"events": [
+        {"occurrence": f"login-{n}", "at": "2024-05-01T09:00:00+00:00",
+         "data": {"text": f"New sign-in {n}", "url": "https://app.example.com/activity"}}
+        for n in range(3)], "shown": 2},
 }
 
 ACCOUNT = {"locale": "en", "display_name": "Sara"}
@@ -85,6 +93,7 @@ def test_the_catalogue_ships_the_four_event_types_of_the_spec() -> None:
         "payment.receipt": (("email",), True, ("amount", "currency", "order_id")),
         "esim.ready": (("email", "sms"), True, ("iccid", "activation_code")),
         "promo.offer": (("email", "sms"), False, ("headline", "code")),
+        "account.activity": (("email", "in_app"), False, ("text",)),
     }
     assert "plan_name" in EVENT_TYPES["esim.ready"].optional_data
     assert DEFAULT_LOCALE == "en"
@@ -148,6 +157,8 @@ def test_required_data_shows_up_in_the_message(name: str, channel: str, locale: 
     data = MINIMAL_DATA[name]
     # When it is rendered
     message = render(name, channel, locale, data)
+    if EVENT_TYPES[name].digest is not None:  # a digest's message: its newest event's
+        data = data["events"][-1]["data"]
     # Then every required value (except the LPA string itself, which the QR code carries
     # in the HTML) is visible to the reader in the text
     for key in EVENT_TYPES[name].required_data:
@@ -386,9 +397,9 @@ def test_a_null_or_blank_required_value_is_refused(value: str | None) -> None:
 
 
 def test_complete_data_validates() -> None:
-    # Given complete data / When it is validated / Then nothing is raised
+    # Given complete data / When it is validated as a message's / Then nothing is raised
     for name, data in FULL_DATA.items():
-        validate_event_data(name, data)
+        validate_message_data(name, data)
 
 
 def test_an_unknown_key_is_refused_by_its_name() -> None:
@@ -439,7 +450,10 @@ def test_event_data_must_be_an_object() -> None:
 
 
 @pytest.mark.parametrize(("name", "channel", "locale"),
-                         [case for case in CASES if EVENT_TYPES[case.values[0]].required_data])
+                         # a digest's message is its events (tests/digests renders one
+                         # whose event lacks its text)
+                         [case for case in CASES if EVENT_TYPES[case.values[0]].required_data
+                          and EVENT_TYPES[case.values[0]].digest is None])
 def test_rendering_without_required_data_is_a_permanent_render_error(name: str, channel: str,
                                                                      locale: str) -> None:
     required = EVENT_TYPES[name].required_data

@@ -318,4 +318,4 @@ def test_the_setting_opts_types_in_and_no_built_in_type_has_a_fallback(
     use_herald_env(monkeypatch, sms_fallback_after_s="esim.ready=30, account.welcome=4.5")
     assert {name: fallback_after_s(name) for name in EVENT_TYPES} == {
         "account.welcome": 4.5, "payment.receipt": None, "esim.ready": 30.0,
-        "promo.offer": None}
+        "promo.offer": None, "account.activity": None}

@@ -3,7 +3,10 @@
 answered 422 before anything touches the database or a queue.
 
 ``POST /v1/events/bulk`` does the same for up to 1,000 events in one request, each
-answered with its own status, in order (docs/pipeline.md#bulk-events)."""
+answered with its own status, in order (docs/pipeline.md#bulk-events).
+
+An event of a digested type joins its digest instead (``actors.digests``): 202 with
+``digest: {id, closes_at, items}`` (docs/api.md#digests)."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from actors import orchestration
+from actors import digests, orchestration
 from herald.text import JSON_TEXT, SingleLine
 from herald.web.auth import protected_router
 from herald.web.coalesce import Coalescer
@@ -46,7 +49,7 @@ class EventIn(BaseModel):
 #: Each process accepts the events of its concurrent requests together: one batch of
 #: :func:`orchestration.trigger_events` at a time, in a thread of its own, while the next
 #: gathers (herald/web/coalesce.py).
-_accepting = Coalescer(orchestration.trigger_events, max_batch=orchestration.MAX_BULK_EVENTS,
+_accepting = Coalescer(digests.trigger_events, max_batch=orchestration.MAX_BULK_EVENTS,
                        name="herald-events")
 
 
@@ -55,6 +58,8 @@ async def post_event(body: EventIn) -> FastJSONResponse:
     """202 with the new notification; 200 with the existing one for a repeated occurrence."""
     answer = _answer(body, await _accepting.submit(body.model_dump()))
     status = answer.pop("status")
+    if "digest" in answer:
+        return FastJSONResponse(answer, status_code=status)
     return FastJSONResponse(answer.get("notification") or answer, status_code=status)
 
 
@@ -73,10 +78,12 @@ class EventsIn(BaseModel):
 
 class EventAnswer(BaseModel):
     """One event's answer: ``status`` as ``POST /v1/events`` would answer it alone (202
-    new, 200 existing, 4xx refused) with its ``notification`` or its ``error``."""
+    new, 200 existing, 4xx refused) with its ``notification`` (and its ``digest``, for a
+    digested type) or its ``error``."""
 
     status: int
     notification: dict[str, Any] | None = None
+    digest: dict[str, Any] | None = None
     error: ErrorDetail | None = None
 
 
@@ -105,14 +112,17 @@ def post_events(body: EventsIn) -> FastJSONResponse:
             errors = [{**problem, "loc": ("body", "events", index, *problem["loc"])}
                       for problem in error.errors(include_url=False, include_input=False)]
             results[index] = {"status": 422, **validation_error_body(errors)}
-    outcomes = orchestration.trigger_events([event.model_dump() for _, event in valid])
+    outcomes = digests.trigger_events([event.model_dump() for _, event in valid])
     for (index, event), outcome in zip(valid, outcomes, strict=True):
         results[index] = _answer(event, outcome)
     return FastJSONResponse({"results": results})
 
 
-def _answer(event: EventIn, outcome: orchestration.EventOutcome) -> dict[str, Any]:
+def _answer(event: EventIn, outcome: orchestration.EventOutcome | digests.DigestResult
+            ) -> dict[str, Any]:
     """One event's answer, with the status and error ``POST /v1/events`` gives it."""
+    if isinstance(outcome, digests.DigestResult):
+        return {"status": 202 if outcome.created else 200, **digests.digest_view(outcome)}
     if isinstance(outcome, orchestration.EventResult):
         return {"status": 202 if outcome.created else 200,
                 "notification": orchestration.notification_view(outcome)}
