@@ -48,12 +48,11 @@ from actors.orchestration import (
 )
 from actors.orchestration import trigger_events as trigger_plain_events
 from actors.queues import registry
-from actors.quiet_hours import queue_now
 from herald.db import get_engine
 from herald.queue import NORMAL_PRIORITY, Schedule, enqueue
 from herald.settings import get_settings
 from models import digests as buckets
-from models.base import table_of
+from models.base import queue_now, table_of
 from models.digests import DigestMode
 from models.notifications import Account, Notification, insert_notification
 from models.notifications_bulk import storable
