@@ -3,7 +3,7 @@
 ::
 
     herald demo [--jobs N] [--events N] [--batch-size N] [--failover-events N] [--orders N]
-                [--purchase-orders N]
+                [--purchase-orders N] [--digest-events N]
                                       push jobs, notifications and eSIM orders through the
                                       real workers
     herald up [--procfile P] [NAME…]  run the Procfile's processes in one terminal
@@ -96,6 +96,12 @@ def _purchase_orders(text: str) -> int:
     return _at_least(0, MAX_PURCHASE_ORDERS)(text)
 
 
+def _digest_events(text: str) -> int:
+    from herald.demo.outbound import MAX_DIGEST_EVENTS
+
+    return _at_least(0, MAX_DIGEST_EVENTS)(text)
+
+
 def _port(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
@@ -161,6 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--purchase-orders", type=_purchase_orders,
                       help="purchase orders to send to the demo's suppliers (default 3; 0 "
                            "skips the purchasing phase)")
+    demo.add_argument("--digest-events", type=_digest_events,
+                      help="account.activity events collected into one digest, whose email's "
+                           "delivery.sent goes to a signed webhook endpoint (default 50; 0 "
+                           "skips the digest and webhooks phase)")
     demo.set_defaults(handler=cmd_demo)
 
     up = _command(commands, "up", "run the Procfile's processes in one terminal",

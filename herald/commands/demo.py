@@ -18,4 +18,5 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
     return demo.run(args.jobs, events=args.events, batch_size=args.batch_size,
                     failover_events=args.failover_events, orders=args.orders,
-                    purchase_orders=args.purchase_orders, console=console(DEMO_WIDTH))
+                    purchase_orders=args.purchase_orders, digest_events=args.digest_events,
+                    console=console(DEMO_WIDTH))

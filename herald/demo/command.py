@@ -30,6 +30,10 @@ it) sends purchase orders to Sysco over a real SFTP server and to the email supp
 through a real SMTP server, both started for the demo, and reroutes a line Sysco's 855
 back-orders.
 
+Then the digest and webhooks phase (:mod:`herald.demo.outbound`, ``--digest-events N``;
+0 skips it) collects ``account.activity`` events into one digest and sends its email,
+whose ``delivery.sent`` message reaches a signed webhook endpoint the demo listens on.
+
 The ``demo`` queue is declared by :mod:`herald.demo.jobs`, which only this command
 imports: a production worker or ``herald queues`` never sees it.
 """
@@ -77,6 +81,7 @@ QUIET_DURING_RUN = {"herald.queue.middleware": logging.ERROR,
                     "herald.queue.worker": logging.WARNING, "dramatiq": logging.WARNING,
                     "herald.orchestration": logging.WARNING,
                     "herald.batches": logging.WARNING, "herald.handoffs": logging.WARNING,
+                    "herald.digests": logging.WARNING,
                     "herald.callbacks": logging.WARNING,
                     "herald.store": logging.WARNING, "herald.payments": logging.WARNING,
                     "herald.catalog": logging.WARNING, "herald.suppliers": logging.WARNING,
@@ -104,10 +109,12 @@ def _deadline(jobs: int) -> timedelta:
 
 def run(jobs: int = DEFAULT_JOBS, *, events: int | None = None, batch_size: int | None = None,
         failover_events: int | None = None, orders: int | None = None,
-        purchase_orders: int | None = None, console: Console | None = None) -> int:
+        purchase_orders: int | None = None, digest_events: int | None = None,
+        console: Console | None = None) -> int:
     """Run the demo; returns the process exit code (0 only when every job, delivery and
-    order ended as planned). ``events``, ``failover_events``, ``orders`` and
-    ``purchase_orders`` of 0 skip their phase; None runs it at its default size."""
+    order ended as planned). ``events``, ``failover_events``, ``orders``,
+    ``purchase_orders`` and ``digest_events`` of 0 skip their phase; None runs it at its
+    default size."""
     console = console or Console()
     settings = get_settings()
     started_embedded = settings.embedded_redis and not embedded_redis_running()
@@ -137,6 +144,13 @@ def run(jobs: int = DEFAULT_JOBS, *, events: int | None = None, batch_size: int 
             with quiet_logs():
                 code = run_purchasing(DEFAULT_PURCHASE_ORDERS if purchase_orders is None
                                       else purchase_orders, console)
+        if code == 0 and digest_events != 0:
+            # last: with fewer events than a full digest it moves queue time ahead
+            from herald.demo.outbound import DEFAULT_DIGEST_EVENTS, run_outbound
+
+            with quiet_logs():
+                code = run_outbound(DEFAULT_DIGEST_EVENTS if digest_events is None
+                                    else digest_events, console)
         return code
     finally:
         close_installed_app()

@@ -297,7 +297,8 @@ def run_orders(count: int, console: Console) -> int:
         return _run(count, console, prefix)
 
 
-def _client() -> Any:
+def api_client() -> Any:
+    """herald's HTTP API in this process, as a loopback client with the API token."""
     with warnings.catch_warnings():  # starlette's note about its httpx client, not ours
         warnings.filterwarnings("ignore", message=".*httpx.*")
         from fastapi.testclient import TestClient
@@ -330,7 +331,7 @@ def _run(count: int, console: Console, prefix: str) -> int:
     started = time.perf_counter()
     with worker_process(console) as worker:
         sync_esim_products()
-        client = _client()
+        client = api_client()
         email = f"orders.{run_id}@example.com"
         try:
             account_id = str(_call(client, "/v1/accounts", 201,

@@ -43,7 +43,7 @@ from rich.table import Table
 
 from herald.demo.mail_sink import MailSink
 from herald.demo.notifications import environment, own_namespace
-from herald.demo.orders import ApiRefused, _client
+from herald.demo.orders import ApiRefused, api_client
 from herald.demo.sftp_server import SftpTestServer, start_sftp_server
 from herald.demo.summary import counts_text
 
@@ -154,7 +154,7 @@ def _run(count: int, console: Console, sftp: SftpTestServer, mail: MailSink, wor
          with_kitchen: bool, supplier_ids: dict[str, str]) -> int:
     from herald.queue import running_worker
 
-    client = _client()
+    client = api_client()
     items = [item for item in ITEMS if with_kitchen or item.supplier != "kitchen"]
     roles = {item.supplier for item in items} | {"depot"}
     supplier_ids.update({role: _create_supplier(client, role, sftp) for role in sorted(roles)})
