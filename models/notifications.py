@@ -588,29 +588,30 @@ def record_delivery_outcome(db: Db, delivery_id: str, *, token: datetime | None,
         written = statement.run(_connection(db), params).rowcount == 1
         db.commit()
         return written
-    # a new statement, not the prepared one's: compiling a statement memoizes its
-    # (empty) exported columns, and a RETURNING built from it would return none
-    written, messages = _record_with_messages(
-        db, _outcome_statement(columns, fenced=fenced, count_attempt=count_attempt,
-                               release_claim=release_claim), params, event)
+    statement_with_messages = _outcome_with_messages(
+        columns, fenced=fenced, count_attempt=count_attempt, release_claim=release_claim,
+        event=event)
+    if isinstance(db, Session) or is_postgres():
+        # PostgreSQL: one statement; a session: its own transaction
+        written, messages = statement_with_messages.run(_connection(db), params)
+        db.commit()
+    else:
+        # an autocommit SQLite connection commits each statement: the two need a transaction
+        with get_engine().begin() as connection:
+            written, messages = statement_with_messages.run(connection, params)
     webhooks.hand_off_messages(messages)
     return written
 
 
-def _record_with_messages(db: Db, update_statement: Update, params: dict[str, Any],
-                          event: str) -> tuple[bool, list[tuple[str, str]]]:
-    """The outcome UPDATE and its webhook messages, landing together
-    (docs/api.md#webhooks); committed."""
-    if isinstance(db, Session) or is_postgres():
-        # PostgreSQL: one statement; a session: its own transaction
-        done = webhooks.update_with_messages(_connection(db), update_statement, params,
-                                             event, _deliveries)
-        db.commit()
-        return done
-    # an autocommit SQLite connection commits each statement: the two need a transaction
-    with get_engine().begin() as connection:
-        return webhooks.update_with_messages(connection, update_statement, params, event,
-                                             _deliveries)
+@functools.cache
+def _outcome_with_messages(columns: tuple[str, ...], *, fenced: bool, count_attempt: bool,
+                           release_claim: bool, event: str) -> webhooks.PreparedWithMessages:
+    """The outcome UPDATE of this shape with its ``event`` messages, built and compiled
+    once (docs/api.md#webhooks)."""
+    return webhooks.PreparedWithMessages(
+        functools.partial(_outcome_statement, columns, fenced=fenced,
+                          count_attempt=count_attempt, release_claim=release_claim),
+        event, _deliveries)
 
 
 def hold_delivery(db: Db, delivery_id: str, token: datetime, not_before: datetime) -> bool:

@@ -14,7 +14,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -30,6 +30,7 @@ from sqlalchemy import (
     String,
     Table,
     Update,
+    bindparam,
     cast,
     exists,
     func,
@@ -43,6 +44,7 @@ from sqlalchemy import event as orm_events
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, Session, SQLModel
 
+from herald.db import Prepared
 from models.base import UtcDateTime, id_field, table_of, timestamp_field, utcnow
 
 log = logging.getLogger(__name__)
@@ -300,29 +302,78 @@ MESSAGE_COLUMNS = ("id", "endpoint_id", "type", "body", "status", "attempts",
                    "handed_off_at", "created_at")
 
 
+def _with_messages_postgres(update_statement: Update, event: str, deliveries: Table) -> Any:
+    """One statement: ``update_statement`` (a delivery's conditional UPDATE) and, for the
+    row it changed, one ``event`` message per subscribed endpoint (a data-modifying WITH).
+    It returns one row per message written (one row with no message when none was):
+    ``changed`` (1 when the UPDATE changed the row), ``message_id``, ``endpoint_id``."""
+    columns = [_messages.c[name] for name in MESSAGE_COLUMNS]
+    changed = update_statement.returning(
+        *[deliveries.c[name] for name in DELIVERY_FIELDS]).cte("changed")
+    written = (insert(_messages).from_select(columns, message_rows(changed, event, True))
+               .returning(_messages.c.id, _messages.c.endpoint_id).cte("written"))
+    return (select(select(func.count()).select_from(changed).scalar_subquery().label("changed"),
+                   written.c.id.label("message_id"), written.c.endpoint_id.label("endpoint_id"))
+            .select_from(select(literal(1).label("one")).subquery().outerjoin(written, true())))
+
+
+def _messages_of_delivery(event: str, deliveries: Table) -> Any:
+    """INSERT of one ``event`` message per subscribed endpoint for the delivery
+    ``:delivery_id``, returning each message's id and endpoint (the UPDATE ran before it,
+    in the same transaction: SQLite has no data-modifying WITH)."""
+    columns = [_messages.c[name] for name in MESSAGE_COLUMNS]
+    source = select(deliveries).where(deliveries.c.id == bindparam("delivery_id")).subquery()
+    return (insert(_messages).from_select(columns, message_rows(source, event, False))
+            .returning(_messages.c.id.label("message_id"),
+                       _messages.c.endpoint_id.label("endpoint_id")))
+
+
+def _written(rows: Sequence[Mapping[Any, Any]]) -> list[tuple[str, str]]:
+    return [(row["message_id"], row["endpoint_id"]) for row in rows
+            if row["message_id"] is not None]
+
+
 def update_with_messages(connection: Connection, update_statement: Update,
                          params: dict[str, Any], event: str,
                          deliveries: Table) -> tuple[bool, list[tuple[str, str]]]:
     """Run ``update_statement`` (one delivery's conditional UPDATE) and, only when it
     changed the row, write one ``event`` message per subscribed endpoint with it: one
     statement on PostgreSQL (a data-modifying WITH), one transaction elsewhere (the
-    caller commits). Returns whether the row changed and the messages written."""
-    columns = [_messages.c[name] for name in MESSAGE_COLUMNS]
+    caller commits). Returns whether the row changed and the messages written. Built
+    for each call: for a statement of one shape run again and again, see
+    :class:`PreparedWithMessages`."""
     if connection.dialect.name == "postgresql":
-        changed = update_statement.returning(
-            *[deliveries.c[name] for name in DELIVERY_FIELDS]).cte("changed")
-        written = (insert(_messages).from_select(columns, message_rows(changed, event, True))
-                   .returning(_messages.c.id, _messages.c.endpoint_id).cte("written"))
-        rows = connection.execute(
-            select(select(func.count()).select_from(changed).scalar_subquery(),
-                   written.c.id, written.c.endpoint_id)
-            .select_from(select(literal(1).label("one")).subquery()
-                         .outerjoin(written, true())), params).all()
-        return rows[0][0] == 1, [(row[1], row[2]) for row in rows if row[1] is not None]
+        rows = connection.execute(_with_messages_postgres(update_statement, event, deliveries),
+                                  params).mappings().all()
+        return rows[0]["changed"] == 1, _written(rows)
     if connection.execute(update_statement, params).rowcount != 1:
         return False, []
-    source = select(deliveries).where(deliveries.c.id == params["delivery_id"]).subquery()
-    rows = connection.execute(insert(_messages).from_select(
-        columns, message_rows(source, event, False))
-        .returning(_messages.c.id, _messages.c.endpoint_id)).all()
-    return True, [(row[0], row[1]) for row in rows]
+    rows = connection.execute(_messages_of_delivery(event, deliveries), params).mappings().all()
+    return True, _written(rows)
+
+
+class PreparedWithMessages:
+    """:func:`update_with_messages` for one UPDATE shape and one event, compiled once per
+    dialect (:class:`herald.db.Prepared`): the channel workers' outcome writes, where
+    building and compiling the combined statement on each call cost more than running it.
+
+    ``make_update`` builds a new copy of the UPDATE for each statement made from it: a
+    compiled statement keeps its (empty) list of returned columns, so a RETURNING added
+    to the one the UPDATE alone runs as would return nothing."""
+
+    def __init__(self, make_update: Callable[[], Update], event: str,
+                 deliveries: Table) -> None:
+        self._combined = Prepared(_with_messages_postgres(make_update(), event, deliveries))
+        self._update = Prepared(make_update())
+        self._insert = Prepared(_messages_of_delivery(event, deliveries))
+
+    def run(self, connection: Connection,
+            params: dict[str, Any]) -> tuple[bool, list[tuple[str, str]]]:
+        """As :func:`update_with_messages`; on SQLite ``connection`` must be in a
+        transaction the caller commits (both statements land together)."""
+        if connection.dialect.name == "postgresql":
+            rows = self._combined.run(connection, params).rows
+            return rows[0]["changed"] == 1, _written(rows)
+        if self._update.run(connection, params).rowcount != 1:
+            return False, []
+        return True, _written(self._insert.run(connection, params).rows)
