@@ -4,9 +4,10 @@ what a failure of that step stops (docs/queue.md#capsules).
 =====================  ==========================================  =====================
 capsule                startup step                                a failed step
 =====================  ==========================================  =====================
-notification queues    build each channel's active provider; load  stops these queues
-                       and compile every notification template;    only (``/readyz`` of
-                       check SMS_FALLBACK_AFTER_S's event types    the worker says so)
+notification queues    build the provider chain of each channel    stops these queues
+                       whose queue the process runs; load and      only (``/readyz`` of
+                       compile every notification template; check  the worker says so)
+                       SMS_FALLBACK_AFTER_S's event types
 business queues        build the enabled eSIM provider plugins     stops the process
                        (``ESIM_PROVIDERS``) and operators
                        (``OPERATORS``)
@@ -38,7 +39,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from actors.queues import registry
-from herald.queue import Capsule, OnFailure
+from herald.queue import Capsule, OnFailure, capsule_queues
 from herald.settings import get_settings
 
 if TYPE_CHECKING:
@@ -58,18 +59,23 @@ class StartupError(RuntimeError):
 
 
 def start_notification_queues() -> None:
-    """Build every provider of each channel's chain (``EMAIL_PROVIDERS`` or
-    ``EMAIL_PROVIDER``, and so on) and compile every notification template, so that a setting or a
-    template that cannot work fails here instead of in every send; SMS_FALLBACK_AFTER_S
-    must name event types that send SMS."""
+    """Build every provider of the chain of each channel this process sends
+    (``EMAIL_PROVIDERS`` or ``EMAIL_PROVIDER``, and so on; every channel when called
+    outside a worker's start) and compile every notification template, so that a
+    setting or a template that cannot work fails here instead of in every send;
+    SMS_FALLBACK_AFTER_S must name event types that send SMS."""
     from actors.event_catalogue import fallback_setting_problem
+    from actors.notifications import CHANNEL_QUEUES
     from actors.render import NOTIFICATIONS_DIR, environment
     from providers.select import SERVICE_SETTINGS, provider_chain
 
     problem = fallback_setting_problem()
     if problem is not None:
         raise StartupError(problem)
+    running = capsule_queues()
     for channel, setting in SERVICE_SETTINGS.items():
+        if running is not None and CHANNEL_QUEUES[channel] not in running:
+            continue  # another process sends it: its SDK and settings are not this one's
         try:
             provider_chain(channel)
         except Exception as error:

@@ -64,22 +64,37 @@ def imports_of_worker(queues: list[str], env: dict[str, str], workdir: Path) -> 
 @pytest.fixture
 def worker_env(migrated_database: str, redis_url: str) -> dict[str, str]:
     """A worker's environment: the test PostgreSQL and Redis, a key prefix of its own,
-    any free health port, the mock providers."""
+    any free health port; email through the mock, SMS through Twilio (credentials that
+    are never used: no SMS is sent)."""
     return {**os.environ, "DATABASE_URL": migrated_database, "REDIS_URL": redis_url,
             "BROKER": "redis", "QUEUE_PREFIX": f"imports{uuid.uuid4().hex[:10]}",
             "WORKER_PORT": "0", "LOG_LEVEL": "INFO", "EMAIL_PROVIDER": "mock",
+            "SMS_PROVIDER": "twilio", "TWILIO_ACCOUNT_SID": "AC" + "0" * 32,
+            "TWILIO_AUTH_TOKEN": "unused", "TWILIO_FROM_NUMBER": "+15550100000",
             "PYTHONPATH": str(REPO)}
 
 
 def test_an_email_worker_loads_its_lane_and_no_other(worker_env: dict[str, str],
                                                      tmp_path: Path) -> None:
+    # Given SMS configured through Twilio, sent by other processes
     # When a worker of the email queue has started
     imported = imports_of_worker(["notification-email"], worker_env, tmp_path)
 
     # Then it loaded the email lane and the capsules it runs in
     assert {"actors.notifications", CAPSULES_MODULE} <= imported
-    # and no other lane, nor the SDK of a transport it does not use
+    # and no other lane, nor the SDK of a transport or provider it does not use
     assert sorted(imported & set(NOT_FOR_EMAIL)) == []
+
+
+def test_an_sms_worker_builds_its_configured_provider(worker_env: dict[str, str],
+                                                      tmp_path: Path) -> None:
+    # Given the same settings, when a worker of the SMS queue has started
+    imported = imports_of_worker(["notification-sms"], worker_env, tmp_path)
+
+    # Then it built the Twilio provider at its start (a setting that cannot work fails
+    # there), and still loaded no supplier or store lane
+    assert {"providers.twilio", "twilio", "actors.sms_fallback"} <= imported
+    assert sorted(imported & set(NOT_FOR_EMAIL) - {"twilio"}) == []
 
 
 def test_every_actor_of_herald_is_listed_under_its_queue() -> None:
