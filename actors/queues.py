@@ -5,10 +5,15 @@ The environment overrides a value where a setting names it (``DISPATCH_ATTEMPTS`
 ``DISPATCH_BACKOFF_MS``, ``EMAIL_WORKER_CONCURRENCY``). The table is on herald's
 :class:`~herald.queue.Registry` (``registry``, here), which every module of ``actors``
 declares its actors, schedules, sweeps and capsules on, and herald's App reads.
+
+The table also says which modules declare each queue's actors (:data:`QUEUE_MODULES`),
+so that a worker imports only the lanes it serves (docs/queue.md#the-queue-table): the
+table itself imports none of them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -82,6 +87,45 @@ def herald_queues(settings: Settings | None = None) -> list[QueueSpec]:
         QueueSpec(name="email-retry", concurrency=4, attempts=1, backoff=Backoff.NONE,
                   retention=EMAIL_RETRY_RETENTION),
     ]
+
+
+#: The modules of ``actors`` that declare each queue's actors: ``herald worker QUEUE…``
+#: imports just these (and :data:`EVERY_WORKER_MODULES`), so a process that serves the email
+#: queue never loads the SFTP, PDF or eSIM adapters. A queue missing here makes the
+#: worker import every module of ``actors`` instead (never too little).
+QUEUE_MODULES: dict[str, tuple[str, ...]] = {
+    "notification-email": ("actors.notifications",),
+    "notification-sms": ("actors.notifications", "actors.sms_fallback"),
+    "notification-push": ("actors.notifications",),
+    "notification-orchestration": ("actors.batches", "actors.callbacks", "actors.digests",
+                                   "actors.handoffs", "actors.idempotency"),
+    "activation": ("actors.activation",),
+    "payment": ("actors.payments",),
+    "store-fulfillment": ("actors.store", "actors.store_recovery"),
+    "package-sync": ("actors.catalog",),
+    "esim-product-sync": ("actors.catalog",),
+    "fx-refresh": ("actors.fx",),
+    "supplier-dispatch": ("actors.supplier_dispatch", "actors.sysco_inbound"),
+    "backorder-reroute": ("actors.backorder_reroute", "actors.purchasing"),
+    "email-retry": ("actors.email_retry",),
+    "webhook-delivery": ("actors.webhooks",),
+}
+#: What every worker process imports whatever its queues: the relay, because every
+#: lane's state changes write webhook messages and hand them to it once committed
+#: (docs/api.md#webhooks), and the module that declares herald's capsules.
+EVERY_WORKER_MODULES = ("actors.webhooks", "actors.lifecycle")
+
+
+def modules_of(queues: Iterable[str]) -> list[str] | None:
+    """The modules that declare the actors of ``queues``, and
+    :data:`EVERY_WORKER_MODULES`, in a stable order; None when a queue is not in
+    :data:`QUEUE_MODULES` (import them all then)."""
+    modules: dict[str, None] = {}
+    for queue in queues:
+        if queue not in QUEUE_MODULES:
+            return None
+        modules.update(dict.fromkeys(QUEUE_MODULES[queue]))
+    return [*modules, *(name for name in EVERY_WORKER_MODULES if name not in modules)]
 
 
 #: herald's declarations: this queue table, and every actor, schedule, sweep and worker

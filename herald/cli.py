@@ -19,23 +19,34 @@
 Every command reads the settings first, so an invalid environment variable stops it
 with a message naming the variable (exit code 1), and configures logging (to stderr;
 a command's own output goes to stdout). This module parses the arguments and hands them
-to the command's function (:mod:`herald.commands`).
+to the command's function (:mod:`herald.commands`), importing only that command's module:
+a worker's start pays for no other command's imports (docs/queue.md#the-queue-table).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from herald.commands.demo import cmd_demo
-from herald.commands.processes import cmd_clock, cmd_migrate, cmd_web, cmd_worker
-from herald.commands.shared import load_actor_modules
-from herald.commands.tools import cmd_clean, cmd_queues, cmd_retry, cmd_sweep
-from herald.commands.up import cmd_up
 from herald.settings import Settings, load_settings
+
+#: Each subcommand's function, as ``module:function`` of :mod:`herald.commands`.
+HANDLERS = {
+    "demo": "herald.commands.demo:cmd_demo",
+    "up": "herald.commands.up:cmd_up",
+    "web": "herald.commands.processes:cmd_web",
+    "worker": "herald.commands.processes:cmd_worker",
+    "clock": "herald.commands.processes:cmd_clock",
+    "migrate": "herald.commands.processes:cmd_migrate",
+    "queues": "herald.commands.tools:cmd_queues",
+    "sweep": "herald.commands.tools:cmd_sweep",
+    "clean": "herald.commands.tools:cmd_clean",
+    "retry": "herald.commands.tools:cmd_retry",
+}
 
 
 def _configure_logging(settings: Settings) -> None:
@@ -128,6 +139,7 @@ class _SweepHelp(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: Any, option_string: str | None = None) -> None:
         from actors.queues import registry
+        from herald.commands.shared import load_actor_modules
 
         load_actor_modules()
         names = list(registry.sweeps())
@@ -138,8 +150,6 @@ class _SweepHelp(argparse.Action):
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    from herald.demo import DEFAULT_JOBS
-
     parser = argparse.ArgumentParser(
         prog="herald", description="herald: a durable notification and fulfillment pipeline")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -150,8 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "default when nothing is set): jobs, notification events, eSIM orders and "
                     "purchase orders through the real workers, then a summary of how each "
                     "ended. Exit code 0 only when everything ended as planned.")
-    demo.add_argument("--jobs", type=_positive, default=DEFAULT_JOBS,
-                      help=f"jobs to run through the demo queue (default {DEFAULT_JOBS})")
+    # the default is the demo's own (herald.demo.DEFAULT_JOBS), not imported here: the
+    # demo's module loads rich, which no other command's start should pay for
+    demo.add_argument("--jobs", type=_positive,
+                      help="jobs to run through the demo queue (default 3000)")
     demo.add_argument("--events", type=_at_least(0),
                       help="domain events to fire (default 200; 0 skips the notification "
                            "phase)")
@@ -171,7 +183,6 @@ def build_parser() -> argparse.ArgumentParser:
                       help="account.activity events collected into one digest, whose email's "
                            "delivery.sent goes to a signed webhook endpoint (default 50; 0 "
                            "skips the digest and webhooks phase)")
-    demo.set_defaults(handler=cmd_demo)
 
     up = _command(commands, "up", "run the Procfile's processes in one terminal",
                   "Run the Procfile's release process, then the others, in one terminal "
@@ -183,14 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--procfile", default="Procfile", help="path of the Procfile")
     up.add_argument("names", nargs="*", metavar="NAME",
                     help="Procfile processes to run (default: all)")
-    up.set_defaults(handler=cmd_up)
 
     web = _command(commands, "web", "serve the HTTP app",
                    "Serve the HTTP API, the operator console and the health routes under "
                    "uvicorn until SIGTERM/SIGINT, then drain (exit code 0).")
     web.add_argument("--host", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
     web.add_argument("--port", type=_port, default=None, help="port (default $PORT or 8000)")
-    web.set_defaults(handler=cmd_web)
 
     worker = _command(commands, "worker", "run queues (all when none given)",
                       "Consume the named queues (all that have an actor when none is "
@@ -201,27 +210,23 @@ def build_parser() -> argparse.ArgumentParser:
                         help="run another application's queues: its herald.queue App "
                              "(herald's own queues and settings are then left out)")
     worker.add_argument("queues", nargs="*", metavar="QUEUE", help="queue names to consume")
-    worker.set_defaults(handler=cmd_worker)
 
     clock = _command(commands, "clock", "fire repeatable schedules",
                      "Fire the declared repeatable schedules (the sweeps, the catalog and "
                      "rate syncs) until SIGTERM/SIGINT; several clocks never fire one tick "
                      "twice.")
     _imports_option(clock, "schedules")
-    clock.set_defaults(handler=cmd_clock)
 
-    migrate = _command(commands, "migrate", "bring the database schema to head",
-                       "Bring the database (DATABASE_URL, or the embedded default's "
-                       "herald.db) to the newest schema. Safe to run again: a database "
-                       "already at the newest schema is left as it is.")
-    migrate.set_defaults(handler=cmd_migrate)
+    _command(commands, "migrate", "bring the database schema to head",
+             "Bring the database (DATABASE_URL, or the embedded default's herald.db) to "
+             "the newest schema. Safe to run again: a database already at the newest "
+             "schema is left as it is.")
 
     queues = _command(commands, "queues", "the queue registry, with live counts",
                       "Print every queue's configuration (concurrency, rate limit, "
                       "attempts, backoff, retention, lock), with live job counts when "
                       "Redis answers (it never starts the embedded Redis).")
     _imports_option(queues, "queues")
-    queues.set_defaults(handler=cmd_queues)
 
     sweep = _command(commands, "sweep", "run the repair sweeps once (`herald sweep --help` "
                      "lists them)",
@@ -232,14 +237,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="show this help message, with every registered sweep, and exit")
     sweep.add_argument("names", nargs="*", metavar="NAME",
                        help="sweeps to run (default: all; see the list below)")
-    sweep.set_defaults(handler=cmd_sweep)
 
     clean = _command(commands, "clean", "apply retention now",
                      "Apply each queue's retention now (all queues when none is named): "
                      "remove the finished job records it no longer keeps; prints how many.")
     _imports_option(clean, "queues")
     clean.add_argument("queues", nargs="*", metavar="QUEUE", help="queues (default: all)")
-    clean.set_defaults(handler=cmd_clean)
 
     retry = _command(commands, "retry", "run the failed jobs of queues again",
                      "Run every failed job of the named queues again, once each; prints "
@@ -247,7 +250,6 @@ def build_parser() -> argparse.ArgumentParser:
     _imports_option(retry, "queues")
     retry.add_argument("queues", nargs="+", metavar="QUEUE",
                        help="queues whose failed jobs to retry")
-    retry.set_defaults(handler=cmd_retry)
     return parser
 
 
@@ -256,7 +258,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     settings = load_settings()  # SettingsError (a SystemExit) names the bad variable
     _configure_logging(settings)
-    handler: Callable[[argparse.Namespace, Settings], int] = args.handler
+    module, _, function = HANDLERS[args.command].partition(":")
+    handler: Callable[[argparse.Namespace, Settings], int] = getattr(
+        importlib.import_module(module), function)
     from herald.embedded_redis import owning_embedded_redis
     from herald.queue_app import close_installed_app
 

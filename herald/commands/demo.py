@@ -16,7 +16,8 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from herald import demo
     from herald.demo.summary import WIDTH as DEMO_WIDTH
 
-    return demo.run(args.jobs, events=args.events, batch_size=args.batch_size,
+    jobs = demo.DEFAULT_JOBS if args.jobs is None else args.jobs
+    return demo.run(jobs, events=args.events, batch_size=args.batch_size,
                     failover_events=args.failover_events, orders=args.orders,
                     purchase_orders=args.purchase_orders, digest_events=args.digest_events,
                     console=console(DEMO_WIDTH))

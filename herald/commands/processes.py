@@ -43,7 +43,8 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
         _install_app(args.app)
         queues = check_queues(args.queues, current_app())
     else:
-        extra = load_actor_modules(args.imports)
+        # only the lanes of the named queues: their start is what a restart waits for
+        extra = load_actor_modules(args.imports, queues=args.queues)
         # the queues are checked before herald's Redis is started: a typo starts nothing
         queues = check_queues(args.queues, build_queue_app(settings, start_embedded=False,
                                                            extra=extra))

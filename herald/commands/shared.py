@@ -35,19 +35,28 @@ def console(max_width: int | None = None) -> Console:
     return default
 
 
-def load_actor_modules(extra: Sequence[str] = ()) -> list[Registry]:
-    """Import every module of the ``actors`` package (herald's queue table and the actors
-    on it), then ``extra`` (an application's own modules); returns the registries of
-    ``extra`` (for the App, beside herald's).
+def load_actor_modules(extra: Sequence[str] = (), queues: Sequence[str] = ()
+                       ) -> list[Registry]:
+    """Import the modules of the ``actors`` package that declare ``queues``' actors and
+    herald's capsules (every module when no queue is named, or one is not in
+    ``actors.queues.QUEUE_MODULES``), then ``extra`` (an application's own modules);
+    returns the registries of ``extra`` (for the App, beside herald's).
 
-    herald's registry then holds every queue herald ships, so ``herald worker``,
-    ``herald queues`` and ``herald clean`` all see the same queues.
+    With no queue named, herald's registry then holds every actor, schedule and sweep
+    herald ships, so ``herald worker``, ``herald clock`` and ``herald sweep`` all see the
+    same ones; the queue table itself needs no actor module. A worker of some queues
+    imports only their lanes (docs/queue.md#the-queue-table).
     """
     import actors
+    from actors.queues import modules_of
     from herald.queue import import_modules
 
-    for module in pkgutil.iter_modules(actors.__path__, prefix="actors."):
-        importlib.import_module(module.name)
+    modules = modules_of(queues) if queues else None
+    if modules is None:
+        modules = [module.name for module in pkgutil.iter_modules(actors.__path__,
+                                                                  prefix="actors.")]
+    for name in modules:
+        importlib.import_module(name)
     return import_modules(extra)
 
 

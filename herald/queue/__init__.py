@@ -20,7 +20,7 @@ orders: herald's own queues are declared by ``actors`` on its registry.
 """
 
 from herald.queue.app import App, current_app, get_spec, installed_app, now_ms
-from herald.queue.capsules import Capsule, OnFailure
+from herald.queue.capsules import Capsule, OnFailure, capsule_queues
 from herald.queue.config import QueueConfig
 from herald.queue.current import attempts_made, is_last_attempt
 from herald.queue.errors import (
@@ -101,6 +101,7 @@ __all__ = [
     "ThreadConnections",
     "UnknownQueue",
     "attempts_made",
+    "capsule_queues",
     "current_app",
     "enqueue",
     "enqueue_many",

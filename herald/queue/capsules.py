@@ -5,8 +5,10 @@ them on its registry (``registry.declare_capsules``); :mod:`herald.queue.worker`
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextvars import ContextVar
 from enum import StrEnum
 
 
@@ -75,3 +77,27 @@ def capsule_owners(capsules: Iterable[Capsule]) -> dict[str, Capsule]:
                                  f"{owners[queue].name!r} and {capsule.name!r}")
             owners[queue] = capsule
     return owners
+
+
+# the queues of the capsule whose startup step runs now, in this process
+_starting: ContextVar[tuple[str, ...] | None] = ContextVar("herald_capsule_queues",
+                                                           default=None)
+
+
+def capsule_queues() -> tuple[str, ...] | None:
+    """The queues of its capsule this process runs, asked from a startup step while it
+    runs: a step that builds something per queue builds only theirs (an email worker
+    need not build the SMS provider). None outside a worker's start (a step called
+    directly): build for every queue."""
+    return _starting.get()
+
+
+@contextlib.contextmanager
+def starting(queues: Sequence[str]) -> Iterator[None]:
+    """Within the block, :func:`capsule_queues` answers ``queues`` (the worker runs each
+    capsule's step in one)."""
+    token = _starting.set(tuple(queues))
+    try:
+        yield
+    finally:
+        _starting.reset(token)

@@ -35,7 +35,7 @@ from typing import Protocol
 import dramatiq
 
 from herald.queue.app import App, current_app
-from herald.queue.capsules import Capsule, OnFailure, plan_capsules
+from herald.queue.capsules import Capsule, OnFailure, plan_capsules, starting
 from herald.queue.dramatiq_internals import drop_worker_middleware, install_deadline_join
 from herald.queue.registry import Registry
 
@@ -207,7 +207,8 @@ class WorkerProcess:
         """
         for run in self.runs:
             if run.capsule.startup is not None:
-                self._attempt(run, run.capsule.startup)
+                with starting(run.worker.queues if run.worker is not None else ()):
+                    self._attempt(run, run.capsule.startup)
         for run in self.runs:
             if run.worker is not None and run.failure is None:
                 self._attempt(run, run.worker.start)

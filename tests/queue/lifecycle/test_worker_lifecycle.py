@@ -75,9 +75,9 @@ def test_a_notification_startup_failure_stops_only_the_notification_queues(
     enqueue(lc_probe_email, Probe(key="n1"), job_id="n1")
     enqueue(lc_probe_store, Probe(key="b1"), job_id="b1")
 
-    # When a worker for both starts with a push provider that cannot be built
+    # When a worker for both starts with an email provider that cannot be built
     run = lifecycle.spawn("notification-email", "store-fulfillment",
-                          PUSH_PROVIDER="onesignal", ONESIGNAL_BASE_URL="::not a url::")
+                          EMAIL_PROVIDER="onesignal", ONESIGNAL_BASE_URL="::not a url::")
 
     # Then the business job is processed, the notification job is not taken
     wait_for(lambda: states(("store-fulfillment", "b1")) == ["completed"],
@@ -88,7 +88,7 @@ def test_a_notification_startup_failure_stops_only_the_notification_queues(
     # and the error names the queues and the setting; the process runs on, not ready
     errors = run.errors()
     assert len(errors) == 1, errors
-    assert "notification queues startup failed" in errors[0] and "PUSH_PROVIDER" in errors[0]
+    assert "notification queues startup failed" in errors[0] and "EMAIL_PROVIDER" in errors[0]
     status, checks = readyz(run)
     assert status == 503
     assert checks["queues"] == "down"
