@@ -295,8 +295,9 @@ def test_sweep_repairs_a_lost_handoff_and_refuses_an_unknown_sweep(
     engine.dispose()
     unknown = run_herald("sweep", "nope", cwd=tmp_path, env=env)
     assert unknown.returncode == 2
-    assert ("unknown sweep 'nope' (registered: handoffs, idempotency-keys, payments, "
-            "store-recovery") in unknown.stderr
+    assert ("unknown sweep 'nope' (registered: digests, handoffs, idempotency-keys, "
+            "payments, store-recovery, supplier-outbox, supplier-stale-dispatches, "
+            "webhook-messages)") in unknown.stderr
 
 
 def test_clock_runs_until_sigterm(tmp_path: Path, demo_env: dict[str, str]) -> None:
