@@ -84,7 +84,7 @@ def _sends() -> int:
     return len(MockProvider.sends())
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(300)
 def test_a_partitioned_worker_host_loses_nothing_and_its_late_writes_are_refused(
         pipeline: None, monkeypatch: pytest.MonkeyPatch, redis6_url: str,
         network: Network) -> None:
@@ -116,7 +116,7 @@ def test_a_partitioned_worker_host_loses_nothing_and_its_late_writes_are_refused
     assert cut_for > max(EMAIL_LOCK, CLAIM_STALE_AFTER).total_seconds()
 
     # Then every delivery ends final
-    wait_for(lambda: _open_deliveries() == 0, timeout=60, every=0.5,
+    wait_for(lambda: _open_deliveries() == 0, timeout=150, every=0.5,
              what="every delivery to end final")
     accepted = collections.defaultdict(list)
     for record in MockProvider.sends(accepted_only=True):
