@@ -198,7 +198,7 @@ def test_a_store_transition_writes_its_message_only_when_it_applies(
             body = message.body
         assert body["data"] == get_order(order_id) and body["data"]["status"] == "failed"
     finally:
-        set_relay(relay._hand_off)
+        set_relay(relay.hand_off)
         if db.is_postgres():
             _no_webhooks()
 
@@ -384,7 +384,7 @@ def test_a_rolled_back_transition_writes_and_hands_off_no_message(
             change(session, ids)
         assert [kind for kind, _ in messages()] == [event] and len(handed) == 1
     finally:
-        set_relay(relay._hand_off)
+        set_relay(relay.hand_off)
 
 
 def test_a_rolled_back_roll_up_writes_no_message(
