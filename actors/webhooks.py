@@ -21,7 +21,6 @@ import threading
 from datetime import datetime, timedelta
 from typing import Any
 
-import httpx
 from pydantic import BaseModel, ConfigDict
 from sqlmodel import col, select
 
@@ -33,6 +32,7 @@ from herald.settings import get_settings
 from models import webhook_attempts, webhooks
 from models.base import queue_now, utcnow
 from models.webhooks import MessageStatus, WebhookEndpoint, WebhookMessage, signing_secrets
+from providers.webhook_connections import Connections
 from providers.webhook_http import Attempt, post_message
 from providers.webhook_target import UnsafeTarget, check_target
 
@@ -57,18 +57,15 @@ class WebhookJob(BaseModel):
     message_id: str
 
 
-_client_lock = threading.Lock()
-_clients: dict[int, httpx.Client] = {}
+_threads = threading.local()
 
 
-def _client() -> httpx.Client:
-    """This thread's pooled HTTP client (redirects never followed)."""
-    key = threading.get_ident()
-    with _client_lock:
-        client = _clients.get(key)
-        if client is None:
-            client = _clients[key] = httpx.Client(follow_redirects=False)
-        return client
+def _connections() -> Connections:
+    """This thread's kept-alive connections to receivers (redirects never followed)."""
+    connections: Connections | None = getattr(_threads, "connections", None)
+    if connections is None:
+        connections = _threads.connections = Connections()
+    return connections
 
 
 def retry_wait_s(failed_attempts: int) -> float | None:
@@ -144,7 +141,7 @@ def _send(url: str, message_id: str, body: bytes, secrets: list[str],
                               allow_private=settings.webhook_allow_private)
     except UnsafeTarget as error:
         return Attempt(None, 0, str(error))
-    return post_message(_client(), target, msg_id=message_id,
+    return post_message(_connections(), target, msg_id=message_id,
                         timestamp=int(now.timestamp()), body=body, secrets=secrets)
 
 
