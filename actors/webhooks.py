@@ -21,7 +21,6 @@ import threading
 from datetime import datetime, timedelta
 from typing import Any
 
-import httpx
 from pydantic import BaseModel, ConfigDict
 from sqlmodel import col, select
 
@@ -30,9 +29,10 @@ from actors.queues import registry
 from herald import db
 from herald.queue import Defer, Schedule, enqueue, enqueue_many
 from herald.settings import get_settings
-from models import webhooks
+from models import webhook_attempts, webhooks
 from models.base import queue_now, utcnow
-from models.webhooks import MessageStatus, WebhookEndpoint, WebhookMessage
+from models.webhooks import MessageStatus, WebhookEndpoint, WebhookMessage, signing_secrets
+from providers.webhook_connections import Connections
 from providers.webhook_http import Attempt, post_message
 from providers.webhook_target import UnsafeTarget, check_target
 
@@ -57,18 +57,15 @@ class WebhookJob(BaseModel):
     message_id: str
 
 
-_client_lock = threading.Lock()
-_clients: dict[int, httpx.Client] = {}
+_threads = threading.local()
 
 
-def _client() -> httpx.Client:
-    """This thread's pooled HTTP client (redirects never followed)."""
-    key = threading.get_ident()
-    with _client_lock:
-        client = _clients.get(key)
-        if client is None:
-            client = _clients[key] = httpx.Client(follow_redirects=False)
-        return client
+def _connections() -> Connections:
+    """This thread's kept-alive connections to receivers (redirects never followed)."""
+    connections: Connections | None = getattr(_threads, "connections", None)
+    if connections is None:
+        connections = _threads.connections = Connections()
+    return connections
 
 
 def retry_wait_s(failed_attempts: int) -> float | None:
@@ -114,25 +111,26 @@ def attempt_message(message_id: str, now: datetime | None = None) -> dict[str, A
     time by default, the clock the attempt's deferral counts on (so a test that moves
     queue time walks the retry schedule)."""
     now = now or queue_now()
-    with db.session() as session:
-        message = session.get(WebhookMessage, message_id)
-        if message is None or message.status != MessageStatus.PENDING:
-            return {"status": message.status if message else "gone"}
-        if message.next_attempt_at is not None and message.next_attempt_at > now:
-            # re-added early (the sweep, a replay): wait for its turn
-            return {"status": message.status,
-                    "retry_in_s": (message.next_attempt_at - now).total_seconds()}
-        endpoint = session.get(WebhookEndpoint, message.endpoint_id)
-        if endpoint is None:
+    # one statement for the message and its endpoint (models/webhook_attempts.py)
+    with db.autocommit() as connection:
+        row = webhook_attempts.read_message(connection, message_id)
+        if row is None:
             return {"status": "gone"}
-        if endpoint.disabled:
-            message.status = MessageStatus.FAILED
-            session.add(message)
-            return {"status": message.status}
-        url, secrets = endpoint.url, endpoint.signing_secrets(now)
-        body = json.dumps(message.body, separators=(",", ":")).encode()
-    attempt = _send(url, message_id, body, secrets, now)
-    return record_attempt(message_id, attempt, now)
+        if row["status"] != MessageStatus.PENDING:
+            return {"status": row["status"]}
+        due = row["next_attempt_at"]
+        if due is not None and due > now:
+            # re-added early (the sweep, a replay): wait for its turn
+            return {"status": row["status"], "retry_in_s": (due - now).total_seconds()}
+        if row["disabled"]:
+            webhook_attempts.give_up(connection, message_id)
+            return {"status": MessageStatus.FAILED.value}
+    secrets = signing_secrets(row["secret"], row["previous_secret"],
+                              row["previous_secret_until"], now)
+    body = json.dumps(row["body"], separators=(",", ":")).encode()
+    attempt = _send(row["url"], message_id, body, secrets, now)
+    return record_attempt(message_id, attempt, now,
+                          streak_open=row["failing_since"] is not None)
 
 
 def _send(url: str, message_id: str, body: bytes, secrets: list[str],
@@ -143,41 +141,57 @@ def _send(url: str, message_id: str, body: bytes, secrets: list[str],
                               allow_private=settings.webhook_allow_private)
     except UnsafeTarget as error:
         return Attempt(None, 0, str(error))
-    return post_message(_client(), target, msg_id=message_id,
+    return post_message(_connections(), target, msg_id=message_id,
                         timestamp=int(now.timestamp()), body=body, secrets=secrets)
 
 
-def record_attempt(message_id: str, attempt: Attempt, now: datetime) -> dict[str, Any]:
+def record_attempt(message_id: str, attempt: Attempt, now: datetime, *,
+                   streak_open: bool = True) -> dict[str, Any]:
     """Write the attempt on its message, and what it means for the message (delivered,
     failed, or its next attempt's time) and its endpoint (its failing streak, disabled on
-    a 410 or a streak of WEBHOOK_DISABLE_AFTER_S), in one transaction."""
+    a 410 or a streak of WEBHOOK_DISABLE_AFTER_S). A message no longer pending (delivered
+    or failed meanwhile) is left as it is. ``streak_open`` False: the caller saw no
+    failing streak on the endpoint, so a success spends no statement ending one."""
+    entry = {"at": now.isoformat(), "status_code": attempt.status_code,
+             "duration_ms": attempt.duration_ms, "error": attempt.error}
+    if attempt.ok:
+        # the common case: one conditional UPDATE (models/webhook_attempts.py)
+        with db.autocommit() as connection:
+            if webhook_attempts.record_delivered(connection, message_id, entry, now,
+                                                 streak_open=streak_open):
+                return {"status": MessageStatus.DELIVERED.value, "retry_in_s": None}
+            row = webhook_attempts.read_message(connection, message_id)
+        return {"status": row["status"] if row else "gone"}
+    return _record_failure(message_id, attempt, entry, now)
+
+
+def _record_failure(message_id: str, attempt: Attempt, entry: dict[str, Any],
+                    now: datetime) -> dict[str, Any]:
+    """A failed attempt, in one transaction with the message locked: its next attempt's
+    time or its end, and the endpoint's failing streak (disabled on a 410 or a streak
+    of WEBHOOK_DISABLE_AFTER_S)."""
     with db.session() as session:
         message = session.get(WebhookMessage, message_id, with_for_update=True)
         endpoint = session.get(WebhookEndpoint, message.endpoint_id) if message else None
         if message is None or endpoint is None:
             return {"status": "gone"}
-        message.attempts = [*message.attempts, {
-            "at": now.isoformat(), "status_code": attempt.status_code,
-            "duration_ms": attempt.duration_ms, "error": attempt.error}]
-        retry_in: float | None = None
-        if attempt.ok:
-            message.status, message.next_attempt_at = MessageStatus.DELIVERED, None
-            endpoint.failing_since = None
+        if message.status != MessageStatus.PENDING:
+            return {"status": message.status}
+        message.attempts = [*message.attempts, entry]
+        endpoint.failing_since = endpoint.failing_since or now
+        streak = (now - endpoint.failing_since).total_seconds()
+        if attempt.status_code == 410 or streak >= get_settings().webhook_disable_after_s:
+            endpoint.disabled = True
+            log.warning("webhook endpoint disabled", extra={
+                "endpoint_id": endpoint.id, "status_code": attempt.status_code})
+        # a replayed message's attempts go on counting: a failed replay fails again
+        retry_in = None if endpoint.disabled else retry_wait_s(len(message.attempts))
+        if retry_in is not None and attempt.retry_after_s is not None:
+            retry_in = attempt.retry_after_s
+        if retry_in is None:
+            message.status, message.next_attempt_at = MessageStatus.FAILED, None
         else:
-            endpoint.failing_since = endpoint.failing_since or now
-            streak = (now - endpoint.failing_since).total_seconds()
-            if attempt.status_code == 410 or streak >= get_settings().webhook_disable_after_s:
-                endpoint.disabled = True
-                log.warning("webhook endpoint disabled", extra={
-                    "endpoint_id": endpoint.id, "status_code": attempt.status_code})
-            # a replayed message's attempts go on counting: a failed replay fails again
-            retry_in = None if endpoint.disabled else retry_wait_s(len(message.attempts))
-            if retry_in is not None and attempt.retry_after_s is not None:
-                retry_in = attempt.retry_after_s
-            if retry_in is None:
-                message.status, message.next_attempt_at = MessageStatus.FAILED, None
-            else:
-                message.next_attempt_at = now + timedelta(seconds=retry_in)
+            message.next_attempt_at = now + timedelta(seconds=retry_in)
         endpoint.updated_at = now
         session.add_all([message, endpoint])
         return {"status": str(message.status), "retry_in_s": retry_in}

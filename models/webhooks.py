@@ -108,11 +108,18 @@ class WebhookEndpoint(SQLModel, table=True):
     def signing_secrets(self, now: datetime | None = None) -> list[str]:
         """The secrets a message is signed with now: the current one, and the previous one
         while its overlap lasts."""
-        now = now or utcnow()
-        if (self.previous_secret is not None and self.previous_secret_until is not None
-                and self.previous_secret_until > now):
-            return [self.secret, self.previous_secret]
-        return [self.secret]
+        return signing_secrets(self.secret, self.previous_secret, self.previous_secret_until,
+                               now or utcnow())
+
+
+def signing_secrets(secret: str, previous_secret: str | None,
+                    previous_secret_until: datetime | None, now: datetime) -> list[str]:
+    """An endpoint's signing secrets at ``now``, from its columns: ``secret``, and
+    ``previous_secret`` while ``previous_secret_until`` is still ahead."""
+    if (previous_secret is not None and previous_secret_until is not None
+            and previous_secret_until > now):
+        return [secret, previous_secret]
+    return [secret]
 
 
 def message_id() -> str:

@@ -3,10 +3,11 @@ address the request-forgery guard checked (docs/api.md#webhooks).
 
 :func:`signature_header` signs ``"{id}.{timestamp}.{body}"`` with HMAC-SHA256 under each
 base64-decoded secret (two during a rotation, space-separated). :func:`post_message`
-connects to :attr:`Target.address` — never resolving the host again, so a DNS answer
-changed since the check cannot redirect it — while TLS still verifies the certificate
-against the host name (SNI) and the ``Host`` header names it. Redirects are not followed:
-a 3xx is a failed attempt like any other non-2xx answer.
+connects to :attr:`Target.address` (:mod:`providers.webhook_connections`) — never
+resolving the host again, so a DNS answer changed since the check cannot redirect it —
+while TLS still verifies the certificate against the host name (SNI) and the ``Host``
+header names it. Redirects are not followed: a 3xx is a failed attempt like any other
+non-2xx answer.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import dataclasses
 import email.utils
 import hashlib
 import hmac
+import http.client
 import time
 from datetime import UTC, datetime
+from urllib.parse import quote, urlsplit
 
-import httpx
-
+from providers.webhook_connections import Connections
 from providers.webhook_target import Target
 
 #: Seconds a receiver has to answer; a slower answer is a failed attempt.
@@ -77,33 +79,59 @@ def retry_after_s(value: str | None, now: datetime | None = None) -> float | Non
     return min(max(wait, 0.0), MAX_RETRY_AFTER_S)
 
 
-def post_message(client: httpx.Client, target: Target, *, msg_id: str, timestamp: int,
+def post_message(connections: Connections, target: Target, *, msg_id: str, timestamp: int,
                  body: bytes, secrets: list[str]) -> Attempt:
-    """POST ``body`` to ``target`` with the Standard Webhooks headers; never raises for
-    what the network or the receiver does: the outcome is in the :class:`Attempt`."""
-    url = httpx.URL(target.url)
+    """POST ``body`` to ``target`` with the Standard Webhooks headers, on a connection of
+    ``connections``; never raises for what the network or the receiver does: the outcome
+    is in the :class:`Attempt`."""
     headers = {"content-type": "application/json", "user-agent": "herald-webhooks/1",
-               "host": url.netloc.decode("ascii"), "webhook-id": msg_id,
+               "host": _host_header(target), "webhook-id": msg_id,
                "webhook-timestamp": str(timestamp),
                "webhook-signature": signature_header(secrets, msg_id, timestamp, body)}
     started = time.monotonic()
     try:
-        response = client.post(url.copy_with(host=str(target.address)), content=body,
-                               headers=headers, timeout=SEND_TIMEOUT_S,
-                               extensions={"sni_hostname": target.host})
-    except httpx.TimeoutException:
+        connection = connections.get(target, SEND_TIMEOUT_S)
+        connection.request("POST", _path(target.url), body=body, headers=headers)
+        response = connection.getresponse()
+        response.read()  # the whole answer, so that the connection can carry the next
+    except TimeoutError:
+        connections.discard(target)
         return Attempt(None, _ms(started), f"no answer within {SEND_TIMEOUT_S:g} s")
-    except httpx.HTTPError as error:
+    except (OSError, http.client.HTTPException) as error:
+        connections.discard(target)
         return Attempt(None, _ms(started), f"{type(error).__name__}: {error}"[:500])
-    duration = _ms(started)
+    duration, status = _ms(started), response.status
     if duration > SEND_TIMEOUT_S * 1000:
-        return Attempt(response.status_code, duration,
-                       f"answered after {SEND_TIMEOUT_S:g} s")
-    if 200 <= response.status_code < 300:
-        return Attempt(response.status_code, duration, None)
-    wait = (retry_after_s(response.headers.get("retry-after"))
-            if response.status_code in (429, 503) else None)
-    return Attempt(response.status_code, duration, f"HTTP {response.status_code}", wait)
+        return Attempt(status, duration, f"answered after {SEND_TIMEOUT_S:g} s")
+    if 200 <= status < 300:
+        return Attempt(status, duration, None)
+    wait = (retry_after_s(response.getheader("retry-after"))
+            if status in (429, 503) else None)
+    return Attempt(status, duration, f"HTTP {status}", wait)
+
+
+def _host_header(target: Target) -> str:
+    """The URL's host (IDNA-encoded) and its port when the URL names one."""
+    parts = urlsplit(target.url)
+    host = target.host if target.host.isascii() else target.host.encode("idna").decode()
+    if ":" in host:  # an IPv6 literal
+        host = f"[{host}]"
+    return host if parts.port is None else f"{host}:{parts.port}"
+
+
+def _path(url: str) -> str:
+    """The request target of ``url``: its path (``/`` when empty) and query, with any
+    character HTTP may not carry raw percent-encoded."""
+    parts = urlsplit(url)
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    return quote(path, safe=_URL_SAFE)
+
+
+#: What stays as it is in a request target: RFC 3986's reserved and unreserved
+#: characters, and ``%`` (the URL's own escapes).
+_URL_SAFE = "/?#[]@!$&'()*+,;=-._~:%"
 
 
 def _ms(started: float) -> int:

@@ -5,6 +5,7 @@ shares no code with) and answers what the test scripted."""
 from __future__ import annotations
 
 import dataclasses
+import ssl
 import threading
 import time
 from collections import deque
@@ -59,8 +60,9 @@ class Receiver:
 
 
 @contextmanager
-def running_receiver() -> Iterator[Receiver]:
-    """A receiver listening on 127.0.0.1 (``receiver.url``) until the block ends."""
+def running_receiver(tls: ssl.SSLContext | None = None) -> Iterator[Receiver]:
+    """A receiver listening on 127.0.0.1 (``receiver.url``) until the block ends; over
+    TLS with ``tls`` (a server context holding its certificate)."""
     receiver = Receiver()
 
     class Handler(BaseHTTPRequestHandler):
@@ -79,7 +81,10 @@ def running_receiver() -> Iterator[Receiver]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    receiver.url = f"http://127.0.0.1:{server.server_address[1]}/hooks"
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    scheme = "http" if tls is None else "https"
+    receiver.url = f"{scheme}://127.0.0.1:{server.server_address[1]}/hooks"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -6,6 +6,7 @@ sweep (docs/api.md#webhooks)."""
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -298,3 +299,49 @@ def test_the_url_is_checked_again_at_each_send(receiver: Receiver,
     assert receiver.received == []
     (attempt,) = read(message_id).attempts
     assert attempt["status_code"] is None and "WEBHOOK_ALLOW_PRIVATE" in attempt["error"]
+
+
+@pytest.fixture
+def receiver_on_each_database(receiver: Receiver, empty_database: str,
+                              monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
+    """The receiver, with herald on a migrated database of each kind: PostgreSQL, and
+    SQLite (the embedded default's), whose SQL for the relay's statements is its own."""
+    pipeline_database = os.environ["DATABASE_URL"]
+    monkeypatch.setenv("DATABASE_URL", empty_database)
+    settings.reset_settings()
+    db.reset_engine()
+    db.migrate(empty_database)
+    yield receiver
+    db.reset_engine()
+    # the pipeline's fixtures empty their own database when the test ends
+    monkeypatch.setenv("DATABASE_URL", pipeline_database)
+    settings.reset_settings()
+
+
+def test_on_each_database_a_retried_message_ends_delivered_once(
+        receiver_on_each_database: Receiver) -> None:
+    receiver = receiver_on_each_database
+    # Given an endpoint whose receiver answers 500 first, and a pending message for it
+    receiver.answer(500)
+    endpoint_id = endpoint(receiver)
+    message_id = message(endpoint_id, enqueue=False)
+    now = utcnow()
+    # When it is attempted, and again once its retry is due
+    assert relay.attempt_message(message_id, now)["retry_in_s"] is not None
+    with db.session() as session:
+        failing = session.get(WebhookEndpoint, endpoint_id)
+        assert failing is not None and failing.failing_since == now
+    later = now + timedelta(seconds=10)
+    assert relay.attempt_message(message_id, later) == {
+        "status": "delivered", "retry_in_s": None}
+    # Then both attempts are listed in order, and the endpoint's failing streak is over
+    row = read(message_id)
+    assert row.status == "delivered" and codes(row) == [500, 200]
+    assert [attempt["at"] for attempt in row.attempts] == [now.isoformat(),
+                                                           later.isoformat()]
+    with db.session() as session:
+        recovered = session.get(WebhookEndpoint, endpoint_id)
+        assert recovered is not None and recovered.failing_since is None
+    # And a delivered message is never sent again
+    assert relay.attempt_message(message_id, later)["status"] == "delivered"
+    assert len(receiver.received) == 2

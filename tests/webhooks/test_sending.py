@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import ssl
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
-import httpx
 import pytest
 
 from models.webhooks import new_secret
+from providers.webhook_connections import Connections
 from providers.webhook_http import Attempt, post_message, retry_after_s
 from providers.webhook_target import Target, check_target
 from tests.webhooks.receiver import Receiver, running_receiver
@@ -30,23 +33,24 @@ def receiver() -> Iterator[Receiver]:
 
 
 @pytest.fixture
-def client() -> Iterator[httpx.Client]:
-    with httpx.Client() as client:
-        yield client
+def client() -> Iterator[Connections]:
+    connections = Connections()
+    yield connections
+    connections.close()
 
 
 def target(receiver: Receiver) -> Target:
     return check_target(receiver.url, allow_http=True, allow_private=True)
 
 
-def send(client: httpx.Client, target: Target, secrets: list[str],
+def send(client: Connections, target: Target, secrets: list[str],
          msg_id: str = "msg_1") -> Attempt:
     return post_message(client, target, msg_id=msg_id, timestamp=int(time.time()),
                         body=BODY, secrets=secrets)
 
 
 def test_a_message_verifies_with_standard_webhooks(receiver: Receiver,
-                                                   client: httpx.Client) -> None:
+                                                   client: Connections) -> None:
     secret = new_secret()
     receiver.secrets = [secret, new_secret()]
     attempt = send(client, target(receiver), [secret], msg_id="msg_abc")
@@ -57,7 +61,7 @@ def test_a_message_verifies_with_standard_webhooks(receiver: Receiver,
 
 
 def test_during_a_rotation_both_secrets_verify(receiver: Receiver,
-                                               client: httpx.Client) -> None:
+                                               client: Connections) -> None:
     old, new = new_secret(), new_secret()
     receiver.secrets = [old, new]
     send(client, target(receiver), [new, old])
@@ -67,7 +71,7 @@ def test_during_a_rotation_both_secrets_verify(receiver: Receiver,
 
 
 def test_the_send_goes_to_the_checked_address_not_a_new_resolution(
-        receiver: Receiver, client: httpx.Client) -> None:
+        receiver: Receiver, client: Connections) -> None:
     # Given a target checked when its name resolved to the receiver's address; the name
     # resolves to nothing now (a rebinding DNS server could answer anything)
     port = urlsplit(receiver.url).port
@@ -81,12 +85,43 @@ def test_the_send_goes_to_the_checked_address_not_a_new_resolution(
     assert receiver.received[0].headers["host"] == f"hooks.invalid:{port}"
 
 
+def test_https_goes_to_the_checked_address_and_verifies_the_host_name(
+        tmp_path: Path) -> None:
+    # Given a TLS receiver whose certificate names hooks.test only, trusted as a root
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=hooks.test", "-addext", "subjectAltName=DNS:hooks.test",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    served.load_cert_chain(cert, key)
+    trusted = ssl.create_default_context(cafile=str(cert))
+    with running_receiver(tls=served) as receiver:
+        port = urlsplit(receiver.url).port or 443
+
+        def pinned(host: str) -> Target:
+            return Target(url=f"https://{host}:{port}/hooks", scheme="https", host=host,
+                          port=port, address=ipaddress.ip_address("127.0.0.1"))
+
+        connections = Connections(trusted)
+        # When a message is sent to hooks.test, pinned to the receiver's address
+        attempt = send(connections, pinned("hooks.test"), [new_secret()])
+        # Then it arrived over TLS, naming its host
+        assert attempt.ok, attempt.error
+        assert receiver.received[0].headers["host"] == f"hooks.test:{port}"
+        # And a host name the certificate does not carry is refused before any request
+        refused = send(connections, pinned("other.test"), [new_secret()])
+        assert (refused.ok, refused.status_code) == (False, None)
+        assert refused.error is not None and "certificate" in refused.error.lower()
+        assert len(receiver.received) == 1
+    connections.close()
+
+
 @pytest.mark.parametrize(("status", "headers", "retry_after"), [
     (500, {}, None), (302, {"location": "https://elsewhere.example/"}, None),
     (410, {}, None), (429, {"retry-after": "7"}, 7.0), (503, {"retry-after": "30"}, 30.0),
 ])
 def test_an_answer_that_is_no_2xx_is_a_failed_attempt(
-        receiver: Receiver, client: httpx.Client, status: int, headers: dict[str, str],
+        receiver: Receiver, client: Connections, status: int, headers: dict[str, str],
         retry_after: float | None) -> None:
     receiver.answer(status, headers)
     attempt = send(client, target(receiver), [new_secret()])
@@ -95,7 +130,7 @@ def test_an_answer_that_is_no_2xx_is_a_failed_attempt(
     assert len(receiver.received) == 1  # a redirect is not followed
 
 
-def test_no_answer_is_a_failed_attempt_without_a_status(client: httpx.Client) -> None:
+def test_no_answer_is_a_failed_attempt_without_a_status(client: Connections) -> None:
     closed = check_target("http://127.0.0.1:9/hooks", allow_http=True, allow_private=True)
     attempt = send(client, closed, [new_secret()])
     assert (attempt.ok, attempt.status_code) == (False, None)
