@@ -579,6 +579,7 @@ def test_demo_runs_every_job_to_its_planned_end_twice(tmp_path: Path,
     for run in (1, 2):
         # When the demo runs (the second time on the queue the first one left behind)
         result = run_herald("demo", "--purchase-orders", "0", "--failover-events", "0",
+                            "--digest-events", "0",
                             "--jobs", "300", cwd=tmp_path, env=demo_env,
                             timeout_s=DEMO_S)
 
@@ -660,6 +661,7 @@ def test_demo_on_the_embedded_default(tmp_path: Path) -> None:
 def test_demo_events_0_skips_the_notification_phase(tmp_path: Path,
                                                    demo_env: dict[str, str]) -> None:
     result = run_herald("demo", "--purchase-orders", "0", "--failover-events", "0",
+                        "--digest-events", "0",
                         "--jobs", "20", "--events", "0", "--orders", "0", cwd=tmp_path,
                         env=demo_env, timeout_s=DEMO_S)
 
@@ -670,6 +672,7 @@ def test_demo_events_0_skips_the_notification_phase(tmp_path: Path,
     assert "deliveries by channel" not in result.stdout
     assert "orders by product" not in result.stdout
     assert "sends per stretch" not in result.stdout  # --failover-events 0: nor failover
+    assert "digest and webhooks" not in result.stdout  # --digest-events 0: nor digests
     assert not (tmp_path / "herald.db").exists()
 
 
@@ -713,6 +716,7 @@ def test_demo_after_a_user_session_counts_and_touches_only_its_own_rows(
     for run in (1, 2):
         # When the demo runs (twice)
         result = run_herald("demo", "--purchase-orders", "0", "--failover-events", "0",
+                            "--digest-events", "0",
                             "--jobs", "20", "--events", "40", "--batch-size", "5",
                             cwd=tmp_path, env=demo_env, timeout_s=DEMO_S)
 
@@ -752,6 +756,7 @@ def test_demo_after_a_user_session_counts_and_touches_only_its_own_rows(
 def test_demo_sends_notifications_through_every_phase(
         tmp_path: Path, demo_env: dict[str, str]) -> None:
     result = run_herald("demo", "--purchase-orders", "0", "--failover-events", "0",
+                        "--digest-events", "0",
                         "--jobs", "20", "--events", "40", "--batch-size", "5",
                         cwd=tmp_path, env=demo_env, timeout_s=DEMO_S)
 

@@ -34,7 +34,7 @@ def test_the_failover_phase_moves_to_mock_b_and_back_without_a_second_acceptance
     # When the demo runs its failover phase alone (30 events: 10 while mock-a is up, 10
     # while it is down, 10 after it is back) with no environment: the embedded default
     result = run_herald("demo", "--jobs", "20", "--events", "0", "--orders", "0",
-                        "--purchase-orders", "0", "--failover-events", "30",
+                        "--purchase-orders", "0", "--failover-events", "30", "--digest-events", "0",
                         cwd=tmp_path, env=herald_env(), timeout_s=DEMO_S)
 
     # Then it exits 0 and says every check held

@@ -64,6 +64,7 @@ def test_the_order_phase_ends_every_order_as_planned_on_the_embedded_default(
     # When the demo runs its order phase alone (two orders of each product) with no
     # environment: SQLite ./herald.db and the embedded Redis
     result = run_herald("demo", "--purchase-orders", "0", "--failover-events", "0",
+                        "--digest-events", "0",
                         "--jobs", "20", "--events", "0", "--orders", "14",
                         cwd=tmp_path, env=herald_env(), timeout_s=DEMO_S)
 
@@ -121,6 +122,7 @@ def test_the_order_phase_never_touches_a_users_stalled_order(
 
     # When the demo runs its order phase in the same directory and Redis
     result = run_herald("demo", "--purchase-orders", "0", "--failover-events", "0",
+                        "--digest-events", "0",
                         "--jobs", "20", "--events", "0", "--orders", "7",
                         cwd=tmp_path, env=user_env, timeout_s=DEMO_S)
 

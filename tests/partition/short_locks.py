@@ -9,20 +9,11 @@ as in production (docs/failure-modes.md#partition).
 """
 
 import dataclasses
-from datetime import timedelta
 
 import tests.support.store.short_lock  # noqa: F401  (store-fulfillment: a 1 s lock)
 from actors.queues import registry
 from models.notifications import claim_delivery
-
-#: The notification-email job lock of the partitioned workers.
-EMAIL_LOCK = timedelta(seconds=3)
-#: The supplier-dispatch job lock: a run is taken over between 32 s and 48 s after its
-#: worker was cut off (the lock is extended every third of it), after its SFTP operation
-#: gave up (30 s).
-DISPATCH_LOCK = timedelta(seconds=48)
-#: When their deliveries' claims go stale.
-CLAIM_STALE_AFTER = timedelta(seconds=6)
+from tests.partition.timings import CLAIM_STALE_AFTER, DISPATCH_LOCK, EMAIL_LOCK
 
 registry.declare(dataclasses.replace(registry.spec("notification-email"),
                                      lock_duration=EMAIL_LOCK))

@@ -26,7 +26,7 @@ from herald import settings
 from herald.db import session as db_session
 from models.notifications import FINAL_OUTCOMES, Delivery
 from providers.mock import MockProvider
-from tests.partition.short_locks import CLAIM_STALE_AFTER, EMAIL_LOCK
+from tests.partition.timings import CLAIM_STALE_AFTER, EMAIL_LOCK
 from tests.support.netns import Network
 from tests.support.waiting import wait_for
 

@@ -1,0 +1,14 @@
+"""The partition tests' clocks, as constants only: importing this changes nothing (the
+workers apply them through :mod:`tests.partition.short_locks`, which a test module must
+never import: it changes its process's queue table and claim staleness)."""
+
+from datetime import timedelta
+
+#: The notification-email job lock of the partitioned workers.
+EMAIL_LOCK = timedelta(seconds=3)
+#: The supplier-dispatch job lock: a run is taken over between 32 s and 48 s after its
+#: worker was cut off (the lock is extended every third of it), after its SFTP operation
+#: gave up (30 s).
+DISPATCH_LOCK = timedelta(seconds=48)
+#: When their deliveries' claims go stale.
+CLAIM_STALE_AFTER = timedelta(seconds=6)
