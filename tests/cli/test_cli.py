@@ -578,8 +578,9 @@ def test_demo_runs_every_job_to_its_planned_end_twice(tmp_path: Path,
                                                       demo_env: dict[str, str]) -> None:
     for run in (1, 2):
         # When the demo runs (the second time on the queue the first one left behind)
+        # (the job phase alone: the other phases have tests of their own)
         result = run_herald("demo", "--purchase-orders", "0", "--failover-events", "0",
-                            "--digest-events", "0",
+                            "--digest-events", "0", "--events", "0", "--orders", "0",
                             "--jobs", "300", cwd=tmp_path, env=demo_env,
                             timeout_s=DEMO_S)
 
@@ -716,7 +717,7 @@ def test_demo_after_a_user_session_counts_and_touches_only_its_own_rows(
     for run in (1, 2):
         # When the demo runs (twice)
         result = run_herald("demo", "--purchase-orders", "0", "--failover-events", "0",
-                            "--digest-events", "0",
+                            "--digest-events", "0", "--orders", "0",
                             "--jobs", "20", "--events", "40", "--batch-size", "5",
                             cwd=tmp_path, env=demo_env, timeout_s=DEMO_S)
 
@@ -756,7 +757,7 @@ def test_demo_after_a_user_session_counts_and_touches_only_its_own_rows(
 def test_demo_sends_notifications_through_every_phase(
         tmp_path: Path, demo_env: dict[str, str]) -> None:
     result = run_herald("demo", "--purchase-orders", "0", "--failover-events", "0",
-                        "--digest-events", "0",
+                        "--digest-events", "0", "--orders", "0",
                         "--jobs", "20", "--events", "40", "--batch-size", "5",
                         cwd=tmp_path, env=demo_env, timeout_s=DEMO_S)
 
