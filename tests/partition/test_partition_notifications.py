@@ -28,6 +28,7 @@ from models.notifications import FINAL_OUTCOMES, Delivery
 from providers.mock import MockProvider
 from tests.partition.timings import CLAIM_STALE_AFTER, EMAIL_LOCK
 from tests.support.netns import Network
+from tests.support.pipeline.steps import in_flight, open_deliveries
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -42,19 +43,6 @@ IN_FLIGHT_PER_PROCESS = 5
 RUN_IGNORED = "run ignored: job no longer holds this token"
 WORKER = ("worker", "--import", "bench.unlimited", "--import", "tests.partition.short_locks",
           "notification-email")
-
-
-def _open_deliveries() -> int:
-    with db_session() as session:
-        return session.exec(select(func.count()).select_from(Delivery).where(
-            Delivery.outcome.not_in([o.value for o in FINAL_OUTCOMES]))).one()
-
-
-def _in_flight() -> set[str]:
-    """Deliveries an attempt holds a claim on right now."""
-    with db_session() as session:
-        return set(session.exec(select(Delivery.id).where(
-            Delivery.outcome == "sending", Delivery.claimed_at.is_not(None))).all())
 
 
 def _all_final(ids: set[str]) -> bool:
@@ -105,7 +93,7 @@ def test_a_partitioned_worker_host_loses_nothing_and_its_late_writes_are_refused
         # When one host loses its link
         cut_off.cut()
         cut_at = time.monotonic()
-        in_flight_at_cut = _in_flight()
+        in_flight_at_cut = in_flight()
         # the other host restarts its stalled jobs and takes its claims over: every
         # delivery in flight at the cut ends final while the host is still cut off
         wait_for(lambda: _all_final(in_flight_at_cut), timeout=60, every=0.2,
@@ -116,7 +104,7 @@ def test_a_partitioned_worker_host_loses_nothing_and_its_late_writes_are_refused
     assert cut_for > max(EMAIL_LOCK, CLAIM_STALE_AFTER).total_seconds()
 
     # Then every delivery ends final
-    wait_for(lambda: _open_deliveries() == 0, timeout=150, every=0.5,
+    wait_for(lambda: open_deliveries() == 0, timeout=150, every=0.5,
              what="every delivery to end final")
     accepted = collections.defaultdict(list)
     for record in MockProvider.sends(accepted_only=True):

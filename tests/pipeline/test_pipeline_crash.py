@@ -21,13 +21,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import redis
-from sqlalchemy import func
 from sqlmodel import select
 
 from herald import settings
 from herald.db import session as db_session
-from models.notifications import FINAL_OUTCOMES, Delivery
+from models.notifications import Delivery
 from providers.mock import MockProvider
+from tests.support.pipeline.steps import in_flight, open_deliveries
 from tests.support.processes import spawn_herald
 from tests.support.queue_app import install_queue_app
 from tests.support.waiting import wait_for
@@ -59,19 +59,6 @@ def crash_env(pipeline: None, monkeypatch: pytest.MonkeyPatch, private_redis_url
 def _worker() -> subprocess.Popen[bytes]:
     # the providers' rate limits are lifted: this test is about loss, not throughput
     return spawn_herald("worker", "--import", "bench.unlimited", *QUEUES)
-
-
-def _open_deliveries() -> int:
-    with db_session() as session:
-        return session.exec(select(func.count()).select_from(Delivery).where(
-            Delivery.outcome.not_in([o.value for o in FINAL_OUTCOMES]))).one()
-
-
-def _in_flight() -> set[str]:
-    """Deliveries an attempt holds a claim on right now."""
-    with db_session() as session:
-        return set(session.exec(select(Delivery.id).where(
-            Delivery.outcome == "sending", Delivery.claimed_at.is_not(None))).all())
 
 
 def _trigger_all(run: str) -> None:
@@ -114,11 +101,11 @@ def test_kills_and_a_flushall_lose_no_delivery(crash_env: str) -> None:
                 workers[victim].send_signal(signal.SIGKILL)
                 workers[victim].wait(timeout=10)
                 kills += 1
-                in_flight_at_kills |= _in_flight()  # the killed process's claims stay behind
+                in_flight_at_kills |= in_flight()  # the killed process's claims stay behind
                 workers[victim] = _worker()
             done.result(timeout=120)
         # Then every delivery ends terminal: none is lost
-        wait_for(lambda: _open_deliveries() == 0, timeout=150, every=0.5,
+        wait_for(lambda: open_deliveries() == 0, timeout=150, every=0.5,
                  what="every delivery to end terminal")
     finally:
         for process in [*workers, clock]:

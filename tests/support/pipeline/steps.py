@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import text
+from sqlalchemy import func, text
+from sqlmodel import select
 
 from herald import db, settings
 from tests.support.queue_app import install_queue_app
@@ -62,3 +63,21 @@ def sessions_waiting_on(holder_pid: int) -> int:
         return int(connection.execute(text("SELECT count(*) FROM pg_stat_activity "
                                            "WHERE :pid = ANY(pg_blocking_pids(pid))"),
                                       {"pid": holder_pid}).scalar_one())
+
+
+def open_deliveries() -> int:
+    """How many deliveries are not final yet (queued or sending)."""
+    from models.notifications import FINAL_OUTCOMES, Delivery
+
+    with db.session() as session:
+        return int(session.exec(select(func.count()).select_from(Delivery).where(
+            Delivery.outcome.not_in([o.value for o in FINAL_OUTCOMES]))).one())
+
+
+def in_flight() -> set[str]:
+    """The deliveries an attempt holds a claim on right now."""
+    from models.notifications import Delivery
+
+    with db.session() as session:
+        return set(session.exec(select(Delivery.id).where(
+            Delivery.outcome == "sending", Delivery.claimed_at.is_not(None))).all())
