@@ -68,8 +68,8 @@ PAYMENT_QUEUE = "payment"
 GATEWAYS = ("mock", "stc_pay", "card")
 #: Largest amount a payment column holds (18 digits, 4 after the point).
 MAX_AMOUNT = Decimal("99999999999999.9999")
-#: Payment statuses that block a second payment for the same order or activation.
-LIVE_PAYMENT = LIVE_STATUSES
+#: The webhook event a settlement writes.
+SETTLED_EVENT = PAYMENT_EVENTS[PaymentStatus.SETTLED]
 #: How often one step runs its statement again after losing a race to another (the
 #: second run sees the winner's commit: one more is plenty).
 RACE_TRIES = 3
@@ -172,7 +172,7 @@ def _for_activation(session: Session, activation_id: str) -> str:
 
 def _no_live_payment(session: Session, condition: Any, what: str) -> None:
     existing = session.exec(select(Payment.id).where(
-        condition, col(Payment.status).in_(LIVE_PAYMENT)).limit(1)).first()
+        condition, col(Payment.status).in_(LIVE_STATUSES)).limit(1)).first()
     if existing is not None:
         raise PaymentConflict(f"{what} already has payment {existing}")
 
@@ -339,10 +339,6 @@ def _settle_rows(payment_id: str) -> Payment:
     if is_postgres():
         return _settle_in_one(payment_id)
     return _settle_in_session(payment_id)
-
-
-#: The webhook event a settlement writes.
-SETTLED_EVENT = PAYMENT_EVENTS[PaymentStatus.SETTLED]
 
 
 def _settle_in_one(payment_id: str) -> Payment:
