@@ -34,6 +34,7 @@ from sqlmodel import Session, col, select
 from actors import activation as activations
 from actors import orchestration, store
 from actors.queues import registry
+from herald.db import autocommit, get_engine, is_postgres
 from herald.db import session as db_session
 from herald.queue import (
     EnqueueResult,
@@ -43,9 +44,22 @@ from herald.queue import (
 )
 from herald.settings import get_settings
 from models.activations import Activation, ActivationStatus
-from models.base import ID_LENGTH, money, utcnow
-from models.payments import Payment, PaymentStatus, pay_order, transition_payment
+from models.base import ID_LENGTH, money, snapshot, utcnow
+from models.payments import (
+    LIVE_STATUSES,
+    PAYMENT_EVENTS,
+    Payment,
+    PaymentStatus,
+    complete_in_one,
+    insert_order_payment,
+    pay_order,
+    read_payment,
+    settle_in_one,
+    settled_messages,
+    transition_payment,
+)
 from models.store import Order, OrderStatus
+from models.webhooks import subscribed_types
 
 log = logging.getLogger("herald.payments")
 
@@ -54,9 +68,11 @@ PAYMENT_QUEUE = "payment"
 GATEWAYS = ("mock", "stc_pay", "card")
 #: Largest amount a payment column holds (18 digits, 4 after the point).
 MAX_AMOUNT = Decimal("99999999999999.9999")
-#: Payment statuses that block a second payment for the same order or activation.
-LIVE_PAYMENT = (PaymentStatus.PENDING.value, PaymentStatus.COMPLETED.value,
-                PaymentStatus.SETTLED.value)
+#: The webhook event a settlement writes.
+SETTLED_EVENT = PAYMENT_EVENTS[PaymentStatus.SETTLED]
+#: How often one step runs its statement again after losing a race to another (the
+#: second run sees the winner's commit: one more is plenty).
+RACE_TRIES = 3
 
 
 class PaymentAction(StrEnum):
@@ -156,7 +172,7 @@ def _for_activation(session: Session, activation_id: str) -> str:
 
 def _no_live_payment(session: Session, condition: Any, what: str) -> None:
     existing = session.exec(select(Payment.id).where(
-        condition, col(Payment.status).in_(LIVE_PAYMENT)).limit(1)).first()
+        condition, col(Payment.status).in_(LIVE_STATUSES)).limit(1)).first()
     if existing is not None:
         raise PaymentConflict(f"{what} already has payment {existing}")
 
@@ -176,6 +192,10 @@ def create_payment(*, order_id: str | None = None, activation_id: str | None = N
     value = parse_amount(amount)
     if gateway not in GATEWAYS:
         raise InvalidPayment(f"gateway: must be one of {', '.join(GATEWAYS)}")
+    if order_id is not None and is_postgres():
+        payment = _create_for_order(order_id, value, currency, gateway)
+        log.info("payment created", extra={"payment_id": payment.id})
+        return payment
     with db_session() as session:
         if order_id is not None:
             _for_order(session, order_id, value, currency)
@@ -189,12 +209,33 @@ def create_payment(*, order_id: str | None = None, activation_id: str | None = N
     return payment
 
 
+def _create_for_order(order_id: str, amount: Decimal, currency: str, gateway: str) -> Payment:
+    """:func:`create_payment` for an order on PostgreSQL: two prepared statements in one
+    transaction (:func:`models.payments.insert_order_payment`), the order's row locked
+    first as the session path locks it, refused as that path refuses."""
+    if not activations.storable_id(order_id):
+        raise PaymentNotFound("order", order_id)
+    payment = snapshot(Payment, order_id=order_id, amount=amount, currency=currency,
+                       gateway=gateway)
+    with get_engine().begin() as connection:
+        found, detail = insert_order_payment(connection, payment)
+    if found == "missing":
+        raise PaymentNotFound("order", order_id)
+    if found == "status":
+        raise PaymentConflict(f"order {order_id} is {detail}, not pending_payment")
+    if found == "price":
+        raise InvalidPayment(f"amount: the order costs {detail}")
+    if found == "live":
+        raise PaymentConflict(f"order {order_id} already has payment {detail}")
+    return payment
+
+
 def get_payment(payment_id: str) -> Payment | None:
     """One payment, or None."""
     if not activations.storable_id(payment_id):
         return None
-    with db_session() as session:
-        return session.get(Payment, payment_id)
+    with autocommit() as connection:
+        return read_payment(connection, payment_id)
 
 
 # -- completing and settling ----------------------------------------------------------------
@@ -208,15 +249,18 @@ def _account_of(session: Session, payment: Payment) -> str:
 
 
 def enqueue_payment_action(payment: Payment, action: PaymentAction, *,
-                           replay: bool = False, retry_failed: bool = True) -> EnqueueResult:
+                           replay: bool = False, retry_failed: bool = True,
+                           user_id: str | None = None) -> EnqueueResult:
     """Add one action's job for ``payment`` (id ``{paymentId}-{suffix}``). A live or
     completed job of that id is left alone (``duplicated``) and a retained failed one is
     retried in place (unless ``retry_failed`` is false); ``replay`` (settlement only) also
-    runs a completed settlement again (``replayed``)."""
+    runs a completed settlement again (``replayed``). ``user_id``, the paying account,
+    is read from the order or activation unless given."""
     if replay and action is not PaymentAction.SETTLE:
         raise ValueError("only settlement is replayed")
-    with db_session() as session:
-        user_id = _account_of(session, payment)
+    if user_id is None:
+        with db_session() as session:
+            user_id = _account_of(session, payment)
     job = PaymentJob(action=action, payment_id=payment.id, order_id=payment.order_id,
                      activation_id=payment.activation_id, user_id=user_id,
                      gateway=payment.gateway, created_at=utcnow())
@@ -234,6 +278,34 @@ def complete_payment(payment_id: str) -> tuple[Payment, EnqueueResult | None]:
     whose settlement job was lost gets it added again. :class:`PaymentNotFound`,
     :class:`PaymentConflict` for a failed payment.
     """
+    payment, user_id = (_complete_in_one(payment_id) if is_postgres()
+                        else _complete_in_session(payment_id))
+    if payment.status == PaymentStatus.SETTLED:
+        return payment, None
+    if payment.status != PaymentStatus.COMPLETED:
+        raise PaymentConflict(f"payment {payment_id} is {payment.status}")
+    return payment, enqueue_payment_action(payment, PaymentAction.SETTLE, user_id=user_id)
+
+
+def _complete_in_one(payment_id: str) -> tuple[Payment, str | None]:
+    """The completion on PostgreSQL: one statement on an autocommit connection moves the
+    payment and reads it back with its paying account. The payment and that account."""
+    if not activations.storable_id(payment_id):
+        raise PaymentNotFound("payment", payment_id)
+    for _ in range(RACE_TRIES):
+        with autocommit() as connection:
+            found = complete_in_one(connection, payment_id)
+        if found is None:
+            raise PaymentNotFound("payment", payment_id)
+        payment, moved, user_id = found
+        if moved or payment.status != PaymentStatus.PENDING:
+            return payment, user_id
+        # another completion committed while this one ran: read it as it now stands
+    raise PaymentConflict(f"payment {payment_id} keeps changing; try again")
+
+
+def _complete_in_session(payment_id: str) -> tuple[Payment, None]:
+    """The completion elsewhere (SQLite): the payment read, moved, and read again."""
     payment = get_payment(payment_id)
     if payment is None:
         raise PaymentNotFound("payment", payment_id)
@@ -243,11 +315,7 @@ def complete_payment(payment_id: str) -> tuple[Payment, EnqueueResult | None]:
                                PaymentStatus.COMPLETED)
         payment = get_payment(payment_id)
         assert payment is not None
-    if payment.status == PaymentStatus.SETTLED:
-        return payment, None
-    if payment.status != PaymentStatus.COMPLETED:
-        raise PaymentConflict(f"payment {payment_id} is {payment.status}")
-    return payment, enqueue_payment_action(payment, PaymentAction.SETTLE)
+    return payment, None
 
 
 def replay_settlement(payment_id: str) -> tuple[Payment, EnqueueResult]:
@@ -266,8 +334,42 @@ def replay_settlement(payment_id: str) -> tuple[Payment, EnqueueResult]:
 
 def _settle_rows(payment_id: str) -> Payment:
     """Payment ``completed → settled`` and its order ``pending_payment → paid`` in one
-    transaction (the payment row locked first). A settled payment is left as it is (a
-    replay); anything else is Permanent."""
+    transaction, with its ``payment.settled`` webhook messages. A settled payment is left
+    as it is (a replay); anything else is Permanent."""
+    if is_postgres():
+        return _settle_in_one(payment_id)
+    return _settle_in_session(payment_id)
+
+
+def _settle_in_one(payment_id: str) -> Payment:
+    """The settlement on PostgreSQL: one statement (:func:`models.payments.settle_in_one`),
+    on an autocommit connection while no endpoint subscribes to ``payment.settled``, else
+    in a session's transaction that also writes its messages."""
+    for _ in range(RACE_TRIES):
+        with autocommit() as connection:
+            subscribed = SETTLED_EVENT in subscribed_types(connection)
+            found = None if subscribed else settle_in_one(connection, payment_id)
+        if subscribed:
+            with db_session() as session:
+                found = settle_in_one(session.connection(), payment_id)
+                if found is not None and found[1]:
+                    settled_messages(session, found[0])
+        if found is None:
+            raise Permanent(f"payment {payment_id} does not exist")
+        payment, moved, order_status = found
+        if moved or payment.status == PaymentStatus.SETTLED:
+            return payment
+        if payment.status != PaymentStatus.COMPLETED:
+            raise Permanent(f"payment {payment_id} is {payment.status}, not completed")
+        if payment.order_id is not None and order_status != OrderStatus.PENDING_PAYMENT:
+            raise Permanent(f"order {payment.order_id} is {order_status or 'gone'}, "
+                            "not pending_payment")
+        # another settlement committed while this one ran: read it as it now stands
+    raise RuntimeError(f"payment {payment_id} keeps changing under its settlement")
+
+
+def _settle_in_session(payment_id: str) -> Payment:
+    """The settlement elsewhere (SQLite): the payment row locked, then both moves."""
     with db_session() as session:
         payment = session.exec(select(Payment).where(col(Payment.id) == payment_id)
                                .with_for_update()).first()
@@ -335,7 +437,9 @@ def settle_payment(job: PaymentJob) -> dict[str, Any]:
     """Settle one payment and hand off (see the module's docstring)."""
     payment = _settle_rows(job.payment_id)
     handoff = _hand_off(payment)
-    receipt = enqueue_payment_action(payment, PaymentAction.SEND_RECEIPT).status
+    # the job carries the paying account (read when the settlement was added)
+    receipt = enqueue_payment_action(payment, PaymentAction.SEND_RECEIPT,
+                                     user_id=job.user_id).status
     log.info("payment settled", extra={"payment_id": payment.id, "handoff": handoff})
     return {"payment_id": payment.id, "handoff": handoff, "receipt": receipt}
 

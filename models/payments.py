@@ -5,8 +5,11 @@
 (herald handed the order or activation on). Settlement may be replayed after it
 completed, so a failed downstream handoff can recover.
 
-Every write to a payment's status goes through :func:`transition_payment`, guarded by
-the status it expects; :func:`pay_order` is the order's half of a settlement.
+Every write to a payment's status is guarded by the status it expects: through
+:func:`transition_payment` (:func:`pay_order` the order's half of a settlement) in an
+ORM session, or on PostgreSQL as one statement that also reads what the caller needs
+(:func:`complete_in_one`, :func:`settle_in_one`, :func:`insert_order_payment`): the
+payment lane's hot path, run as :class:`herald.db.Prepared` statements.
 """
 
 from __future__ import annotations
@@ -16,10 +19,36 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import Numeric, update
+from sqlalchemy import (
+    CTE,
+    ColumnElement,
+    Connection,
+    Numeric,
+    bindparam,
+    cast,
+    exists,
+    func,
+    insert,
+    or_,
+    select,
+    type_coerce,
+    update,
+)
+from sqlalchemy.types import NullType
 from sqlmodel import Field, Session, SQLModel, col
 
-from models.base import UtcDateTime, id_field, money, timestamp_field, utcnow
+from herald.db import Prepared
+from models.activations import Activation
+from models.base import (
+    UtcDateTime,
+    id_field,
+    money,
+    snapshot,
+    table_of,
+    table_reader,
+    timestamp_field,
+    utcnow,
+)
 from models.store import Order, OrderStatus
 from models.webhooks import write_event_messages
 
@@ -115,3 +144,176 @@ def pay_order(session: Session, order_id: str, *, now: datetime | None = None) -
                                  col(Order.status) == OrderStatus.PENDING_PAYMENT.value)
                           .values(status=OrderStatus.PAID.value, updated_at=now))
     return result.rowcount == 1
+
+
+# -- the hot path: one statement per step (PostgreSQL) ----------------------------------------
+# Each statement is built once and run as a Prepared statement: SQLAlchemy's ORM cost more
+# CPU per statement than PostgreSQL spent running it (bench/README.md, "Orders end to end").
+_payments, _orders, _activations = table_of(Payment), table_of(Order), table_of(Activation)
+_ID = bindparam("payment_id", type_=_payments.c.id.type)
+_NOW = bindparam("now", type_=UtcDateTime)
+#: Payment statuses that block a second payment for the same order or activation.
+LIVE_STATUSES = (PaymentStatus.PENDING.value, PaymentStatus.COMPLETED.value,
+                 PaymentStatus.SETTLED.value)
+#: The amount's type as these statements read it: psycopg loads a numeric as a Decimal
+#: itself, and SQLAlchemy's PostgreSQL reader of Numeric wants the result's type code,
+#: which a statement compiled before it first runs does not know.
+_AMOUNT = _payments.c.amount.type.with_variant(NullType(), "postgresql")
+
+
+def _read(column: ColumnElement[Any]) -> ColumnElement[Any]:
+    """A payment column as these statements read it (the amount as :data:`_AMOUNT`)."""
+    if column.key == "amount":
+        return type_coerce(column, _AMOUNT).label("amount")
+    return column
+
+
+def _after(changed: CTE) -> list[ColumnElement[Any]]:
+    """The payment's columns as they stand once the statement ran: those the UPDATE
+    ``changed`` set, from its RETURNING (the statement's own read of ``payments`` sees
+    the row as it was before), the others as read."""
+    return [func.coalesce(changed.c[column.key], column).label(column.key)
+            if column.key in changed.c else _read(column) for column in _payments.c]
+
+
+def _changed(changed: CTE) -> ColumnElement[bool]:
+    return changed.c.id.is_not(None).label("changed")
+
+
+def _transition(expect: PaymentStatus, to: PaymentStatus,
+                *also: ColumnElement[bool]) -> Any:
+    """The guarded UPDATE ``expect → to`` of payment ``:payment_id`` (stamping its
+    timestamp), returning the columns it set."""
+    stamp = _STAMPS[to]
+    return (update(_payments)
+            .where(_payments.c.id == _ID, _payments.c.status == expect.value, *also)
+            .values({"status": to.value, stamp: _NOW, "updated_at": _NOW})
+            .returning(_payments.c.id, _payments.c.status, _payments.c[stamp],
+                       _payments.c.updated_at))
+
+
+_completed = _transition(PaymentStatus.PENDING, PaymentStatus.COMPLETED).cte("completed")
+#: ``pending → completed``, and the payment as it stands after, with the account that
+#: pays (the order's or the activation's): what the settlement job carries.
+_COMPLETE = Prepared(
+    select(*_after(_completed), _changed(_completed),
+           func.coalesce(_orders.c.account_id, _activations.c.account_id).label("account_id"))
+    .select_from(_payments.outerjoin(_completed, _completed.c.id == _payments.c.id)
+                 .outerjoin(_orders, _orders.c.id == _payments.c.order_id)
+                 .outerjoin(_activations, _activations.c.id == _payments.c.activation_id))
+    .where(_payments.c.id == _ID))
+
+_paying = _payments.alias("paying")
+#: The order's half: ``pending_payment → paid``, only for a payment still ``completed``.
+_paid = (update(_orders)
+         .where(_orders.c.id == _paying.c.order_id, _paying.c.id == _ID,
+                _paying.c.status == PaymentStatus.COMPLETED.value,
+                _orders.c.status == OrderStatus.PENDING_PAYMENT.value)
+         .values(status=OrderStatus.PAID.value, updated_at=_NOW)
+         .returning(_orders.c.id).cte("paid"))
+#: The payment's half: ``completed → settled``, only with its order's move (if any).
+_settled = _transition(PaymentStatus.COMPLETED, PaymentStatus.SETTLED,
+                       or_(_payments.c.order_id.is_(None),
+                           exists(select(_paid.c.id)))).cte("settled")
+#: Both halves, and the payment as it stands after, with its order's status as it was.
+_SETTLE = Prepared(
+    select(*_after(_settled), _changed(_settled),
+           _orders.c.status.label("order_status"))
+    .select_from(_payments.outerjoin(_settled, _settled.c.id == _payments.c.id)
+                 .outerjoin(_orders, _orders.c.id == _payments.c.order_id))
+    .where(_payments.c.id == _ID))
+
+_ORDER_ID = bindparam("order_id", type_=_orders.c.id.type)
+#: The order a payment is created for, its row locked until the transaction ends.
+_LOCK_ORDER = Prepared(select(_orders.c.status, _read(_orders.c.amount), _orders.c.currency)
+                       .where(_orders.c.id == _ORDER_ID).with_for_update())
+_LIVE_OF_ORDER = (select(_payments.c.id)
+                  .where(_payments.c.order_id == _ORDER_ID,
+                         or_(*(_payments.c.status == status for status in LIVE_STATUSES)))
+                  .limit(1))
+#: The payment, unless the order has a live one (read after the lock: a fresh snapshot).
+_INSERT_UNLESS_LIVE = Prepared(
+    insert(_payments).from_select(
+        list(_payments.c),
+        select(*(_ORDER_ID if column.key == "order_id"
+                 else cast(bindparam(column.key, type_=column.type), column.type)
+                 for column in _payments.c))
+        .where(~exists(_LIVE_OF_ORDER))))
+_LIVE_PAYMENT = Prepared(_LIVE_OF_ORDER)
+_READ = Prepared(select(*map(_read, _payments.c)).where(_payments.c.id == _ID))
+
+
+def _payment(row: dict[str, Any]) -> Payment:
+    """A detached payment holding a row's payment columns."""
+    return snapshot(Payment, **{column.key: row[column.key] for column in _payments.c})
+
+
+def complete_in_one(connection: Connection, payment_id: str, *,
+                    now: datetime | None = None) -> tuple[Payment, bool, str | None] | None:
+    """``pending → completed`` in one statement on ``connection`` (PostgreSQL; atomic by
+    itself on an autocommit connection). Returns the payment as it stands after, whether
+    this statement moved it, and the paying account's id; None when no such payment.
+
+    A payment still ``pending`` and not moved here lost a race with another completion
+    that committed while this statement ran: the caller reads it again."""
+    row = _COMPLETE.run(connection, {"payment_id": payment_id,
+                                     "now": now or utcnow()}).first()
+    if row is None:
+        return None
+    return _payment(row), bool(row["changed"]), row["account_id"]
+
+
+def settle_in_one(connection: Connection, payment_id: str, *,
+                  now: datetime | None = None) -> tuple[Payment, bool, str | None] | None:
+    """Payment ``completed → settled`` and its order ``pending_payment → paid`` in one
+    statement on ``connection`` (PostgreSQL; one transaction on an autocommit
+    connection): both or neither. Returns the payment as it stands after, whether this
+    statement settled it, and its order's status as it was; None when no such payment.
+
+    Writes no webhook message: when an endpoint subscribes to ``payment.settled``, run
+    it in a session's transaction and write them there (:func:`settled_messages`). A
+    payment still ``completed`` and not settled here whose order was ``pending_payment``
+    lost a race with another settlement: the caller reads it again."""
+    row = _SETTLE.run(connection, {"payment_id": payment_id, "now": now or utcnow()}).first()
+    if row is None:
+        return None
+    return _payment(row), bool(row["changed"]), row["order_status"]
+
+
+def settled_messages(session: Session, payment: Payment) -> None:
+    """Write ``payment``'s ``payment.settled`` messages (:data:`PAYMENT_EVENTS`) in
+    ``session``'s transaction, the one that settled it."""
+    write_event_messages(session, PAYMENT_EVENTS[PaymentStatus.SETTLED],
+                         lambda: payment_view(payment))
+
+
+def read_payment(connection: Connection, payment_id: str) -> Payment | None:
+    """One payment, read in one prepared statement, or None."""
+    row = _READ.run(connection, {"payment_id": payment_id}).first()
+    return None if row is None else _payment(row)
+
+
+def insert_order_payment(connection: Connection, payment: Payment) -> tuple[str, str | None]:
+    """Insert ``payment`` (for an order) in ``connection``'s transaction, which the
+    caller commits, unless its order refuses it: the order's row is locked first, then
+    the payment is inserted unless the order has a live one (a statement of its own, so
+    that it sees a payment another transaction committed while this one waited for the
+    lock: two creations race to one payment). Returns what was found: ``("inserted",
+    None)``, ``("missing", None)``, ``("status", <the order's status>)``, ``("price",
+    "<amount> <currency>")`` or ``("live", <the live payment's id>)``."""
+    assert payment.order_id is not None
+    order = _LOCK_ORDER.run(connection, {"order_id": payment.order_id}).first()
+    if order is None:
+        return "missing", None
+    if order["status"] != OrderStatus.PENDING_PAYMENT:
+        return "status", order["status"]
+    if (payment.amount, payment.currency) != (order["amount"], order["currency"]):
+        return "price", f"{money(order['amount'])} {order['currency']}"
+    values = dict(zip(_COLUMN_KEYS, table_reader(_payments)(payment), strict=True))
+    if _INSERT_UNLESS_LIVE.run(connection, values).rowcount == 1:
+        return "inserted", None
+    live = _LIVE_PAYMENT.run(connection, {"order_id": payment.order_id}).first()
+    return "live", live["id"] if live else None
+
+
+_COLUMN_KEYS = tuple(column.key for column in _payments.c)

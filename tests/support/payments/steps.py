@@ -45,6 +45,13 @@ def order_status(order_id: str) -> str:
         return order.status
 
 
+def payment_status(payment_id: str) -> str:
+    with db_session() as session:
+        found = session.get(Payment, payment_id)
+        assert found is not None
+        return found.status
+
+
 def set_order_status(order_id: str, status: str) -> None:
     with db_session() as session:
         order = session.get(Order, order_id)
