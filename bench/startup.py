@@ -1,7 +1,7 @@
 """How long a herald process takes to be ready, beside ``import dramatiq`` and plain
 Dramatiq's own worker on the same machine.
 
-``python -m bench.startup [--repeat R] [--baseline DIR]``. Uses ``$DATABASE_URL`` /
+``python -m bench.startup [--repeat R] [--baseline DIR] [--no-web]``. Uses ``$DATABASE_URL`` /
 ``$REDIS_URL`` or starts private servers (as :mod:`bench.e2e` does) and migrates the
 database. Each of ``--repeat`` rounds (default 5) measures the machine
 (``bench.machine``), then every arm once, the arms' order alternating from round to
@@ -13,7 +13,8 @@ first: a tree's first start writes its bytecode):
   one thread, on the same Redis): exec → its ``Worker process is ready`` line;
 - ``herald worker notification-email`` and ``herald worker`` (every queue): exec → the
   ``worker started`` log line;
-- ``herald web``: exec → the first ``/healthz`` that answers 200.
+- ``herald web``: exec → the first ``/healthz`` that answers 200 (left out with
+  ``--no-web``: each of its runs takes seconds, the workers' a second).
 
 Each run is timed on the wall clock and in CPU (user + system of the process and its
 children, at the moment it is ready): on these shared 2-core machines the wall clock
@@ -166,17 +167,21 @@ def _stop(process: subprocess.Popen[str] | subprocess.Popen[bytes]) -> None:
         process.stderr.close()
 
 
-def _herald_arms(tree: Path, label: str) -> list[tuple[str, Arm, Path]]:
-    """herald's arms, run with the code of ``tree`` (their working directory)."""
+def _herald_arms(tree: Path, label: str, *, web: bool = True) -> list[tuple[str, Arm, Path]]:
+    """herald's arms, run with the code of ``tree`` (their working directory); ``herald
+    web``'s only when ``web``."""
     herald = [sys.executable, "-m", "herald.cli"]
     suffix = f", {label}" if label else ""
-    return [
+    arms: list[tuple[str, Arm, Path]] = [
         (f"herald worker notification-email{suffix}",
          _line_time([*herald, "worker", "notification-email"], HERALD_READY, tree), tree),
         (f"herald worker (every queue){suffix}",
          _line_time([*herald, "worker"], HERALD_READY, tree), tree),
-        (f"herald web, to the first /healthz 200{suffix}", _healthz_time(tree), tree),
     ]
+    if web:
+        arms.append((f"herald web, to the first /healthz 200{suffix}", _healthz_time(tree),
+                     tree))
+    return arms
 
 
 def _migrate(env: dict[str, str], tree: Path) -> None:
@@ -190,6 +195,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="rounds (default 5)")
     parser.add_argument("--baseline", type=Path,
                         help="a source tree of herald from before: its arms too")
+    parser.add_argument("--no-web", dest="web", action="store_false",
+                        help="leave out herald web (the workers' arms only)")
     args = parser.parse_args()
     env, started = _services()
     os.environ.update(env)
@@ -207,10 +214,11 @@ def main() -> None:
         ("plain Dramatiq CLI, 1 process × 1 thread, to its ready line",
          _line_time([sys.executable, "-m", "dramatiq", "startup_app", "--processes", "1",
                      "--threads", "1"], DRAMATIQ_READY, cwd=app_dir), app_dir),
-        *_herald_arms(REPO, ""),
+        *_herald_arms(REPO, "", web=args.web),
     ]
     if args.baseline is not None:
-        arms += _herald_arms(args.baseline.resolve(), f"before ({args.baseline.name})")
+        arms += _herald_arms(args.baseline.resolve(), f"before ({args.baseline.name})",
+                             web=args.web)
     times: dict[str, list[float]] = {name: [] for name, _, _ in arms}
     cpus: dict[str, list[float]] = {name: [] for name, _, _ in arms}
     speeds: list[dict[str, float | None]] = []

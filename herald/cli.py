@@ -26,13 +26,15 @@ a worker's start pays for no other command's imports (docs/queue.md#the-queue-ta
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from herald.settings import Settings, load_settings
+if TYPE_CHECKING:
+    from herald.settings import Settings
 
 #: Each subcommand's function, as ``module:function`` of :mod:`herald.commands`.
 HANDLERS = {
@@ -47,6 +49,10 @@ HANDLERS = {
     "clean": "herald.commands.tools:cmd_clean",
     "retry": "herald.commands.tools:cmd_retry",
 }
+#: The commands whose start ends in :func:`herald.process.tune_garbage_collector`, which
+#: collects once and sets the collector's thresholds again: until then their start runs
+#: with the collector paused (:func:`main`).
+COLLECTED_AT_THEIR_START = frozenset({"worker"})
 
 
 def _configure_logging(settings: Settings) -> None:
@@ -255,18 +261,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``herald`` console script; returns the exit code."""
-    args = build_parser().parse_args(argv)
-    settings = load_settings()  # SettingsError (a SystemExit) names the bad variable
-    _configure_logging(settings)
-    module, _, function = HANDLERS[args.command].partition(":")
-    handler: Callable[[argparse.Namespace, Settings], int] = getattr(
-        importlib.import_module(module), function)
-    from herald.embedded_redis import owning_embedded_redis
-    from herald.queue_app import close_installed_app
+    # No automatic collection while the command starts: its imports build some hundred
+    # thousand objects that live as long as the process, and the collector walked them all
+    # again and again, a fifth of a worker's start (bench/README.md, "Start-up"). A
+    # worker collects once at the end of its start; every other command gets the
+    # thresholds back before it runs.
+    thresholds = gc.get_threshold()
+    gc.set_threshold(0)
+    try:
+        from herald.settings import load_settings
 
-    # whichever command starts the embedded Redis stops it when it ends
-    with owning_embedded_redis(settings.embedded_redis, close_installed_app):
-        return handler(args, settings)
+        args = build_parser().parse_args(argv)
+        settings = load_settings()  # SettingsError (a SystemExit) names the bad variable
+        _configure_logging(settings)
+        module, _, function = HANDLERS[args.command].partition(":")
+        handler: Callable[[argparse.Namespace, Settings], int] = getattr(
+            importlib.import_module(module), function)
+        from herald.embedded_redis import owning_embedded_redis
+        from herald.queue_app import close_installed_app
+
+        if args.command not in COLLECTED_AT_THEIR_START:
+            gc.set_threshold(*thresholds)
+        # whichever command starts the embedded Redis stops it when it ends
+        with owning_embedded_redis(settings.embedded_redis, close_installed_app):
+            return handler(args, settings)
+    finally:
+        if gc.get_threshold()[0] == 0:  # a start that ended early, or a caller's own
+            gc.set_threshold(*thresholds)
 
 
 if __name__ == "__main__":

@@ -25,8 +25,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-import pika
-
 from herald.access import has_api_access
 from herald.db import check_database
 from herald.queue import METRICS_CONTENT_TYPE, current_app, metrics_exposition
@@ -75,6 +73,10 @@ def check_redis() -> None:
 
 def check_rabbitmq(url: str) -> None:
     """Raise unless RabbitMQ at ``url`` accepts (and we close) a connection in ~2 s."""
+    # imported here: only a process on BROKER=rabbitmq checks it, and pika costs every
+    # worker's start
+    import pika
+
     parameters = pika.URLParameters(url)
     parameters.socket_timeout = RABBITMQ_TIMEOUT_S
     parameters.stack_timeout = RABBITMQ_TIMEOUT_S

@@ -11,8 +11,9 @@ from alembic import context
 from sqlalchemy import Connection
 from sqlmodel import SQLModel
 
-import models  # noqa: F401  - registers every table on SQLModel.metadata for autogenerate
+from models import import_every_table
 
+import_every_table()  # every table on SQLModel.metadata, which autogenerate compares against
 config = context.config
 target_metadata = SQLModel.metadata
 

@@ -5,17 +5,20 @@ waits for its imports; a worker of the email queue that loads the SFTP client, t
 supplier lanes or the eSIM store pays for code it never runs, in start time and memory
 (docs/queue.md#the-queue-table). These tests start a real ``herald worker``, stop it
 once it has logged ``worker started``, and read every module it had imported by its exit
-(``sys.modules``, written at exit: a superset of what its start imported).
+(``sys.modules``, written at exit: a superset of what its start imported), and how many
+times the garbage collector had run by the moment it was started.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -26,29 +29,46 @@ from tests.support.waiting import wait_for
 
 #: Seconds a worker may take to start (imports included) on a loaded test machine.
 START_S = 60
-#: What a worker of ``notification-email`` never needs: other lanes, and the SDKs of
-#: transports it does not use (SFTP, S3, Twilio, the PDF renderer's pipe).
-NOT_FOR_EMAIL = ("asyncssh", "boto3", "twilio", "actors.supplier_dispatch",
+#: What a worker of ``notification-email`` never needs: other lanes and their tables, the
+#: SDKs of transports it does not use (SFTP, S3, Twilio, the PDF renderer's pipe), and
+#: RabbitMQ's client on a Redis broker.
+NOT_FOR_EMAIL = ("asyncssh", "boto3", "twilio", "pika", "actors.supplier_dispatch",
                  "actors.sysco_inbound", "actors.purchasing", "actors.backorder_reroute",
                  "actors.store", "actors.store_recovery", "actors.payments",
-                 "actors.activation", "actors.catalog", "providers.sftp", "providers.pdf",
-                 "providers.esim", "herald.demo", "herald.web")
-#: ``herald.cli`` run as ``python -m`` runs it, writing ``sys.modules`` at exit to the
-#: file named by the first argument.
+                 "actors.activation", "actors.catalog", "models.activations", "models.catalog",
+                 "models.payments", "models.purchasing", "models.store", "providers.sftp",
+                 "providers.pdf", "providers.esim", "herald.demo", "herald.web")
+#: ``herald.cli`` run as ``python -m`` runs it, writing at exit to the file named by the
+#: first argument ``sys.modules`` and the collector's runs per generation as they were
+#: when the worker logged that it had started.
 _WORKER_WRITING_MODULES = (
-    "import atexit, pathlib, runpy, sys\n"
-    "out = pathlib.Path(sys.argv.pop(1))\n"
-    "atexit.register(lambda: out.write_text('\\n'.join(sorted(sys.modules))))\n"
+    "import atexit, gc, json, logging, pathlib, runpy, sys\n"
+    "out, seen = pathlib.Path(sys.argv.pop(1)), {}\n"
+    "def started(record):\n"
+    "    if 'worker started' in record.getMessage():\n"
+    "        seen.setdefault('collections', [g['collections'] for g in gc.get_stats()])\n"
+    "    return True\n"
+    "logging.getLogger('herald.queue.worker').addFilter(started)\n"
+    "atexit.register(lambda: out.write_text(\n"
+    "    json.dumps({'modules': sorted(sys.modules), **seen})))\n"
     "runpy.run_module('herald.cli', run_name='__main__', alter_sys=True)\n")
 
 
-def imports_of_worker(queues: list[str], env: dict[str, str], workdir: Path) -> set[str]:
-    """The modules a ``herald worker QUEUES…`` had imported by its exit, once it had
-    logged ``worker started`` and was stopped (SIGTERM; it must exit 0)."""
-    log, modules = workdir / "worker.log", workdir / "modules.txt"
+class WorkerStart(NamedTuple):
+    """What a worker's start did: every module imported by its exit, and how many times
+    the collector had run by its ``worker started`` (youngest generation first)."""
+
+    modules: set[str]
+    collections: list[int]
+
+
+def start_worker(queues: list[str], env: dict[str, str], workdir: Path) -> WorkerStart:
+    """Start ``herald worker QUEUES…``, stop it (SIGTERM; it must exit 0) once it has
+    logged ``worker started``; what its start did."""
+    log, written = workdir / "worker.log", workdir / "start.json"
     with log.open("w") as stderr:
         process = subprocess.Popen([sys.executable, "-c", _WORKER_WRITING_MODULES,
-                                    str(modules), "worker", *queues], cwd=REPO, env=env,
+                                    str(written), "worker", *queues], cwd=REPO, env=env,
                                    stdout=subprocess.DEVNULL, stderr=stderr)
     try:
         wait_for(lambda: "worker started" in log.read_text() or process.poll() is not None,
@@ -58,7 +78,14 @@ def imports_of_worker(queues: list[str], env: dict[str, str], workdir: Path) -> 
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=START_S)
     assert code == 0, log.read_text()[-3000:]
-    return set(modules.read_text().split())
+    start = json.loads(written.read_text())
+    return WorkerStart(set(start["modules"]), start["collections"])
+
+
+def imports_of_worker(queues: list[str], env: dict[str, str], workdir: Path) -> set[str]:
+    """The modules a ``herald worker QUEUES…`` had imported by its exit, once it had
+    logged ``worker started`` and was stopped (SIGTERM; it must exit 0)."""
+    return start_worker(queues, env, workdir).modules
 
 
 @pytest.fixture
@@ -76,15 +103,20 @@ def worker_env(migrated_database: str, redis_url: str) -> dict[str, str]:
 
 def test_an_email_worker_loads_its_lane_and_no_other(worker_env: dict[str, str],
                                                      tmp_path: Path) -> None:
-    # Given SMS configured through Twilio, sent by other processes
+    # Given SMS configured through Twilio, sent by other processes, and Redis the broker
     # When a worker of the email queue has started
-    imported = imports_of_worker(["notification-email"], worker_env, tmp_path)
+    start = start_worker(["notification-email"], worker_env, tmp_path)
 
-    # Then it loaded the email lane, the relay its outcomes hand webhook messages to, and
-    # the capsules it runs in
-    assert {"actors.notifications", *EVERY_WORKER_MODULES} <= imported
-    # and no other lane, nor the SDK of a transport or provider it does not use
-    assert sorted(imported & set(NOT_FOR_EMAIL)) == []
+    # Then it loaded the email lane, its tables, the relay its outcomes hand webhook
+    # messages to, and the capsules it runs in
+    assert {"actors.notifications", "models.notifications", "models.webhooks",
+            *EVERY_WORKER_MODULES} <= start.modules
+    # and no other lane or its tables, nor the SDK of a transport or provider it does
+    # not use
+    assert sorted(start.modules & set(NOT_FOR_EMAIL)) == []
+    # and its start walked every object it had built once, at its end: the collector
+    # ran no full collection on its own while the imports built them
+    assert start.collections[2] <= 1, start.collections
 
 
 def test_an_sms_worker_builds_its_configured_provider(worker_env: dict[str, str],

@@ -1,0 +1,56 @@
+"""A process loads the table modules it imports and no others (``models`` imports none
+of them itself), and a table whose foreign key names one it did not import still writes:
+the rest are loaded before the ORM first needs them (docs/queue.md#the-queue-table)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.support.processes import REPO
+
+#: Imports the payments table alone (its foreign keys name the orders table, which its
+#: module imports, and the activations table, which it does not), writes one payment in
+#: a transaction it rolls back, and prints the table modules loaded before and after.
+_PAYMENT_ALONE = """\
+import json, sys
+from decimal import Decimal
+
+from sqlmodel import Session
+
+from herald.db import get_engine
+from models.payments import Payment
+
+
+def tables():
+    return sorted(name for name in sys.modules if name.startswith("models."))
+
+
+before = tables()
+with Session(get_engine()) as session:
+    session.add(Payment(amount=Decimal("9.50"), currency="USD"))
+    session.flush()
+    session.rollback()
+print(json.dumps({"before": before, "after": tables()}))
+"""
+
+
+def test_a_table_whose_keys_name_tables_not_imported_still_writes(
+        migrated_database: str) -> None:
+    # Given a process that imports the payments table and no other table module
+    # When it writes a payment
+    run = subprocess.run([sys.executable, "-c", _PAYMENT_ALONE], cwd=REPO, text=True,
+                         capture_output=True, timeout=60,
+                         env={**os.environ, "DATABASE_URL": migrated_database,
+                              "PYTHONPATH": str(REPO)})
+
+    # Then the write goes through (no "could not find table 'activations'")
+    assert run.returncode == 0, run.stderr[-3000:]
+    loaded = json.loads(run.stdout)
+    # and importing it had loaded no table its module does not import; the tables its
+    # keys name were loaded when the ORM first needed them
+    assert "models.activations" not in loaded["before"]
+    assert "models.purchasing" not in loaded["before"]
+    assert "models.activations" in loaded["after"]
