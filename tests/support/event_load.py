@@ -9,7 +9,7 @@ import collections
 import itertools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import httpx
@@ -112,3 +112,39 @@ class EventLoad:
         ``time.monotonic()``): the API's seconds without progress."""
         times = [since, *[t for t in self.accepted_at if t > since]]
         return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
+
+
+class ProgressWatch:
+    """Reads ``count()`` (a number that only grows while work is done: sends accepted by
+    the mock provider) every ``every`` seconds on a thread of its own, keeping when it
+    grew, until :meth:`stop`. A failed read counts as no progress."""
+
+    def __init__(self, count: Callable[[], int], every: float = 0.1) -> None:
+        self._count, self._every = count, every
+        self.grew_at: list[float] = []
+        self._last = -1
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="progress")
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            try:
+                value = self._count()
+            except Exception:  # an unreadable moment is no progress
+                continue
+            if value > self._last:
+                if self._last >= 0:
+                    self.grew_at.append(time.monotonic())
+                self._last = value
+
+    def longest_stall(self, since: float, until: float) -> float:
+        """The longest time without progress between ``since`` and ``until`` (both
+        ``time.monotonic()``)."""
+        times = [since, *[t for t in self.grew_at if since < t < until], until]
+        return max(b - a for a, b in itertools.pairwise(times))
+
+    def stop(self) -> None:
+        """Stop reading."""
+        self._stop.set()
+        self._thread.join(timeout=10)
