@@ -12,21 +12,25 @@ run as in production.
 from __future__ import annotations
 
 import collections
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from sqlalchemy.exc import OperationalError
 from sqlmodel import select
 
 from herald import db, settings
 from herald.queue import queue
 from models.notifications import FINAL_OUTCOMES, Delivery
 from providers.mock import MockProvider
-from tests.support.event_load import EventLoad, create_accounts, serving_app
+from tests.support.event_load import (
+    IN_FLIGHT_PER_PROCESS,
+    EventLoad,
+    create_accounts,
+    delivery_outcomes,
+    pipeline_worker,
+    serving_app,
+)
 from tests.support.processes import spawn_herald
 from tests.support.restartable_postgres import RestartablePostgres, restartable_postgres
 from tests.support.services import make_tempdir
@@ -34,16 +38,13 @@ from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
-QUEUES = ("notification-email", "notification-sms", "notification-orchestration")
-#: The most sends one worker process holds at once (email 5 + SMS 2 + orchestration 2).
-IN_FLIGHT_PER_PROCESS = 9
 #: Seconds PostgreSQL stays down.
 DOWN_S = 5.0
 
 
 @pytest.fixture
-def restarted_db(pipeline: None, monkeypatch: pytest.MonkeyPatch,
-                 tmp_path: Path) -> Iterator[RestartablePostgres]:
+def restarted_db(pipeline: None,
+                 monkeypatch: pytest.MonkeyPatch) -> Iterator[RestartablePostgres]:
     """The pipeline on a PostgreSQL of the test's own (migrated) with a fast handoff sweep;
     the workers and the clock inherit the environment."""
     with restartable_postgres(make_tempdir("herald-pg-restart-")) as server:
@@ -59,27 +60,6 @@ def restarted_db(pipeline: None, monkeypatch: pytest.MonkeyPatch,
         finally:
             db.reset_engine()
             MockProvider.reset()
-
-
-def _worker() -> subprocess.Popen[bytes]:
-    # the providers' rate limits are lifted: this test is about loss, not throughput
-    # (and a claim stale after 6 s: an outcome write the outage failed leaves the claim)
-    return spawn_herald("worker", "--import", "bench.unlimited", "--import",
-                        "tests.failover.short_claims", *QUEUES)
-
-
-def _outcomes(notifications: list[str]) -> collections.Counter[str]:
-    """The accepted notifications' deliveries by outcome (the test's own pooled
-    connections may predate the restart: a dead one fails its statement once)."""
-    for _ in range(3):
-        try:
-            with db.session() as session:
-                rows = session.exec(select(Delivery.outcome).where(
-                    Delivery.notification_id.in_(notifications))).all()
-            return collections.Counter(rows)
-        except OperationalError:
-            continue
-    raise AssertionError("the database does not answer the test")
 
 
 def _unfinished(notifications: list[str]) -> list[str]:
@@ -102,7 +82,9 @@ def test_a_postgres_restart_under_load_answers_503_and_loses_nothing(
         restarted_db: RestartablePostgres) -> None:
     started = time.monotonic()
     tag = uuid.uuid4().hex[:8]
-    processes = [_worker(), _worker(), spawn_herald("clock")]
+    # (a claim stale after 6 s: an outcome write the outage failed leaves the claim)
+    processes = [pipeline_worker("tests.failover.short_claims") for _ in range(2)]
+    processes.append(spawn_herald("clock"))
     try:
         with serving_app() as base:
             accounts = create_accounts(base, 20, f"pgr{tag}")
@@ -129,16 +111,19 @@ def test_a_postgres_restart_under_load_answers_503_and_loses_nothing(
                 load.stop()
             # and every accepted event's delivery ends sent
             try:
-                wait_for(lambda: _outcomes(load.accepted)["sent"] == len(load.accepted),
+                wait_for(lambda: delivery_outcomes(load.accepted)["sent"] == len(load.accepted),
                          timeout=60, every=0.5, what="every accepted event's delivery to be sent")
             except AssertionError as error:
-                raise AssertionError(f"{error}: {dict(_outcomes(load.accepted))}; "
+                raise AssertionError(f"{error}: {dict(delivery_outcomes(load.accepted))}; "
                                      f"{_unfinished(load.accepted)}") from None
     finally:
+        exits = [process.poll() for process in processes]
         for process in processes:
             process.kill()
             process.wait(timeout=10)
-    outcomes = _outcomes(load.accepted)
+    # the workers and the clock rode it out: none exited (none needed restarting)
+    assert exits == [None] * len(processes), exits
+    outcomes = delivery_outcomes(load.accepted)
     assert sum(outcomes.values()) == len(load.accepted)
     assert set(outcomes) <= {o.value for o in FINAL_OUTCOMES}
     # never a 500 (or any answer but 202 and 503), never a request left without an answer

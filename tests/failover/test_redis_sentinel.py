@@ -15,7 +15,6 @@ Redis, out of the failover's reach.
 from __future__ import annotations
 
 import collections
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,7 +28,15 @@ from herald import db, settings
 from herald.queue import REDIS_FAILOVER_S, queue
 from models.notifications import Delivery
 from providers.mock import MockProvider
-from tests.support.event_load import EventLoad, ProgressWatch, create_accounts, serving_app
+from tests.support.event_load import (
+    IN_FLIGHT_PER_PROCESS,
+    EventLoad,
+    ProgressWatch,
+    create_accounts,
+    delivery_outcomes,
+    pipeline_worker,
+    serving_app,
+)
 from tests.support.processes import spawn_herald
 from tests.support.queue_app import install_queue_app
 from tests.support.sentinels import MASTER_NAME, SentinelDeployment, sentinel_deployment
@@ -37,9 +44,6 @@ from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
-QUEUES = ("notification-email", "notification-sms", "notification-orchestration")
-#: The most sends one worker process holds at once (email 5 + SMS 2 + orchestration 2).
-IN_FLIGHT_PER_PROCESS = 9
 
 
 @pytest.fixture
@@ -63,21 +67,10 @@ def sentinel_redis(pipeline: None, monkeypatch: pytest.MonkeyPatch, redis6_url: 
             MockProvider.reset()
 
 
-def _worker() -> subprocess.Popen[bytes]:
-    # the providers' rate limits are lifted: this test is about loss, not throughput
-    return spawn_herald("worker", "--import", "bench.unlimited", *QUEUES)
-
-
 def _sent(notifications: list[str]) -> int:
     with db.session() as session:
         return len(session.exec(select(Delivery.id).where(
             Delivery.notification_id.in_(notifications), Delivery.outcome == "sent")).all())
-
-
-def _outcomes(notifications: list[str]) -> collections.Counter[str]:
-    with db.session() as session:
-        return collections.Counter(session.exec(select(Delivery.outcome).where(
-            Delivery.notification_id.in_(notifications))).all())
 
 
 def _sweeps_since(moment: datetime) -> list[dict[str, int]]:
@@ -93,7 +86,7 @@ def test_a_killed_primary_fails_over_and_herald_reconnects_losing_nothing(
     started = time.monotonic()
     tag = uuid.uuid4().hex[:8]
     primary = sentinel_redis.master_port()
-    processes = [_worker(), _worker(), spawn_herald("clock")]
+    processes = [pipeline_worker(), pipeline_worker(), spawn_herald("clock")]
     progress = ProgressWatch(lambda: len(MockProvider.sends(accepted_only=True)))
     try:
         with serving_app() as base:
@@ -127,15 +120,18 @@ def test_a_killed_primary_fails_over_and_herald_reconnects_losing_nothing(
                 wait_for(lambda: _sent(load.accepted) == len(load.accepted), timeout=45,
                          every=0.5, what="every accepted event's delivery to be sent")
             except AssertionError as error:
-                raise AssertionError(f"{error}: {dict(_outcomes(load.accepted))}") from None
+                raise AssertionError(f"{error}: {dict(delivery_outcomes(load.accepted))}") from None
             stalled_s = progress.longest_stall(killed_at - 0.5, killed_at + resumed_s)
             sweeps = _sweeps_since(promoted_wall)
     finally:
         progress.stop()
+        exits = [process.poll() for process in processes]
         for process in processes:
             process.kill()
             process.wait(timeout=10)
-    assert sum(_outcomes(load.accepted).values()) == len(load.accepted)
+    # the workers and the clock rode it out: none exited (none needed restarting)
+    assert exits == [None] * len(processes), exits
+    assert sum(delivery_outcomes(load.accepted).values()) == len(load.accepted)
     # the API accepted events throughout: a Redis away is no reason to refuse one
     assert set(load.statuses) == {202}, (dict(load.statuses), load.bodies)
     accepted = collections.Counter(r["idempotency_key"] for r in MockProvider.sends(

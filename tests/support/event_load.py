@@ -1,12 +1,14 @@
 """A steady load of events through herald's real HTTP API, for the failover tests: the
-app under uvicorn in a thread of the test process on a free port, and a client thread
-that posts one event every ``every`` seconds, counting each answer by status and keeping
-the notifications the API accepted."""
+app under uvicorn in a thread of the test process on a free port, a client thread that
+posts one event every ``every`` seconds, counting each answer by status and keeping the
+notifications the API accepted, a watch on progress, the worker processes and what the
+deliveries ended as."""
 
 from __future__ import annotations
 
 import collections
 import itertools
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,7 +16,12 @@ from contextlib import contextmanager
 
 import httpx
 import uvicorn
+from sqlalchemy.exc import OperationalError
+from sqlmodel import select
 
+from herald import db
+from models.notifications import Delivery
+from tests.support.processes import spawn_herald
 from tests.support.services import find_free_port
 from tests.support.waiting import wait_for
 
@@ -148,3 +155,31 @@ class ProgressWatch:
         """Stop reading."""
         self._stop.set()
         self._thread.join(timeout=10)
+
+
+#: The queues the load's events go through (the channels' and the orchestration's).
+PIPELINE_QUEUES = ("notification-email", "notification-sms", "notification-orchestration")
+#: The most sends one worker process of those queues holds at once (email 5, SMS 2,
+#: orchestration 2).
+IN_FLIGHT_PER_PROCESS = 9
+
+
+def pipeline_worker(*imports: str) -> subprocess.Popen[bytes]:
+    """A ``herald worker`` of :data:`PIPELINE_QUEUES` with the providers' rate limits lifted
+    (these tests are about loss, not throughput) and ``imports`` (``--import`` modules)."""
+    options = [arg for module in ("bench.unlimited", *imports) for arg in ("--import", module)]
+    return spawn_herald("worker", *options, *PIPELINE_QUEUES)
+
+
+def delivery_outcomes(notifications: list[str]) -> collections.Counter[str]:
+    """The deliveries of ``notifications`` by outcome. The test's own pooled connections
+    may predate a database restart: a dead one fails its statement once and is replaced,
+    so a read is tried three times."""
+    for _ in range(3):
+        try:
+            with db.session() as session:
+                return collections.Counter(session.exec(select(Delivery.outcome).where(
+                    Delivery.notification_id.in_(notifications))).all())
+        except OperationalError:
+            continue
+    raise AssertionError("the database does not answer the test")
