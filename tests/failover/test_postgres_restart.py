@@ -29,6 +29,7 @@ from tests.support.event_load import (
     create_accounts,
     delivery_outcomes,
     pipeline_worker,
+    probe_get_routes,
     serving_app,
 )
 from tests.support.processes import spawn_herald
@@ -38,6 +39,8 @@ from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
+#: The operator console's token in this test.
+ADMIN_TOKEN = "failover-admin-token"
 #: Seconds PostgreSQL stays down.
 DOWN_S = 5.0
 
@@ -52,6 +55,7 @@ def restarted_db(pipeline: None,
         monkeypatch.setenv("DATABASE_URL", server.url)
         monkeypatch.setenv("HANDOFF_SWEEP_AGE_S", "3")
         monkeypatch.setenv("HANDOFF_SWEEP_INTERVAL_S", "1")
+        monkeypatch.setenv("ADMIN_TOKEN", ADMIN_TOKEN)  # the console's routes too
         settings.reset_settings()
         db.reset_engine()
         MockProvider.reset()
@@ -99,6 +103,7 @@ def test_a_postgres_restart_under_load_answers_503_and_loses_nothing(
                 before_down = load.count(503)
                 wait_for(lambda: load.count(503) > before_down + 10, timeout=20,
                          what="the API to answer 503")
+                probed = probe_get_routes(base, ADMIN_TOKEN)  # every GET route, once
                 time.sleep(max(0.0, DOWN_S - (time.monotonic() - down_at)))
                 restarted_db.start()
                 up_at = time.monotonic()
@@ -129,6 +134,9 @@ def test_a_postgres_restart_under_load_answers_503_and_loses_nothing(
     # never a 500 (or any answer but 202 and 503), never a request left without an answer
     assert set(load.statuses) <= {202, 503}, (dict(load.statuses), load.bodies)
     assert load.count(503) > 0
+    # and no GET route of the API or the console answered 500 while it was down
+    assert {path: status for path, status in probed.items() if status >= 500
+            and status != 503} == {}
     # the provider accepted each delivery once, except sends whose outcome write the
     # outage failed: a worker holds at most 9 sends at once (email 5, SMS 2, and 2)
     accepted = collections.Counter(r["idempotency_key"] for r in MockProvider.sends(
@@ -139,4 +147,5 @@ def test_a_postgres_restart_under_load_answers_503_and_loses_nothing(
           f"down {up_at - down_at:.1f} s, {load.count_after(503, up_at)} 503 after the "
           f"restart, first event accepted {recovered_s:.2f} s after "
           f"the restart; the API's longest time without an accepted event "
-          f"{load.longest_gap(down_at - 1):.1f} s; {twice} deliveries sent twice")
+          f"{load.longest_gap(down_at - 1):.1f} s; {twice} deliveries sent twice; GET routes "
+          f"while down: {dict(collections.Counter(probed.values()))} of {len(probed)}")
