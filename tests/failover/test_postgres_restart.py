@@ -34,7 +34,6 @@ from tests.support.event_load import (
 )
 from tests.support.processes import spawn_herald
 from tests.support.restartable_postgres import RestartablePostgres, restartable_postgres
-from tests.support.services import make_tempdir
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -50,7 +49,7 @@ def restarted_db(pipeline: None,
                  monkeypatch: pytest.MonkeyPatch) -> Iterator[RestartablePostgres]:
     """The pipeline on a PostgreSQL of the test's own (migrated) with a fast handoff sweep;
     the workers and the clock inherit the environment."""
-    with restartable_postgres(make_tempdir("herald-pg-restart-")) as server:
+    with restartable_postgres() as server:
         db.migrate(server.url)
         monkeypatch.setenv("DATABASE_URL", server.url)
         monkeypatch.setenv("HANDOFF_SWEEP_AGE_S", "3")

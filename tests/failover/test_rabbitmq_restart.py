@@ -35,7 +35,6 @@ from tests.support.event_load import (
 from tests.support.processes import spawn_herald
 from tests.support.queue_app import install_queue_app
 from tests.support.restartable_rabbitmq import RestartableRabbitmq, restartable_rabbitmq
-from tests.support.services import make_tempdir
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -51,7 +50,7 @@ def restarted_broker(pipeline: None,
                      monkeypatch: pytest.MonkeyPatch) -> Iterator[RestartableRabbitmq]:
     """The pipeline with RabbitMQ carrying the messages, on a node of the test's own, and
     a fast handoff sweep; the workers and the clock inherit the environment."""
-    with restartable_rabbitmq(make_tempdir("herald-rabbit-restart-")) as node:
+    with restartable_rabbitmq() as node:
         monkeypatch.setenv("BROKER", "rabbitmq")
         monkeypatch.setenv("RABBITMQ_URL", node.url)
         monkeypatch.setenv("HANDOFF_SWEEP_AGE_S", "3")

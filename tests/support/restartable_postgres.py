@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import make_url
 
-from tests.support.services import Service, postgres_bindir, start_postgres
+from tests.support.services import Service, make_tempdir, postgres_bindir, start_postgres
 
 #: The server's settings once the helper runs it: the suite's (tests.support.services) but
 #: for ``synchronous_commit``, on as in production. Off, a commit is answered before its
@@ -78,10 +79,15 @@ class RestartablePostgres:
 
 
 @contextlib.contextmanager
-def restartable_postgres(workdir: Path) -> Iterator[RestartablePostgres]:
-    """A :class:`RestartablePostgres` in ``workdir``, stopped for good afterwards."""
-    server = RestartablePostgres(workdir)
+def restartable_postgres() -> Iterator[RestartablePostgres]:
+    """A :class:`RestartablePostgres` in a new temporary directory (one its service user can
+    traverse), stopped for good and removed afterwards."""
+    workdir = make_tempdir("herald-pg-restart-")
     try:
-        yield server
+        server = RestartablePostgres(workdir)
+        try:
+            yield server
+        finally:
+            server.close()
     finally:
-        server.close()
+        shutil.rmtree(workdir, ignore_errors=True)

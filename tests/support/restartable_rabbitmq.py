@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,13 @@ from typing import Any
 
 import psutil
 
-from tests.support.services import Service, _amqp_version, rabbitmq_scripts_dir, start_rabbitmq
+from tests.support.services import (
+    Service,
+    _amqp_version,
+    make_tempdir,
+    rabbitmq_scripts_dir,
+    start_rabbitmq,
+)
 from tests.support.waiting import wait_for
 
 #: Seconds rabbitmqctl may take for one command.
@@ -76,10 +83,15 @@ class RestartableRabbitmq:
 
 
 @contextlib.contextmanager
-def restartable_rabbitmq(workdir: Path) -> Iterator[RestartableRabbitmq]:
-    """A :class:`RestartableRabbitmq` in ``workdir``, stopped for good afterwards."""
-    server = RestartableRabbitmq(workdir)
+def restartable_rabbitmq() -> Iterator[RestartableRabbitmq]:
+    """A :class:`RestartableRabbitmq` in a new temporary directory (one its service user can
+    traverse), stopped for good and removed afterwards."""
+    workdir = make_tempdir("herald-rabbit-restart-")
     try:
-        yield server
+        server = RestartableRabbitmq(workdir)
+        try:
+            yield server
+        finally:
+            server.close()
     finally:
-        server.close()
+        shutil.rmtree(workdir, ignore_errors=True)
