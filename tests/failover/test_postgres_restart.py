@@ -133,7 +133,7 @@ def test_a_postgres_restart_under_load_answers_503_and_loses_nothing(
     # never a 500 (or any answer but 202 and 503), never a request left without an answer
     assert set(load.statuses) <= {202, 503}, (dict(load.statuses), load.bodies)
     assert load.count(503) > 0
-    # and no GET route of the API or the console answered 500 while it was down
+    # and no GET route of the OpenAPI document answered 500 while it was down
     assert {path: status for path, status in probed.items() if status >= 500
             and status != 503} == {}
     # the provider accepted each delivery once, except sends whose outcome write the
