@@ -39,7 +39,7 @@ from herald.queue.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from herald.queue.metrics import exposition as metrics_exposition
 from herald.queue.operations import Queue, find_jobs, queue
 from herald.queue.producer import EnqueueResult, enqueue, enqueue_many, enqueue_many_actors
-from herald.queue.redis import ThreadConnections, new_redis_client
+from herald.queue.redis import REDIS_FAILOVER_S, ThreadConnections, new_redis_client
 from herald.queue.registry import (
     DAY,
     HOUR,
@@ -71,6 +71,7 @@ __all__ = [
     "METRICS_CONTENT_TYPE",
     "MINUTE",
     "NORMAL_PRIORITY",
+    "REDIS_FAILOVER_S",
     "SECOND",
     "URGENT_PRIORITY",
     "App",

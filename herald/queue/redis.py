@@ -31,6 +31,12 @@ from herald.queue.config import QueueConfig
 CONNECT_TIMEOUT_S = 2.0
 #: Retries of one command on a connection error (producers fail fast after these).
 COMMAND_RETRIES = 2
+#: Seconds within which producers, workers and the clock work on the new primary, on
+#: their own, once Sentinel promoted a replica (Sentinel's own detection and election,
+#: ``down-after-milliseconds`` plus a second or two, come before):
+#: a worker's consumer restarts 3 s after a connection error and connects within
+#: :data:`CONNECT_TIMEOUT_S`; docs/failure-modes.md#redis-sentinel-failover.
+REDIS_FAILOVER_S = 10.0
 
 
 def _retry() -> Retry:
