@@ -50,7 +50,7 @@ from actors.catalog import product_price
 from actors.fx import current_rates
 from actors.orchestration import trigger_event
 from actors.queues import registry
-from herald.db import Prepared
+from herald.db import Prepared, autocommit, is_postgres
 from herald.db import session as db_session
 from herald.queue import EnqueueResult, Permanent, enqueue, is_last_attempt
 from herald.settings import get_settings
@@ -72,6 +72,7 @@ from models.store import (
     read_order_view,
     record_provider_reference,
     stamp_webhook,
+    start_fresh_issuance,
     store_db,
     transition_store_order,
     write_store_order,
@@ -146,6 +147,8 @@ def enqueue_issuance(order_id: str, trigger: Trigger = Trigger.PAYMENT,
 
 #: The label of a run that asks the provider for a new order.
 FRESH = "fresh issuance"
+#: What the ``in_flight`` stamp before an ``issue`` call says it does.
+ASKING = "asking the provider"
 
 
 class ReconcileLater(RuntimeError):
@@ -390,10 +393,17 @@ def _issue(plugin: EsimProvider, run: Run, *, expect: frozenset[IssuanceState],
     if order.order_status != OrderStatus.PAID.value:
         raise Permanent(f"order {order.id} is {order.order_status}: only a paid order is "
                         "issued")
-    if not _transition(run, "asking the provider", to=IssuanceState.IN_FLIGHT, expect=expect,
+    if not _transition(run, ASKING, to=IssuanceState.IN_FLIGHT, expect=expect,
                        guard=guard, in_flight_at=utcnow()):
         # another run got there first and is issuing it (or has): never a second order
         return {"order_id": order.id, "skipped": "another run holds it"}
+    return _ask(plugin, run)
+
+
+def _ask(plugin: EsimProvider, run: Run) -> dict[str, Any]:
+    """Ask the provider for the order, its ``in_flight`` stamp committed, and apply what
+    it answers."""
+    order = run.order
     try:
         answer = plugin.issue(_request(plugin, order),
                               on_reference=functools.partial(_persist_reference, order.id))
@@ -532,9 +542,32 @@ def _announce(order_id: str, account_id: str, iccid: str | None,
         mark_announced(db, order_id)
 
 
+def _start_fresh(order_id: str) -> Snapshot | None:
+    """PostgreSQL: the ``pending → in_flight`` stamp of a paid order whose provider's
+    plugin is enabled and built, and the run's read, in one statement
+    (:func:`models.store.start_fresh_issuance`); the order as the run read it, or None
+    when nothing was stamped (SQLite, or another state: the run reads and decides)."""
+    if not is_postgres():
+        return None
+    providers = []
+    for name in esim_providers.enabled():
+        try:
+            esim_providers.get(name)
+        except Exception:  # its orders take the usual path, which raises why
+            continue
+        providers.append(name)
+    with autocommit() as connection:
+        row = start_fresh_issuance(connection, order_id, providers=providers,
+                                   note=f"{FRESH}: {ASKING}")
+    return None if row is None else Snapshot(**row)
+
+
 def run_issuance(job: StoreJob) -> dict[str, Any]:
     """Issue or reconcile one order as the module's docstring says; returns what it did
     (the job's return value)."""
+    started = _start_fresh(job.order_id)
+    if started is not None:  # the usual first run: stamped, ask the provider
+        return _ask(_plugin(started.provider), Run(started, job.trigger, FRESH))
     order = _snapshot(job.order_id)
     if order is None:
         raise Permanent(f"no store order {job.order_id}")

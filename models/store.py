@@ -24,8 +24,10 @@ from sqlalchemy import (
     Index,
     Numeric,
     Row,
+    and_,
     bindparam,
     exists,
+    false,
     insert,
     literal,
     or_,
@@ -49,6 +51,7 @@ from models.base import (
     timestamp_field,
     utcnow,
 )
+from models.catalog import StoreProduct
 from models.webhooks import subscribed_types, write_event_messages
 
 
@@ -187,6 +190,7 @@ KEEP: Any = _Keep()
 _store = table_of(StoreOrder)
 _orders = table_of(Order)
 _events = table_of(StoreOrderStatusEvent)
+_products = table_of(StoreProduct)
 
 #: Anything the store's writes run on: an ORM session (its transaction; the write
 #: commits it) or, on PostgreSQL, an autocommit connection (:func:`store_db`), where each
@@ -319,12 +323,13 @@ def _move(allowed: frozenset[str], names: tuple[str, ...], to: str) -> Prepared:
 
 
 def _move_statement(allowed: frozenset[str], names: tuple[str, ...], to: str,
-                    guard: ColumnElement[bool] | None = None) -> Any:
+                    guard: ColumnElement[bool] | None = None, *, read: bool = False) -> Any:
     """A transition as one PostgreSQL statement: the store order's conditional UPDATE
     (from one of ``allowed``, ``guard`` holding; the columns ``names`` bound as
     ``new_<name>``), its status event when the state or the error code changes, and the
     paid order's move when ``to`` is final. Returns one row (the state and error code it
-    moved from) when it applied, none when it did not.
+    moved from) when it applied, none when it did not; with ``read``, that row is
+    :data:`RUN_READ` instead.
 
     The sub-select ``FOR UPDATE`` takes the row lock before the UPDATE reads the row, and
     hands the UPDATE the row's current state (waiting for a concurrent writer to end, and
@@ -332,7 +337,7 @@ def _move_statement(allowed: frozenset[str], names: tuple[str, ...], to: str,
     order's UPDATE runs only once the store order's has (its EXISTS on it is evaluated
     before its scan), so the store-order row is always taken before the order row."""
     held = _store.alias("held")
-    before = (select(held.c.id, held.c.issuance_state, held.c.error_code)
+    before = (select(held.c.id, held.c.issuance_state, held.c.error_code, held.c.in_flight_at)
               .where(held.c.id == bindparam("order_id")).with_for_update().subquery("before"))
     condition = [_store.c.id == before.c.id,
                  or_(*(_store.c.issuance_state == state for state in sorted(allowed)))]
@@ -343,7 +348,10 @@ def _move_statement(allowed: frozenset[str], names: tuple[str, ...], to: str,
                       for name in names})
              .returning(_store.c.id, before.c.issuance_state.label("from_state"),
                         before.c.error_code.label("from_error_code"),
-                        _store.c.issuance_state, _store.c.error_code)
+                        before.c.in_flight_at.label("from_in_flight_at"),
+                        _store.c.issuance_state, _store.c.error_code,
+                        *(_store.c[name] for name in RUN_READ if read and name in _store.c
+                          and name not in ("id", "issuance_state", "in_flight_at")))
              .cte("moved"))
     now = bindparam("now", type_=UtcDateTime)
     evented = (insert(_events).from_select(
@@ -357,6 +365,18 @@ def _move_statement(allowed: frozenset[str], names: tuple[str, ...], to: str,
                    moved.c.from_error_code.is_distinct_from(moved.c.error_code))))
         .cte("evented"))
     statement = select(moved.c.from_state, moved.c.from_error_code).add_cte(evented)
+    if read:
+        # what the run read before it (the store order as the write found it), beside
+        # its order and its product: the orders row is not written by this statement
+        statement = (select(*(moved.c[name] for name in RUN_READ if name in _store.c
+                              and name not in ("issuance_state", "in_flight_at")),
+                            moved.c.from_state.label("issuance_state"),
+                            moved.c.from_in_flight_at.label("in_flight_at"),
+                            _orders.c.account_id, _orders.c.status.label("order_status"),
+                            _products.c.name.label("product_name"))
+                     .select_from(moved.join(_orders, _orders.c.id == moved.c.id)
+                                  .outerjoin(_products, _products.c.id == moved.c.product_id))
+                     .add_cte(evented))
     outcome = ORDER_OUTCOMES.get(IssuanceState(to))
     if outcome is not None:
         settled = (update(_orders)
@@ -367,6 +387,40 @@ def _move_statement(allowed: frozenset[str], names: tuple[str, ...], to: str,
                    .cte("settled"))
         statement = statement.add_cte(settled)
     return statement
+
+
+#: What a run reads of its order before it starts (``actors.store.Snapshot``'s fields).
+RUN_READ = ("id", "account_id", "order_status", "product_id", "provider", "issuance_state",
+            "provider_order_ref", "idempotency_key", "in_flight_at", "verification_deadline",
+            "product_name")
+
+
+@functools.cache
+def _start_fresh(providers: tuple[str, ...]) -> Prepared:
+    """:func:`start_fresh_issuance`'s statement for these providers, compiled once."""
+    paid = exists(select(literal(1)).where(_orders.c.id == _store.c.id,
+                                           _orders.c.status == OrderStatus.PAID.value))
+    guard = and_(paid, or_(false(), *(_store.c.provider == name for name in providers)))
+    return Prepared(_move_statement(frozenset({IssuanceState.PENDING.value}),
+                                    ("in_flight_at", "issuance_state", "updated_at"),
+                                    IssuanceState.IN_FLIGHT.value, guard, read=True))
+
+
+def start_fresh_issuance(connection: Connection, order_id: str, *,
+                         providers: Collection[str], note: str,
+                         now: datetime | None = None) -> dict[str, Any] | None:
+    """A fresh run's start in one statement (PostgreSQL, an autocommit ``connection``):
+    the ``pending → in_flight`` transition (``in_flight_at`` = now, its status event,
+    ``source`` system, ``note``) of a *paid* order whose provider is one of ``providers``,
+    committed before the provider is asked, and the run's read of the order
+    (:data:`RUN_READ`, as it was before the stamp). None when it did not apply — not
+    pending, not paid, another provider, no such order: nothing changed, the run reads
+    and decides as usual."""
+    now = now or utcnow()
+    return _start_fresh(tuple(sorted(providers))).run(connection, {
+        "new_in_flight_at": now, "new_issuance_state": IssuanceState.IN_FLIGHT.value,
+        "new_updated_at": now, "order_id": order_id, "event_id": new_id(),
+        "source": str(EventSource.SYSTEM), "note": note[:255], "now": now}).first()
 
 
 def _transition_in_steps(session: Session, order_id: str, allowed: set[str],

@@ -1,7 +1,8 @@
 """How the store writes: the placed order's answer is what was written (no read-back, the
 same as ``GET`` shows), a transition's event names the state it really replaced even when
 another writer moved the row while it waited, and on PostgreSQL an issuance run is a
-handful of single statements on autocommit connections."""
+handful of single statements on autocommit connections, and a run's first statement
+stamps ``in_flight`` only an order it may issue."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from sqlalchemy.engine import Engine
 
 from actors.orchestration import flush_handoff_stamps
 from actors.store import StoreJob, get_order, place_order, run_issuance
-from herald import db
+from herald import db, settings
+from herald.queue import Permanent
 from models.base import utcnow
 from models.store import EventSource, IssuanceState, transition_store_order
 from providers.esim_mock import MockEsimProvider
-from tests.support.store.steps import account, events, order, paid
+from tests.support.store.steps import account, events, order, paid, placed
 from tests.support.waiting import wait_for
 
 
@@ -118,7 +120,7 @@ class _Statements:
         self.commits += 1
 
 
-def test_an_issuance_run_on_postgres_is_six_single_statements(store: str) -> None:
+def test_an_issuance_run_on_postgres_is_five_single_statements(store: str) -> None:
     MockEsimProvider.reset()
     order_id = paid("mock-ok")
     run_issuance(StoreJob(order_id=paid("mock-ok")))  # the subscribed types read, cached
@@ -138,9 +140,27 @@ def test_an_issuance_run_on_postgres_is_six_single_statements(store: str) -> Non
         announced = session.execute(text("SELECT announced_at FROM store_orders WHERE id = :id"),
                                     {"id": order_id}).scalar()
     assert announced is not None and announced >= started
-    # ... in six statements: the run's read, the in_flight stamp, the provider's reference,
-    # the issued write (event and order included), the esim.ready trigger, its mark; each
-    # commits by itself (no BEGIN/COMMIT round trips). The trigger's handoff stamp is
-    # written by a thread of its own, now or later: a seventh at most
-    assert counted.statements in (6, 7)
+    # ... in five statements: the in_flight stamp with the run's read, the provider's
+    # reference, the issued write (event and order included), the esim.ready trigger, its
+    # mark; each commits by itself (no BEGIN/COMMIT round trips). The trigger's handoff
+    # stamp is written by a thread of its own, now or later: a sixth at most
+    assert counted.statements in (5, 6)
     assert counted.commits == 0
+
+
+def test_a_run_stamps_nothing_for_an_unpaid_order_or_a_provider_switched_off(
+        backend: str, store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    unpaid, switched_off = placed("mock-ok"), paid("mock-ok")
+
+    # When a run starts for an order not paid yet, and one whose provider's plugin is off
+    with pytest.raises(Permanent, match="only a paid order is issued"):
+        run_issuance(StoreJob(order_id=unpaid))
+    monkeypatch.setenv("ESIM_PROVIDERS", "")
+    settings.reset_settings()
+    with pytest.raises(Permanent, match="not enabled"):
+        run_issuance(StoreJob(order_id=switched_off))
+
+    # Then neither was stamped in flight: both wait, pending, with no event of a run
+    for order_id in (unpaid, switched_off):
+        assert order(order_id)["issuance_state"] == "pending"
+        assert [e[1] for e in events(order_id)] == ["pending"]
