@@ -65,6 +65,7 @@ from models.store import (
     Order,
     OrderStatus,
     StoreOrder,
+    connection_of,
     find_by_reference,
     mark_announced,
     new_store_order,
@@ -193,7 +194,7 @@ _PRODUCT_AND_HEALTH = Prepared(
 
 def _product(db: Db, product_id: str) -> tuple[StoreProduct, ProviderHealth | None] | None:
     """The product of that id and its provider's health reading (None: never read)."""
-    row = _PRODUCT_AND_HEALTH.run(db.connection() if isinstance(db, Session) else db,
+    row = _PRODUCT_AND_HEALTH.run(connection_of(db),
                                   {"product_id": product_id}).first()
     if row is None:
         return None
@@ -219,7 +220,7 @@ def _check_provider(provider: str, health: ProviderHealth | None) -> None:
         raise ProviderUnavailable(provider, reason)
 
 
-def _rates() -> dict[str, Any]:
+def _rates() -> dict[str, Decimal]:
     with db_session() as session:
         return current_rates(session)
 
@@ -354,7 +355,7 @@ _SNAPSHOT = Prepared(
 
 def _snapshot(order_id: str) -> Snapshot | None:
     with store_db() as db:
-        row = _SNAPSHOT.run(db.connection() if isinstance(db, Session) else db,
+        row = _SNAPSHOT.run(connection_of(db),
                             {"order_id": order_id}).first()
     return None if row is None else Snapshot(**row)
 

@@ -4,8 +4,10 @@
 An ``orders`` row is what the customer bought and paid for (``status``); its
 ``store_orders`` row (same id) is the eSIM issuance behind it (``issuance_state``). Every
 write to ``issuance_state``, ``error_code`` or ``failed_reason`` goes through
-:func:`transition_store_order`, which appends a ``store_order_status_events`` row in the
-same transaction whenever the state or the error code changes.
+:func:`transition_store_order` (or :func:`start_fresh_issuance`, its ``pending →
+in_flight`` write with a run's read, the same statement), which appends a
+``store_order_status_events`` row in the same transaction whenever the state or the
+error code changes.
 """
 
 from __future__ import annotations
@@ -226,7 +228,8 @@ def store_db() -> Iterator[Db]:
             yield session
 
 
-def _connection(db: Db) -> Connection:
+def connection_of(db: Db) -> Connection:
+    """The connection ``db`` runs its statements on (a session's: in its transaction)."""
     return db.connection() if isinstance(db, Session) else db
 
 
@@ -284,7 +287,7 @@ def transition_store_order(db: Db, order_id: str, *, to: IssuanceState,
         values["error_code"] = error_code
     if failed_reason is not KEEP:
         values["failed_reason"] = None if failed_reason is None else failed_reason[:500]
-    connection = _connection(db)
+    connection = connection_of(db)
     if connection.dialect.name != "postgresql":
         assert isinstance(db, Session), "SQLite's transitions run in a session"
         return _transition_in_steps(db, order_id, allowed, values, source, note, guard, now)
@@ -489,7 +492,7 @@ def record_provider_reference(db: Db, order_id: str, reference: str) -> bool:
     """Persist the provider's reference of an order being issued (``in_flight``) as soon
     as it is known; commits (one statement). False when the order is not in flight any
     more."""
-    written = _RECORD_REFERENCE.run(_connection(db), {
+    written = _RECORD_REFERENCE.run(connection_of(db), {
         "order_id": order_id, "reference": reference[:255], "now": utcnow()}).rowcount
     _commit(db)
     return written == 1
@@ -512,7 +515,7 @@ _MARK_ANNOUNCED = Prepared(
 def mark_announced(db: Db, order_id: str) -> None:
     """Record that the issued order's ``esim.ready`` notification was triggered
     (``announced_at``); commits (one statement)."""
-    _MARK_ANNOUNCED.run(_connection(db), {"order_id": order_id, "now": utcnow()})
+    _MARK_ANNOUNCED.run(connection_of(db), {"order_id": order_id, "now": utcnow()})
     _commit(db)
 
 
@@ -582,7 +585,7 @@ def write_store_order(db: Db, order: Order, store_order: StoreOrder,
         params |= {f"{name}{suffix}": value for name, value in zip(
             (column.key for column in table.columns), table_reader(table)(record),
             strict=True)}
-    connection = _connection(db)
+    connection = connection_of(db)
     for statement in _place(connection.dialect.name == "postgresql"):
         statement.run(connection, params)
 
