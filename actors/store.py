@@ -37,11 +37,12 @@ import hashlib
 import logging
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from decimal import Decimal
 from enum import StrEnum
 from typing import Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import ColumnElement, select
+from sqlalchemy import ColumnElement, String, bindparam, cast, select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
@@ -49,28 +50,33 @@ from actors.catalog import product_price
 from actors.fx import current_rates
 from actors.orchestration import trigger_event
 from actors.queues import registry
+from herald.db import Prepared, autocommit, is_postgres
 from herald.db import session as db_session
 from herald.queue import EnqueueResult, Permanent, enqueue, is_last_attempt
 from herald.settings import get_settings
-from models.base import utcnow
-from models.catalog import StoreProduct, unavailable_reason
+from models.base import snapshot, table_of, utcnow
+from models.catalog import ProviderHealth, StoreProduct, health_reason
 from models.store import (
     FINAL_ISSUANCE_STATES,
     RECONCILE_STATES,
+    Db,
     EventSource,
     IssuanceState,
     Order,
     OrderStatus,
     StoreOrder,
+    connection_of,
     find_by_reference,
-    insert_store_order,
     mark_announced,
+    new_store_order,
     order_view,
     read_order_view,
     record_provider_reference,
     stamp_webhook,
-    status_events,
+    start_fresh_issuance,
+    store_db,
     transition_store_order,
+    write_store_order,
 )
 from providers.esim import (
     AmbiguousEsimError,
@@ -142,6 +148,8 @@ def enqueue_issuance(order_id: str, trigger: Trigger = Trigger.PAYMENT,
 
 #: The label of a run that asks the provider for a new order.
 FRESH = "fresh issuance"
+#: What the ``in_flight`` stamp before an ``issue`` call says it does.
+ASKING = "asking the provider"
 
 
 class ReconcileLater(RuntimeError):
@@ -171,14 +179,50 @@ class AccountNotFound(LookupError):
     """The order names an account that does not exist."""
 
 
-def _check_provider(session: Session, provider: str) -> None:
+_products, _health = table_of(StoreProduct), table_of(ProviderHealth)
+#: The product and its provider's health reading, in one read (the checkout's hot path).
+_PRODUCT_AND_HEALTH = Prepared(
+    # the price as text: a Prepared statement has no reader of NUMERIC columns on psycopg
+    select(*(cast(column, String).label(column.key) if column.key == "price" else column
+             for column in _products.columns),
+           _health.c.available.label("health_available"),
+           _health.c.detail.label("health_detail"),
+           _health.c.checked_at.label("health_checked_at"))
+    .outerjoin(_health, _health.c.provider == _products.c.provider)
+    .where(_products.c.id == bindparam("product_id")))
+
+
+def _product(db: Db, product_id: str) -> tuple[StoreProduct, ProviderHealth | None] | None:
+    """The product of that id and its provider's health reading (None: never read)."""
+    row = _PRODUCT_AND_HEALTH.run(connection_of(db),
+                                  {"product_id": product_id}).first()
+    if row is None:
+        return None
+    health = None
+    if row["health_available"] is not None:
+        health = snapshot(ProviderHealth, provider=row["provider"],
+                          available=row.pop("health_available"),
+                          detail=row.pop("health_detail"),
+                          checked_at=row.pop("health_checked_at"))
+    row["price"] = Decimal(row["price"])
+    product = snapshot(StoreProduct, **{column.key: row[column.key]
+                                         for column in _products.columns})
+    return product, health
+
+
+def _check_provider(provider: str, health: ProviderHealth | None) -> None:
     """The checkout circuit breaker: refuse a provider whose plugin is off, or whose last
-    health reading says it is unavailable."""
+    health reading (``health``) says it is unavailable."""
     if provider not in esim_providers.enabled() or provider not in esim_providers.classes:
         raise ProviderUnavailable(provider, "its plugin is not enabled (ESIM_PROVIDERS)")
-    reason = unavailable_reason(provider, session)
+    reason = health_reason(health)
     if reason is not None:
         raise ProviderUnavailable(provider, reason)
+
+
+def _rates() -> dict[str, Decimal]:
+    with db_session() as session:
+        return current_rates(session)
 
 
 def place_order(account_id: str, product_id: str, currency: str | None = None
@@ -192,20 +236,25 @@ def place_order(account_id: str, product_id: str, currency: str | None = None
     sale), ProviderUnavailable, :class:`actors.fx.UnratedCurrency`."""
     if not get_settings().feature_esim_store:
         raise StoreDisabled("the eSIM store is turned off (FEATURE_ESIM_STORE)")
-    with db_session() as session:
-        product = session.get(StoreProduct, product_id)
-        if product is None or not product.active:
+    with store_db() as db:
+        found = _product(db, product_id)
+        if found is None or not found[0].active:
             raise ProductNotFound(product_id)
-        _check_provider(session, product.provider)
-        rates = current_rates(session) if currency else {}
+        product, health = found
+        _check_provider(product.provider, health)
+        rates = _rates() if currency else {}
         amount, priced_in = product_price(product, currency, rates)
+        order, store_order, event = new_store_order(
+            account_id=account_id, product_id=product.id, provider=product.provider,
+            amount=amount, currency=priced_in)
         try:
-            order, store_order = insert_store_order(
-                session, account_id=account_id, product_id=product.id,
-                provider=product.provider, amount=amount, currency=priced_in)
+            write_store_order(db, order, store_order, event)
         except IntegrityError:  # the account's foreign key: no look-up first
             raise AccountNotFound(account_id) from None
-        return order_view(order, store_order, status_events(session, order.id))
+        if isinstance(db, Session):
+            db.commit()
+    # the answer is what was written: nothing is read back
+    return order_view(order, store_order, [event])
 
 
 # -- reading ----------------------------------------------------------------------------
@@ -264,6 +313,9 @@ class Snapshot:
     idempotency_key: str
     in_flight_at: datetime | None
     verification_deadline: datetime | None
+    #: The product's name in the synced catalog (the ``esim.ready`` notification's plan
+    #: name), None when the catalog no longer has it.
+    product_name: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -289,25 +341,29 @@ def run_label(trigger: Trigger, *, reconcile: bool) -> str:
     return f"reconcile ({TRIGGER_NOTES[shown]})"
 
 
+_store_orders, _orders = table_of(StoreOrder), table_of(Order)
+#: A run's one read at its start: the store order, its order, its product's name.
+_SNAPSHOT = Prepared(
+    select(*(_store_orders.c[field.name] for field in dataclasses.fields(Snapshot)
+             if field.name not in ("account_id", "order_status", "product_name")),
+           _orders.c.account_id, _orders.c.status.label("order_status"),
+           _products.c.name.label("product_name"))
+    .join(_orders, _orders.c.id == _store_orders.c.id)
+    .outerjoin(_products, _products.c.id == _store_orders.c.product_id)
+    .where(_store_orders.c.id == bindparam("order_id")))
+
+
 def _snapshot(order_id: str) -> Snapshot | None:
-    fields = [field.name for field in dataclasses.fields(Snapshot)]
-    columns = [getattr(StoreOrder, name) for name in fields
-               if name not in ("account_id", "order_status")]
-    with db_session() as session:
-        row = session.execute(select(*columns, col(Order.account_id), col(Order.status))
-                              .join(Order, col(Order.id) == col(StoreOrder.id))
-                              .where(col(StoreOrder.id) == order_id)).first()
-    if row is None:
-        return None
-    values = dict(row._mapping)
-    values["order_status"] = values.pop("status")
-    return Snapshot(**values)
+    with store_db() as db:
+        row = _SNAPSHOT.run(connection_of(db),
+                            {"order_id": order_id}).first()
+    return None if row is None else Snapshot(**row)
 
 
 def _transition(run: Run, what: str, **kwargs: Any) -> bool:
     """:func:`transition_store_order` for this run (source ``system``, the run's note)."""
-    with db_session() as session:
-        return transition_store_order(session, run.order.id, source=EventSource.SYSTEM,
+    with store_db() as db:
+        return transition_store_order(db, run.order.id, source=EventSource.SYSTEM,
                                       note=run.note(what), **kwargs)
 
 
@@ -327,8 +383,8 @@ def _request(plugin: EsimProvider, order: Snapshot, reference: str | None = None
 
 
 def _persist_reference(order_id: str, reference: str) -> None:
-    with db_session() as session:
-        record_provider_reference(session, order_id, reference)
+    with store_db() as db:
+        record_provider_reference(db, order_id, reference)
 
 
 def _issue(plugin: EsimProvider, run: Run, *, expect: frozenset[IssuanceState],
@@ -338,10 +394,17 @@ def _issue(plugin: EsimProvider, run: Run, *, expect: frozenset[IssuanceState],
     if order.order_status != OrderStatus.PAID.value:
         raise Permanent(f"order {order.id} is {order.order_status}: only a paid order is "
                         "issued")
-    if not _transition(run, "asking the provider", to=IssuanceState.IN_FLIGHT, expect=expect,
+    if not _transition(run, ASKING, to=IssuanceState.IN_FLIGHT, expect=expect,
                        guard=guard, in_flight_at=utcnow()):
         # another run got there first and is issuing it (or has): never a second order
         return {"order_id": order.id, "skipped": "another run holds it"}
+    return _ask(plugin, run)
+
+
+def _ask(plugin: EsimProvider, run: Run) -> dict[str, Any]:
+    """Ask the provider for the order, its ``in_flight`` stamp committed, and apply what
+    it answers."""
+    order = run.order
     try:
         answer = plugin.issue(_request(plugin, order),
                               on_reference=functools.partial(_persist_reference, order.id))
@@ -443,7 +506,9 @@ def _issued(run: Run, answer: ProviderOrder, reference: dict[str, str]) -> dict[
                           smdp_address=profile.smdp_address, **reference)
     if applied:
         log.info("order issued", extra={"order_id": run.order.id})
-        announce_profile(run.order.id)
+        # what the announcement needs is what this run read and wrote: no read again
+        _announce(run.order.id, run.order.account_id, profile.iccid, profile.activation_code,
+                  run.order.product_name)
     return {"issued": applied}
 
 
@@ -459,22 +524,51 @@ def announce_profile(order_id: str) -> None:
             .outerjoin(StoreProduct, col(StoreProduct.id) == col(StoreOrder.product_id))
             .where(col(StoreOrder.id) == order_id,
                    col(StoreOrder.issuance_state) == IssuanceState.ISSUED.value)).first()
-    if row is None or not row.iccid or not row.activation_code:
+    if row is not None:
+        _announce(order_id, row.account_id, row.iccid, row.activation_code, row.name)
+
+
+def _announce(order_id: str, account_id: str, iccid: str | None,
+              activation_code: str | None, plan_name: str | None) -> None:
+    """:func:`announce_profile` of an issued profile already at hand."""
+    if not iccid or not activation_code:
         return
-    data = {"iccid": row.iccid, "activation_code": row.activation_code}
-    if row.name:
-        data["plan_name"] = row.name[:100]
-    trigger_event(account_id=row.account_id, type="esim.ready", occurrence=row.iccid,
-                  data=data)
+    data = {"iccid": iccid, "activation_code": activation_code}
+    if plan_name:
+        data["plan_name"] = plan_name[:100]
+    trigger_event(account_id=account_id, type="esim.ready", occurrence=iccid, data=data)
     # only now: a run killed before this line leaves the order for the recovery scans,
     # whose run triggers it again (a no-op if it had got through: one per profile)
-    with db_session() as session:
-        mark_announced(session, order_id)
+    with store_db() as db:
+        mark_announced(db, order_id)
+
+
+def _start_fresh(order_id: str) -> Snapshot | None:
+    """PostgreSQL: the ``pending → in_flight`` stamp of a paid order whose provider's
+    plugin is enabled and built, and the run's read, in one statement
+    (:func:`models.store.start_fresh_issuance`); the order as the run read it, or None
+    when nothing was stamped (SQLite, or another state: the run reads and decides)."""
+    if not is_postgres():
+        return None
+    providers = []
+    for name in esim_providers.enabled():
+        try:
+            esim_providers.get(name)
+        except Exception:  # its orders take the usual path, which raises why
+            continue
+        providers.append(name)
+    with autocommit() as connection:
+        row = start_fresh_issuance(connection, order_id, providers=providers,
+                                   note=f"{FRESH}: {ASKING}")
+    return None if row is None else Snapshot(**row)
 
 
 def run_issuance(job: StoreJob) -> dict[str, Any]:
     """Issue or reconcile one order as the module's docstring says; returns what it did
     (the job's return value)."""
+    started = _start_fresh(job.order_id)
+    if started is not None:  # the usual first run: stamped, ask the provider
+        return _ask(_plugin(started.provider), Run(started, job.trigger, FRESH))
     order = _snapshot(job.order_id)
     if order is None:
         raise Permanent(f"no store order {job.order_id}")

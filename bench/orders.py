@@ -24,6 +24,9 @@ Two set-ups, each with 2 worker processes (``--processes``):
 machine (``bench.machine``), then runs both set-ups; medians are reported with every run,
 and the CPU per order of each process group; then the database statements and CPU of
 each step of one order, in process. Appends to ``bench/results.md``.
+
+``--steps N``: only the costs of each step, over N orders one at a time in process (no
+worker processes, no rounds): the quick measure of a change to one step.
 """
 
 from __future__ import annotations
@@ -191,10 +194,18 @@ def _purge_queues() -> None:
 
 def per_order_costs(accounts: list[str], sample: int = 100) -> dict[str, tuple[float, float]]:
     """Database statements and CPU ms of each step of one order, in process, one order at
-    a time: placing and paying it (the producer's part), its settlement, its issuance
-    (the mock, the issued write, the ``esim.ready`` trigger)."""
-    from actors.payments import PaymentAction, PaymentJob, settle_payment
-    from actors.store import StoreJob, issue_store_order
+    a time: placing it, paying it (the producer's two other calls), its settlement, its
+    issuance (the mock, the issued write, the ``esim.ready`` trigger), and of the issuance
+    the ``esim.ready`` trigger alone (the orchestration's part)."""
+    from actors import store
+    from actors.payments import (
+        PaymentAction,
+        PaymentJob,
+        complete_payment,
+        create_payment,
+        settle_payment,
+    )
+    from actors.store import StoreJob, issue_store_order, place_order
     from bench.e2e import _Counter
     from herald.db import session
     from models.base import utcnow
@@ -202,9 +213,15 @@ def per_order_costs(accounts: list[str], sample: int = 100) -> dict[str, tuple[f
     from models.store import Order
 
     before = utcnow()
-    with _Counter() as producing:
+    placed = []
+    with _Counter() as placing:
         for n in range(sample):
-            place_and_pay(accounts[n % len(accounts)])
+            placed.append(place_order(accounts[n % len(accounts)], PRODUCT))
+    with _Counter() as paying:
+        for order in placed:
+            payment = create_payment(order_id=order["id"], amount=order["amount"],
+                                     currency=order["currency"])
+            complete_payment(payment.id)
     with session() as s:
         paid = s.exec(select(Payment, Order.account_id).join(Order, Order.id == Payment.order_id)
                       .where(Payment.created_at >= before)).all()
@@ -213,12 +230,34 @@ def per_order_costs(accounts: list[str], sample: int = 100) -> dict[str, tuple[f
             settle_payment(PaymentJob(action=PaymentAction.SETTLE, payment_id=payment.id,
                                       order_id=payment.order_id, user_id=account_id,
                                       gateway=payment.gateway, created_at=utcnow()))
-    with _Counter() as issuing:
-        for payment, _ in paid:
-            issue_store_order(StoreJob(order_id=payment.order_id))
+    triggering = _Counter()
+    trigger_event = store.trigger_event
+
+    def counted_trigger(**kwargs: object) -> object:
+        # the issuance's esim.ready trigger, counted on its own as well (nested counters)
+        with _Counter() as one:
+            result = trigger_event(**kwargs)  # type: ignore[arg-type]
+        triggering.statements += one.statements
+        triggering.cpu_s += one.cpu_s
+        return result
+
+    store.trigger_event = counted_trigger  # type: ignore[assignment]
+    try:
+        with _Counter() as issuing:
+            for payment, _ in paid:
+                issue_store_order(StoreJob(order_id=payment.order_id))
+    finally:
+        store.trigger_event = trigger_event
     return {step: (counter.statements / sample, 1000 * counter.cpu_s / sample)
-            for step, counter in (("place and pay (producer)", producing),
-                                  ("settlement", settling), ("issuance", issuing))}
+            for step, counter in (("place (`place_order`)", placing),
+                                  ("pay (`create_payment`, `complete_payment`)", paying),
+                                  ("settlement", settling), ("issuance", issuing),
+                                  ("… of which the `esim.ready` trigger", triggering))}
+
+
+def _step_lines(steps: dict[str, tuple[float, float]]) -> list[str]:
+    return [f"| {step}: database statements, CPU ms per order (in process) | "
+            f"{statements:.1f}, {cpu_ms:.1f} |" for step, (statements, cpu_ms) in steps.items()]
 
 
 def main() -> None:
@@ -228,6 +267,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3,
                         help="rounds of (machine speeds, fulfillment only, with notifications); "
                              "the medians are reported (default 3)")
+    parser.add_argument("--steps", type=int, default=0, metavar="N",
+                        help="only the per-step costs, over N orders in process (no workers, "
+                             "no throughput rounds)")
     args = parser.parse_args()
     env, started = _services()
     rates: dict[str, list[float]] = {name: [] for name in SETUPS}
@@ -246,6 +288,13 @@ def main() -> None:
         sync_esim_products()  # the mock's catalog and health, as the clock's sync writes them
         accounts = _accounts()
         _order_history()
+        if args.steps:
+            per_order_costs(accounts, WARM_UP_ORDERS)  # connections, plugins, caches
+            steps = per_order_costs(accounts, args.steps)
+            publish(["", f"Orders, per step ({time.strftime('%Y-%m-%d %H:%M')}, PostgreSQL "
+                     f"+ Redis, {args.steps} {PRODUCT} orders one at a time, in process):",
+                     "", "| measure | value |", "|---|---|", *_step_lines(steps)])
+            return
         for _ in range(args.repeat):
             speeds.append(machine.measure(os.environ["DATABASE_URL"], os.environ["REDIS_URL"]))
             for name, queues in SETUPS.items():
@@ -266,8 +315,7 @@ def main() -> None:
     lines += [f"| orders/s, {name} | {median(values):,.0f} "
               f"({', '.join(f'{v:,.0f}' for v in values)}) |" for name, values in rates.items()]
     lines += [f"| {name} | {median(values):.2f} |" for name, values in spent.items()]
-    lines += [f"| {step}: database statements, CPU ms per order (in process) | "
-              f"{statements:.1f}, {cpu_ms:.1f} |" for step, (statements, cpu_ms) in steps.items()]
+    lines += _step_lines(steps)
     lines += machine.table(speeds)
     publish(lines)
 

@@ -139,7 +139,12 @@ def unavailable_reason(provider: str, session: Session | None = None) -> str | N
     if session is None:
         with db_session() as own:
             return unavailable_reason(provider, own)
-    reading = session.get(ProviderHealth, provider)
+    return health_reason(session.get(ProviderHealth, provider))
+
+
+def health_reason(reading: ProviderHealth | None) -> str | None:
+    """:func:`unavailable_reason` of a provider whose health reading is ``reading`` (None:
+    never read), for a caller that read it with other rows."""
     if reading is None or reading.available:
         return None
     return reading.detail or "its health check failed"

@@ -4,32 +4,57 @@
 An ``orders`` row is what the customer bought and paid for (``status``); its
 ``store_orders`` row (same id) is the eSIM issuance behind it (``issuance_state``). Every
 write to ``issuance_state``, ``error_code`` or ``failed_reason`` goes through
-:func:`transition_store_order`, which appends a ``store_order_status_events`` row in the
-same transaction whenever the state or the error code changes.
+:func:`transition_store_order` (or :func:`start_fresh_issuance`, its ``pending →
+in_flight`` write with a run's read, the same statement), which appends a
+``store_order_status_events`` row in the same transaction whenever the state or the
+error code changes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import functools
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import ColumnElement, Index, Numeric, Row, insert, select, text, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Index,
+    Numeric,
+    Row,
+    and_,
+    bindparam,
+    exists,
+    false,
+    insert,
+    literal,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlmodel import Field, Session, SQLModel, col
 from sqlmodel import select as sqlmodel_select
 
+from herald.db import Prepared, autocommit, is_postgres
+from herald.db import session as db_session
 from models.base import (
     UtcDateTime,
     id_field,
     money,
     new_id,
+    snapshot,
     table_of,
+    table_reader,
     timestamp_field,
     utcnow,
 )
-from models.webhooks import write_event_messages
+from models.catalog import StoreProduct
+from models.webhooks import subscribed_types, write_event_messages
 
 
 class OrderStatus(StrEnum):
@@ -167,6 +192,12 @@ KEEP: Any = _Keep()
 _store = table_of(StoreOrder)
 _orders = table_of(Order)
 _events = table_of(StoreOrderStatusEvent)
+_products = table_of(StoreProduct)
+
+#: Anything the store's writes run on: an ORM session (its transaction; the write
+#: commits it) or, on PostgreSQL, an autocommit connection (:func:`store_db`), where each
+#: write below is one statement, atomic by itself.
+Db = Session | Connection
 
 #: The webhook event of each issuance state a transition enters that has one
 #: (docs/api.md#webhooks).
@@ -184,22 +215,46 @@ _FREE = frozenset(c.key for c in _store.columns) - _GUARDED - {"id", "created_at
 _TRIES = 5
 
 
+@contextmanager
+def store_db() -> Iterator[Db]:
+    """What the store's hot paths write on: an autocommit connection on PostgreSQL (each
+    write is one statement there: no BEGIN/COMMIT round trips), a session elsewhere (SQLite
+    runs a transition as several statements, which must land together)."""
+    if is_postgres():
+        with autocommit() as connection:
+            yield connection
+    else:
+        with db_session() as session:
+            yield session
+
+
+def connection_of(db: Db) -> Connection:
+    """The connection ``db`` runs its statements on (a session's: in its transaction)."""
+    return db.connection() if isinstance(db, Session) else db
+
+
+def _commit(db: Db) -> None:
+    if isinstance(db, Session):
+        db.commit()
+
+
 def _read_issuance(session: Session, order_id: str) -> Row[Any] | None:
-    """The order's issuance state and error code, its row locked until the transaction
-    ends on PostgreSQL (FOR UPDATE; SQLAlchemy leaves the clause out on SQLite)."""
+    """The order's issuance state and error code (SQLite: no row locks, see
+    :func:`transition_store_order`)."""
     return session.execute(select(_store.c.issuance_state, _store.c.error_code)
-                           .where(_store.c.id == order_id).with_for_update()).first()
+                           .where(_store.c.id == order_id)).first()
 
 
-def transition_store_order(session: Session, order_id: str, *, to: IssuanceState,
+def transition_store_order(db: Db, order_id: str, *, to: IssuanceState,
                            expect: Collection[IssuanceState], source: EventSource | str,
                            note: str, error_code: str | None = KEEP,
                            failed_reason: str | None = KEEP,
                            guard: ColumnElement[bool] | None = None,
                            now: datetime | None = None, **columns: Any) -> bool:
     """Move a store order's issuance to ``to`` — the one write of ``issuance_state``,
-    ``error_code`` and ``failed_reason`` (docs/state-machines.md#store-orders). Commits;
-    returns whether the write applied (False: nothing changed).
+    ``error_code`` and ``failed_reason`` (docs/state-machines.md#store-orders). Commits
+    (``db`` a session) or runs as one statement (``db`` an autocommit connection, on
+    PostgreSQL); returns whether the write applied (False: nothing changed).
 
     It applies only while the state is one of ``expect`` and ``guard`` (any further
     condition the write needs, over the ``store_orders`` columns) holds, checked by the
@@ -213,12 +268,14 @@ def transition_store_order(session: Session, order_id: str, *, to: IssuanceState
     (:data:`ISSUANCE_EVENTS`) in that transaction too, handed to the relay after it
     commits.
 
-    Locking: the store-order row is locked before the order row. On PostgreSQL the read
-    of the current state takes the store-order row (``SELECT … FOR UPDATE``) and the
-    order's UPDATE then takes the order row. SQLite has no row locks: its first write
-    takes the database's one write lock, which serialises the whole write transaction
-    against every other writer; the UPDATE is then a compare-and-set on the state and
-    error code it read, re-read when another writer got in between.
+    PostgreSQL: one statement, a data-modifying WITH (the row's UPDATE, its status event,
+    its order's move), which takes the store-order row first (the sub-select of the
+    state it moves from, ``FOR UPDATE``) and the order row second; with webhook messages
+    to write, that statement and the messages are one transaction of a session.
+    SQLite has no row locks: its first write takes the database's one write lock, which
+    serialises the whole write transaction against every other writer; the UPDATE is a
+    compare-and-set on the state and error code it read, re-read when another writer got
+    in between, then the event and the order's move follow in its transaction.
     """
     unknown = set(columns) - _FREE
     if unknown:
@@ -230,6 +287,150 @@ def transition_store_order(session: Session, order_id: str, *, to: IssuanceState
         values["error_code"] = error_code
     if failed_reason is not KEEP:
         values["failed_reason"] = None if failed_reason is None else failed_reason[:500]
+    connection = connection_of(db)
+    if connection.dialect.name != "postgresql":
+        assert isinstance(db, Session), "SQLite's transitions run in a session"
+        return _transition_in_steps(db, order_id, allowed, values, source, note, guard, now)
+    event = ISSUANCE_EVENTS.get(IssuanceState(to))
+    if (isinstance(db, Connection) and event is not None
+            and event in subscribed_types(connection)):
+        # its webhook messages must land with it: one transaction, in a session
+        with db_session() as session:
+            return transition_store_order(
+                session, order_id, to=to, expect=expect, source=source, note=note,
+                error_code=error_code, failed_reason=failed_reason, guard=guard, now=now,
+                **columns)
+    statement = (_move(frozenset(allowed), tuple(sorted(values)), values["issuance_state"])
+                 if guard is None else
+                 Prepared(_move_statement(frozenset(allowed), tuple(sorted(values)),
+                                          values["issuance_state"], guard)))
+    params = {f"new_{name}": value for name, value in values.items()}
+    params |= {"order_id": order_id, "event_id": new_id(), "source": str(source),
+               "note": note[:255], "now": now}
+    moved = statement.run(connection, params).first()
+    if moved is None:
+        if isinstance(db, Session):
+            db.rollback()
+        return False
+    if isinstance(db, Session) and event is not None and moved["from_state"] != values[
+            "issuance_state"]:
+        write_event_messages(db, event, lambda: _view(db, order_id))
+    _commit(db)
+    return True
+
+
+@functools.cache
+def _move(allowed: frozenset[str], names: tuple[str, ...], to: str) -> Prepared:
+    """:func:`_move_statement` without a guard, built and compiled once per shape."""
+    return Prepared(_move_statement(allowed, names, to))
+
+
+def _move_statement(allowed: frozenset[str], names: tuple[str, ...], to: str,
+                    guard: ColumnElement[bool] | None = None, *, read: bool = False) -> Any:
+    """A transition as one PostgreSQL statement: the store order's conditional UPDATE
+    (from one of ``allowed``, ``guard`` holding; the columns ``names`` bound as
+    ``new_<name>``), its status event when the state or the error code changes, and the
+    paid order's move when ``to`` is final. Returns one row (the state and error code it
+    moved from) when it applied, none when it did not; with ``read``, that row is
+    :data:`RUN_READ` instead.
+
+    The sub-select ``FOR UPDATE`` takes the row lock before the UPDATE reads the row, and
+    hands the UPDATE the row's current state (waiting for a concurrent writer to end, and
+    then seeing what it wrote): the event's ``from`` is the state the write replaced. The
+    order's UPDATE runs only once the store order's has (its EXISTS on it is evaluated
+    before its scan), so the store-order row is always taken before the order row."""
+    held = _store.alias("held")
+    before = (select(held.c.id, held.c.issuance_state, held.c.error_code, held.c.in_flight_at)
+              .where(held.c.id == bindparam("order_id")).with_for_update().subquery("before"))
+    condition = [_store.c.id == before.c.id,
+                 or_(*(_store.c.issuance_state == state for state in sorted(allowed)))]
+    if guard is not None:
+        condition.append(guard)
+    moved = (update(_store).where(*condition)
+             .values({name: bindparam(f"new_{name}", type_=_store.c[name].type)
+                      for name in names})
+             .returning(_store.c.id, before.c.issuance_state.label("from_state"),
+                        before.c.error_code.label("from_error_code"),
+                        before.c.in_flight_at.label("from_in_flight_at"),
+                        _store.c.issuance_state, _store.c.error_code,
+                        *(_store.c[name] for name in RUN_READ if read and name in _store.c
+                          and name not in ("id", "issuance_state", "in_flight_at")))
+             .cte("moved"))
+    now = bindparam("now", type_=UtcDateTime)
+    evented = (insert(_events).from_select(
+        ["id", "store_order_id", "from_state", "to_state", "error_code", "source", "note",
+         "created_at"],
+        select(bindparam("event_id", type_=_events.c.id.type), moved.c.id,
+               moved.c.from_state, moved.c.issuance_state, moved.c.error_code,
+               bindparam("source", type_=_events.c.source.type),
+               bindparam("note", type_=_events.c.note.type), now)
+        .where(or_(moved.c.from_state != moved.c.issuance_state,
+                   moved.c.from_error_code.is_distinct_from(moved.c.error_code))))
+        .cte("evented"))
+    statement = select(moved.c.from_state, moved.c.from_error_code).add_cte(evented)
+    if read:
+        # what the run read before it (the store order as the write found it), beside
+        # its order and its product: the orders row is not written by this statement
+        statement = (select(*(moved.c[name] for name in RUN_READ if name in _store.c
+                              and name not in ("issuance_state", "in_flight_at")),
+                            moved.c.from_state.label("issuance_state"),
+                            moved.c.from_in_flight_at.label("in_flight_at"),
+                            _orders.c.account_id, _orders.c.status.label("order_status"),
+                            _products.c.name.label("product_name"))
+                     .select_from(moved.join(_orders, _orders.c.id == moved.c.id)
+                                  .outerjoin(_products, _products.c.id == moved.c.product_id))
+                     .add_cte(evented))
+    outcome = ORDER_OUTCOMES.get(IssuanceState(to))
+    if outcome is not None:
+        settled = (update(_orders)
+                   .where(_orders.c.id == bindparam("order_id"),
+                          _orders.c.status == _ORDER_SETTLES_FROM,
+                          exists(select(literal(1)).select_from(moved)))
+                   .values(status=outcome.value, updated_at=now)
+                   .cte("settled"))
+        statement = statement.add_cte(settled)
+    return statement
+
+
+#: What a run reads of its order before it starts (``actors.store.Snapshot``'s fields).
+RUN_READ = ("id", "account_id", "order_status", "product_id", "provider", "issuance_state",
+            "provider_order_ref", "idempotency_key", "in_flight_at", "verification_deadline",
+            "product_name")
+
+
+@functools.cache
+def _start_fresh(providers: tuple[str, ...]) -> Prepared:
+    """:func:`start_fresh_issuance`'s statement for these providers, compiled once."""
+    paid = exists(select(literal(1)).where(_orders.c.id == _store.c.id,
+                                           _orders.c.status == OrderStatus.PAID.value))
+    guard = and_(paid, or_(false(), *(_store.c.provider == name for name in providers)))
+    return Prepared(_move_statement(frozenset({IssuanceState.PENDING.value}),
+                                    ("in_flight_at", "issuance_state", "updated_at"),
+                                    IssuanceState.IN_FLIGHT.value, guard, read=True))
+
+
+def start_fresh_issuance(connection: Connection, order_id: str, *,
+                         providers: Collection[str], note: str,
+                         now: datetime | None = None) -> dict[str, Any] | None:
+    """A fresh run's start in one statement (PostgreSQL, an autocommit ``connection``):
+    the ``pending → in_flight`` transition (``in_flight_at`` = now, its status event,
+    ``source`` system, ``note``) of a *paid* order whose provider is one of ``providers``,
+    committed before the provider is asked, and the run's read of the order
+    (:data:`RUN_READ`, as it was before the stamp). None when it did not apply — not
+    pending, not paid, another provider, no such order: nothing changed, the run reads
+    and decides as usual."""
+    now = now or utcnow()
+    return _start_fresh(tuple(sorted(providers))).run(connection, {
+        "new_in_flight_at": now, "new_issuance_state": IssuanceState.IN_FLIGHT.value,
+        "new_updated_at": now, "order_id": order_id, "event_id": new_id(),
+        "source": str(EventSource.SYSTEM), "note": note[:255], "now": now}).first()
+
+
+def _transition_in_steps(session: Session, order_id: str, allowed: set[str],
+                         values: dict[str, Any], source: EventSource | str, note: str,
+                         guard: ColumnElement[bool] | None, now: datetime) -> bool:
+    """:func:`transition_store_order` on SQLite: read, compare-and-set, then the event,
+    the order's move and the messages in the UPDATE's transaction; commits."""
     seen = _read_issuance(session, order_id)
     for _ in range(_TRIES):
         if seen is None or seen.issuance_state not in allowed:
@@ -257,8 +458,10 @@ def _after_transition(session: Session, order_id: str, seen: Row[Any],
     to = values["issuance_state"]
     error_code = values.get("error_code", seen.error_code)
     if to != seen.issuance_state or error_code != seen.error_code:
-        _insert_event(session, order_id, from_state=seen.issuance_state, to_state=to,
-                      error_code=error_code, source=source, note=note, now=now)
+        session.execute(insert(_events).values(
+            id=new_id(), store_order_id=order_id, from_state=seen.issuance_state,
+            to_state=to, error_code=error_code, source=str(source), note=note[:255],
+            created_at=now))
     outcome = ORDER_OUTCOMES.get(IssuanceState(to))
     if outcome is not None:
         # the store-order row is held already: the order row is always taken second
@@ -277,24 +480,22 @@ def _view(session: Session, order_id: str) -> dict[str, Any]:
     return view
 
 
-def _insert_event(session: Session, order_id: str, *, from_state: str | None, to_state: str,
-                  error_code: str | None, source: EventSource | str, note: str,
-                  now: datetime) -> None:
-    session.execute(insert(_events).values(
-        id=new_id(), store_order_id=order_id, from_state=from_state, to_state=to_state,
-        error_code=error_code, source=str(source), note=note[:255], created_at=now))
+_RECORD_REFERENCE = Prepared(
+    update(_store)
+    .where(_store.c.id == bindparam("order_id"),
+           _store.c.issuance_state == IssuanceState.IN_FLIGHT.value)
+    .values(provider_order_ref=bindparam("reference", type_=_store.c.provider_order_ref.type),
+            updated_at=bindparam("now", type_=UtcDateTime)))
 
 
-def record_provider_reference(session: Session, order_id: str, reference: str) -> bool:
+def record_provider_reference(db: Db, order_id: str, reference: str) -> bool:
     """Persist the provider's reference of an order being issued (``in_flight``) as soon
-    as it is known; commits. False when the order is not in flight any more."""
-    result = session.exec(
-        update(_store)
-        .where(_store.c.id == order_id,
-               _store.c.issuance_state == IssuanceState.IN_FLIGHT.value)
-        .values(provider_order_ref=reference[:255], updated_at=utcnow()))
-    session.commit()
-    return result.rowcount == 1
+    as it is known; commits (one statement). False when the order is not in flight any
+    more."""
+    written = _RECORD_REFERENCE.run(connection_of(db), {
+        "order_id": order_id, "reference": reference[:255], "now": utcnow()}).rowcount
+    _commit(db)
+    return written == 1
 
 
 def stamp_webhook(session: Session, order_id: str, *, now: datetime | None = None) -> None:
@@ -306,13 +507,16 @@ def stamp_webhook(session: Session, order_id: str, *, now: datetime | None = Non
     session.commit()
 
 
-def mark_announced(session: Session, order_id: str) -> None:
+_MARK_ANNOUNCED = Prepared(
+    update(_store).where(_store.c.id == bindparam("order_id"), _store.c.announced_at.is_(None))
+    .values(announced_at=bindparam("now", type_=UtcDateTime)))
+
+
+def mark_announced(db: Db, order_id: str) -> None:
     """Record that the issued order's ``esim.ready`` notification was triggered
-    (``announced_at``); commits."""
-    session.execute(update(_store).where(_store.c.id == order_id,
-                                         _store.c.announced_at.is_(None))
-                    .values(announced_at=utcnow()))
-    session.commit()
+    (``announced_at``); commits (one statement)."""
+    _MARK_ANNOUNCED.run(connection_of(db), {"order_id": order_id, "now": utcnow()})
+    _commit(db)
 
 
 def find_by_reference(session: Session, provider: str, reference: str) -> StoreOrder | None:
@@ -329,24 +533,75 @@ def status_events(session: Session, order_id: str) -> list[StoreOrderStatusEvent
                                        StoreOrderStatusEvent.id)).all())
 
 
-def insert_store_order(session: Session, *, account_id: str, product_id: str, provider: str,
+# -- placing an order: three rows, one statement on PostgreSQL ---------------------------
+#: The bind-name suffix of each table's columns in the INSERTs of a new order.
+_PLACED = ((_orders, "_o"), (_store, "_s"), (_events, "_e"))
+
+
+def _bound_row(table: Any, suffix: str) -> dict[str, Any]:
+    return {column.key: bindparam(f"{column.key}{suffix}", type_=column.type)
+            for column in table.columns}
+
+
+@functools.cache
+def _place(together: bool) -> tuple[Prepared, ...]:
+    """The INSERTs of a new order, its store order and their first status event: on
+    PostgreSQL one statement (a data-modifying WITH: atomic by itself, the foreign keys
+    checked at its end), elsewhere three, run in one transaction."""
+    inserts = [insert(table).values(_bound_row(table, suffix)) for table, suffix in _PLACED]
+    if not together:
+        return tuple(Prepared(statement) for statement in inserts)
+    order, store_order, event = inserts
+    return (Prepared(event.add_cte(order.cte("placed_order"))
+                     .add_cte(store_order.cte("placed_store_order"))),)
+
+
+def new_store_order(*, account_id: str, product_id: str, provider: str, amount: Decimal,
+                    currency: str, source: EventSource | str = EventSource.API,
+                    note: str = "order placed"
+                    ) -> tuple[Order, StoreOrder, StoreOrderStatusEvent]:
+    """A new order (``pending_payment``), its store order (issuance ``pending``) and the
+    store order's first status event, built to be written by :func:`write_store_order`
+    (nothing is persisted here)."""
+    now = utcnow()
+    order = snapshot(Order, id=new_id(), account_id=account_id, amount=amount,
+                     currency=currency, created_at=now, updated_at=now)
+    store_order = snapshot(StoreOrder, id=order.id, product_id=product_id, provider=provider,
+                           idempotency_key=order.id, created_at=now, updated_at=now)
+    event = snapshot(StoreOrderStatusEvent, id=new_id(), store_order_id=order.id,
+                     from_state=None, to_state=store_order.issuance_state, error_code=None,
+                     source=str(source), note=note[:255], created_at=now)
+    return order, store_order, event
+
+
+def write_store_order(db: Db, order: Order, store_order: StoreOrder,
+                      event: StoreOrderStatusEvent) -> None:
+    """Persist what :func:`new_store_order` built, together: one statement on PostgreSQL
+    (``db`` a session: in its transaction, which the caller commits), three in the
+    session's transaction elsewhere. Raises IntegrityError, persisting nothing, when the
+    account does not exist."""
+    params: dict[str, Any] = {}
+    for record, (table, suffix) in zip((order, store_order, event), _PLACED, strict=True):
+        params |= {f"{name}{suffix}": value for name, value in zip(
+            (column.key for column in table.columns), table_reader(table)(record),
+            strict=True)}
+    connection = connection_of(db)
+    for statement in _place(connection.dialect.name == "postgresql"):
+        statement.run(connection, params)
+
+
+def insert_store_order(db: Db, *, account_id: str, product_id: str, provider: str,
                        amount: Decimal, currency: str, source: EventSource | str = EventSource.API,
                        note: str = "order placed") -> tuple[Order, StoreOrder]:
     """Persist a new order (``pending_payment``), its store order (issuance ``pending``)
     and the store order's first status event, together; commits. Raises IntegrityError,
-    persisting nothing, when the account does not exist."""
-    now = utcnow()
-    order = Order(account_id=account_id, amount=amount, currency=currency,
-                  created_at=now, updated_at=now)
-    store_order = StoreOrder(id=order.id, product_id=product_id, provider=provider,
-                             idempotency_key=order.id, created_at=now, updated_at=now)
-    session.add(order)
-    session.flush()  # the store order's foreign key needs the order first
-    session.add(store_order)
-    session.flush()
-    _insert_event(session, order.id, from_state=None, to_state=store_order.issuance_state,
-                  error_code=None, source=source, note=note, now=now)
-    session.commit()
+    persisting nothing, when the account does not exist. The rows returned are what was
+    written (not attached to a session)."""
+    order, store_order, event = new_store_order(
+        account_id=account_id, product_id=product_id, provider=provider, amount=amount,
+        currency=currency, source=source, note=note)
+    write_store_order(db, order, store_order, event)
+    _commit(db)
     return order, store_order
 
 
