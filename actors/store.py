@@ -42,7 +42,7 @@ from enum import StrEnum
 from typing import Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import ColumnElement, String, bindparam, cast, select
+from sqlalchemy import ColumnElement, bindparam, select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
@@ -182,9 +182,7 @@ class AccountNotFound(LookupError):
 _products, _health = table_of(StoreProduct), table_of(ProviderHealth)
 #: The product and its provider's health reading, in one read (the checkout's hot path).
 _PRODUCT_AND_HEALTH = Prepared(
-    # the price as text: a Prepared statement has no reader of NUMERIC columns on psycopg
-    select(*(cast(column, String).label(column.key) if column.key == "price" else column
-             for column in _products.columns),
+    select(*_products.columns,
            _health.c.available.label("health_available"),
            _health.c.detail.label("health_detail"),
            _health.c.checked_at.label("health_checked_at"))
@@ -204,7 +202,6 @@ def _product(db: Db, product_id: str) -> tuple[StoreProduct, ProviderHealth | No
                           available=row.pop("health_available"),
                           detail=row.pop("health_detail"),
                           checked_at=row.pop("health_checked_at"))
-    row["price"] = Decimal(row["price"])
     product = snapshot(StoreProduct, **{column.key: row[column.key]
                                          for column in _products.columns})
     return product, health

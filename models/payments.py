@@ -31,10 +31,8 @@ from sqlalchemy import (
     insert,
     or_,
     select,
-    type_coerce,
     update,
 )
-from sqlalchemy.types import NullType
 from sqlmodel import Field, Session, SQLModel, col
 
 from herald.db import Prepared
@@ -155,17 +153,6 @@ _NOW = bindparam("now", type_=UtcDateTime)
 #: Payment statuses that block a second payment for the same order or activation.
 LIVE_STATUSES = (PaymentStatus.PENDING.value, PaymentStatus.COMPLETED.value,
                  PaymentStatus.SETTLED.value)
-#: The amount's type as these statements read it: psycopg loads a numeric as a Decimal
-#: itself, and SQLAlchemy's PostgreSQL reader of Numeric wants the result's type code,
-#: which a statement compiled before it first runs does not know.
-_AMOUNT = _payments.c.amount.type.with_variant(NullType(), "postgresql")
-
-
-def _read(column: ColumnElement[Any]) -> ColumnElement[Any]:
-    """A payment column as these statements read it (the amount as :data:`_AMOUNT`)."""
-    if column.key == "amount":
-        return type_coerce(column, _AMOUNT).label("amount")
-    return column
 
 
 def _after(changed: CTE) -> list[ColumnElement[Any]]:
@@ -173,7 +160,7 @@ def _after(changed: CTE) -> list[ColumnElement[Any]]:
     ``changed`` set, from its RETURNING (the statement's own read of ``payments`` sees
     the row as it was before), the others as read."""
     return [func.coalesce(changed.c[column.key], column).label(column.key)
-            if column.key in changed.c else _read(column) for column in _payments.c]
+            if column.key in changed.c else column for column in _payments.c]
 
 
 def _changed(changed: CTE) -> ColumnElement[bool]:
@@ -225,7 +212,7 @@ _SETTLE = Prepared(
 
 _ORDER_ID = bindparam("order_id", type_=_orders.c.id.type)
 #: The order a payment is created for, its row locked until the transaction ends.
-_LOCK_ORDER = Prepared(select(_orders.c.status, _read(_orders.c.amount), _orders.c.currency)
+_LOCK_ORDER = Prepared(select(_orders.c.status, _orders.c.amount, _orders.c.currency)
                        .where(_orders.c.id == _ORDER_ID).with_for_update())
 _LIVE_OF_ORDER = (select(_payments.c.id)
                   .where(_payments.c.order_id == _ORDER_ID,
@@ -240,7 +227,7 @@ _INSERT_UNLESS_LIVE = Prepared(
                  for column in _payments.c))
         .where(~exists(_LIVE_OF_ORDER))))
 _LIVE_PAYMENT = Prepared(_LIVE_OF_ORDER)
-_READ = Prepared(select(*map(_read, _payments.c)).where(_payments.c.id == _ID))
+_READ = Prepared(select(*_payments.c).where(_payments.c.id == _ID))
 
 
 def _payment(row: dict[str, Any]) -> Payment:

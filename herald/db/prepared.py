@@ -8,10 +8,11 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Float, Numeric
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.expression import ClauseElement
+from sqlalchemy.types import TypeEngine
 
 if TYPE_CHECKING:
     from herald.db import libpq
@@ -38,6 +39,22 @@ class _Form:
     #: psycopg: the statement as :mod:`herald.db.libpq` runs it on autocommit connections
     #: (None: another driver)
     direct: libpq.Statement | None = None
+
+
+#: PostgreSQL's type codes (OIDs) of ``numeric`` and ``double precision``.
+_NUMERIC_OID, _FLOAT8_OID = 1700, 701
+
+
+def _reader(type_: TypeEngine[Any], dialect: Dialect) -> Callable[[Any], Any] | None:
+    """How a column of ``type_`` is read from ``dialect``'s rows (None: as the driver
+    gives it)."""
+    impl = type_.dialect_impl(dialect)
+    coltype = None
+    if dialect.name == "postgresql" and isinstance(impl, (Numeric, Float)):
+        # PostgreSQL's numeric readers choose by the result column's type code, which a
+        # statement compiled before it first runs does not know: the declared type's
+        coltype = _FLOAT8_OID if isinstance(impl, Float) else _NUMERIC_OID
+    return impl.result_processor(dialect, coltype)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -101,8 +118,7 @@ class Prepared:
                      positional=tuple(compiled.positiontup) if compiled.positional else None,
                      defaults=defaults, writers=writers,
                      keys=tuple(column.key for column in columns),
-                     readers=tuple(column.type.dialect_impl(dialect)
-                                   .result_processor(dialect, None) for column in columns))
+                     readers=tuple(_reader(column.type, dialect) for column in columns))
 
     def run(self, connection: Connection, params: Mapping[str, Any]) -> Ran:
         """Run the statement with ``params`` in the connection's current transaction (or

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, timedelta
+from decimal import Decimal
 
 import pytest
-from sqlalchemy import Engine, event, func, select
+from sqlalchemy import Engine, Float, Numeric, cast, event, func, literal, select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from herald import db
-from herald.db import libpq
+from herald.db import Prepared, libpq
 from herald.settings import reset_settings
 from models.base import new_id, snapshot, utcnow
 from models.notifications import (
@@ -199,3 +200,19 @@ def test_a_connection_the_server_dropped_is_replaced(database: str) -> None:
     # nothing was claimed, and the pool hands out a working connection again
     with db.autocommit() as connection:
         assert claim_delivery(connection, deliveries[0].id).verdict is ClaimVerdict.CLAIMED
+
+
+def test_numeric_columns_read_as_the_types_they_declare(database: str) -> None:
+    # Given a statement compiled before it first runs (PostgreSQL's numeric readers
+    # otherwise choose by the result's type code)
+    amount = Prepared(select(cast(literal("12.3400"), Numeric(18, 4)).label("decimal"),
+                             cast(literal("0.25"), Numeric(18, 4, asdecimal=False))
+                             .label("float"),
+                             cast(literal("1.5"), Float()).label("double")))
+
+    # Then each reads as its type says, on each database
+    with db.autocommit() as connection:
+        row = amount.run(connection, {}).first()
+    assert row == {"decimal": Decimal("12.3400"), "float": 0.25, "double": 1.5}
+    assert (type(row["decimal"]), type(row["float"]), type(row["double"])) == (
+        Decimal, float, float)
