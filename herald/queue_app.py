@@ -17,7 +17,7 @@ from typing import Any
 
 from herald.embedded_redis import embedded_socket_path, ensure_embedded_redis
 from herald.queue import App, QueueConfig, Registry, ShardConfig, installed_app
-from herald.settings import Settings, get_settings
+from herald.settings import Settings, SettingsError, get_settings
 
 
 def queue_config(settings: Settings, *, start_embedded: bool = True) -> QueueConfig:
@@ -44,11 +44,18 @@ def build_queue_app(settings: Settings | None = None, *, start_embedded: bool = 
                     extra: Sequence[Registry] = ()) -> App:
     """A new App on herald's settings (read now when not given), herald's registry
     (``actors.queues.registry``: its queue table is read now) and the ``extra``
-    registries of an application's own modules, not yet installed."""
+    registries of an application's own modules, not yet installed. A REDIS_SHARDS that
+    names a queue twice or one no registry declares raises :class:`SettingsError`
+    naming it (nothing is connected yet)."""
     from actors.queues import registry
 
-    return App(queue_config(settings or get_settings(), start_embedded=start_embedded),
-               registry, *extra)
+    settings = settings or get_settings()
+    try:
+        return App(queue_config(settings, start_embedded=start_embedded), registry, *extra)
+    except ValueError as error:  # the shards named a queue twice, or one herald lacks
+        if not settings.redis_shards:
+            raise
+        raise SettingsError(f"invalid configuration: REDIS_SHARDS: {error}") from None
 
 
 def start_queue_app(settings: Settings | None = None, *, start_embedded: bool = True,

@@ -54,6 +54,7 @@ class App:
         #: the ledger's "now": the wall clock plus an offset a test may move (one for
         #: every shard: it is this process's clock, not a Redis's)
         self.time = QueueTime()
+        self._check_shard_queues()  # before any client is made
         #: the config's own Redis: every queue no shard names (docs/queue.md#shards)
         self.default_shard = Shard(DEFAULT_SHARD, config, self.time, self)
         #: every shard by name, the default first
@@ -62,7 +63,6 @@ class App:
                            for name in config.shards)
         self._queue_shards = {queue: self.shards[name]
                               for name, shard in config.shards.items() for queue in shard.queues}
-        self._check_shard_queues()
         default = self.default_shard
         #: the default shard's parts, under the names they had before shards: what the
         #: application reads of its (default) Redis
@@ -76,8 +76,9 @@ class App:
         self._closed = False
 
     def _check_shard_queues(self) -> None:
-        unknown = [f"shard {shard.name!r} names queue {queue!r}, which no registry declares"
-                   for queue, shard in self._queue_shards.items() if not self._knows(queue)]
+        unknown = [f"shard {name!r} names queue {queue!r}, which no registry declares"
+                   for name, shard in self.config.shards.items() for queue in shard.queues
+                   if not self._knows(queue)]
         if unknown:
             raise ValueError("; ".join(unknown))
 
