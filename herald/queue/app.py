@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, cast
+from typing import Any
 
 import dramatiq
 from prometheus_client import REGISTRY
@@ -239,7 +239,7 @@ def shard_of(job_actor: JobActor[Any]) -> tuple[App, Shard]:
     the actor's queue (:class:`NoAppInstalled` when none is installed)."""
     shard = getattr(job_actor.broker, SHARD_ATTRIBUTE, None)
     if isinstance(shard, Shard):
-        return cast(App, shard.app), shard  # only an App builds shards
+        return shard.app, shard  # only an App builds shards
     app = current_app()
     return app, app.shard(job_actor.queue)
 

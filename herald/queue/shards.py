@@ -11,7 +11,7 @@ to, with no look-up by queue name (docs/queue.md#shards).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import dramatiq
 
@@ -34,11 +34,12 @@ SHARD_ATTRIBUTE = "herald_shard"
 class Shard:
     """One Redis of an App, with its ledger and broker; nothing is connected until used."""
 
-    def __init__(self, name: str, config: QueueConfig, time: QueueTime, app: object) -> None:
+    def __init__(self, name: str, config: QueueConfig, time: QueueTime, app: Any) -> None:
         self.name = name
         #: where this shard's Redis is (:meth:`QueueConfig.shard_config`)
         self.config = config
-        #: the App this shard belongs to (typed loosely: the App module builds shards)
+        #: the App this shard belongs to (typed loosely: the App's module builds shards,
+        #: and a cast would cost a call per enqueue)
         self.app = app
         #: the producers' client (the application's own when the config gave one)
         self.client = new_redis_client(config)
