@@ -5,7 +5,9 @@ the queue commands, ``herald demo``).
 
 On the embedded default (neither REDIS_URL nor REDIS_SENTINELS) herald starts its
 embedded Redis (:mod:`herald.embedded_redis`) and gives the library its socket's
-``unix://`` URL: the library never hears of it.
+``unix://`` URL: the library never hears of it. REDIS_SHARDS puts queues on Redis
+servers of their own (docs/queue.md#shards); a shard naming a queue herald does not
+declare stops the App's build with an error naming both.
 """
 
 from __future__ import annotations
@@ -14,17 +16,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from herald.embedded_redis import embedded_socket_path, ensure_embedded_redis
-from herald.queue import App, QueueConfig, Registry, installed_app
-from herald.settings import Settings, get_settings
+from herald.queue import App, QueueConfig, Registry, ShardConfig, installed_app
+from herald.settings import Settings, SettingsError, get_settings
 
 
 def queue_config(settings: Settings, *, start_embedded: bool = True) -> QueueConfig:
     """The queue library's configuration from herald's settings. On the embedded default
     the embedded Redis is started first (unless ``start_embedded`` is False: a command
     that only looks, and must not start it)."""
+    shards = {name: ShardConfig(redis_url=url, queues=queues)
+              for name, (url, queues) in settings.redis_shard_map.items()}
+
     def config(**where: Any) -> QueueConfig:
         return QueueConfig(broker=settings.broker, rabbitmq_url=settings.rabbitmq_url,
-                           prefix=settings.queue_prefix, **where)
+                           prefix=settings.queue_prefix, shards=shards, **where)
 
     if settings.sentinel_hosts:
         return config(sentinel_hosts=tuple(settings.sentinel_hosts),
@@ -39,11 +44,18 @@ def build_queue_app(settings: Settings | None = None, *, start_embedded: bool = 
                     extra: Sequence[Registry] = ()) -> App:
     """A new App on herald's settings (read now when not given), herald's registry
     (``actors.queues.registry``: its queue table is read now) and the ``extra``
-    registries of an application's own modules, not yet installed."""
+    registries of an application's own modules, not yet installed. A REDIS_SHARDS that
+    names a queue twice or one no registry declares raises :class:`SettingsError`
+    naming it (nothing is connected yet)."""
     from actors.queues import registry
 
-    return App(queue_config(settings or get_settings(), start_embedded=start_embedded),
-               registry, *extra)
+    settings = settings or get_settings()
+    try:
+        return App(queue_config(settings, start_embedded=start_embedded), registry, *extra)
+    except ValueError as error:  # the shards named a queue twice, or one herald lacks
+        if not settings.redis_shards:
+            raise
+        raise SettingsError(f"invalid configuration: REDIS_SHARDS: {error}") from None
 
 
 def start_queue_app(settings: Settings | None = None, *, start_embedded: bool = True,

@@ -66,6 +66,41 @@ class Settings(BaseSettings):
     #: Comma-separated ``host:port`` list; when set, Sentinel mode and REDIS_URL is ignored.
     redis_sentinels: str = ""
     redis_sentinel_name: str = "mymaster"
+    #: Queues on Redis servers of their own (docs/configuration.md, docs/queue.md#shards):
+    #: ``NAME=URL QUEUE,QUEUE;NAME=URL QUEUE,…``; every other queue stays on REDIS_URL.
+    redis_shards: str = ""
+
+    @field_validator("redis_shards")
+    @classmethod
+    def _shard_list(cls, value: str) -> str:
+        cls.parse_redis_shards(value)  # raises on the first bad part, naming it
+        return value
+
+    @staticmethod
+    def parse_redis_shards(value: str) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """REDIS_SHARDS as ``{name: (url, queues)}``; ValueError naming the bad part."""
+        shards: dict[str, tuple[str, tuple[str, ...]]] = {}
+        parts = filter(None, (piece.strip() for piece in value.split(";")))
+        for index, part in enumerate(parts, start=1):
+            name, equals, rest = part.partition("=")
+            url, _, listed = rest.strip().partition(" ")
+            queues = tuple(q for q in (q.strip() for q in listed.split(",")) if q)
+            if not equals or not name.strip() or not url or not queues:
+                # named by position (or name): the part may hold a URL's password
+                label = repr(name.strip()) if equals and name.strip() else f"number {index}"
+                raise ValueError(f"shard {label} is not NAME=URL QUEUE,QUEUE...")
+            if not url.startswith(("redis://", "rediss://", "unix://")):
+                raise ValueError(f"shard {name.strip()!r}: the URL must start with "
+                                 "redis://, rediss:// or unix://")
+            if name.strip() in shards:
+                raise ValueError(f"shard {name.strip()!r} is named twice")
+            shards[name.strip()] = (url, queues)
+        return shards
+
+    @property
+    def redis_shard_map(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """The parsed REDIS_SHARDS: ``{name: (url, queues)}`` (empty: no shards)."""
+        return self.parse_redis_shards(self.redis_shards)
     broker: Literal["redis", "rabbitmq"] = "redis"
     rabbitmq_url: str = "amqp://guest:guest@localhost:5672/%2F"
     #: Key prefix of herald's Redis keys: the ledger's, the schedules' and the mock's.

@@ -21,12 +21,13 @@ orders: herald's own queues are declared by ``actors`` on its registry.
 
 from herald.queue.app import App, current_app, get_spec, installed_app, now_ms
 from herald.queue.capsules import Capsule, OnFailure, capsule_queues
-from herald.queue.config import QueueConfig
+from herald.queue.config import QueueConfig, ShardConfig
 from herald.queue.current import attempts_made, is_last_attempt
 from herald.queue.errors import (
     Defer,
     InvalidMessage,
     InvalidPayload,
+    MixedShards,
     NoAppInstalled,
     Permanent,
     UnknownQueue,
@@ -56,6 +57,7 @@ from herald.queue.registry import (
 )
 from herald.queue.schedule_spec import Schedule
 from herald.queue.schedules import fire_due, fire_schedules, stop_on_signal
+from herald.queue.shards import Shard
 from herald.queue.worker import (
     QueueWorker,
     import_modules,
@@ -88,6 +90,7 @@ __all__ = [
     "Ledger",
     "LedgerAdmin",
     "LedgerQueries",
+    "MixedShards",
     "NoAppInstalled",
     "OnFailure",
     "Permanent",
@@ -99,6 +102,8 @@ __all__ = [
     "Registry",
     "Retention",
     "Schedule",
+    "Shard",
+    "ShardConfig",
     "ThreadConnections",
     "UnknownQueue",
     "attempts_made",

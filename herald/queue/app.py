@@ -3,9 +3,11 @@
 An App is made from a :class:`~herald.queue.config.QueueConfig` and the application's
 :class:`~herald.queue.registry.Registry` s, whose declarations it merges (the queues,
 actors, schedules, sweeps and capsules the library reads). It owns what the queues
-run on: the Redis client, each thread's own connection to it, the ledger (with its
-queries and admin operations), its queue time, the broker (Redis or RabbitMQ, as the
-config says) and the metrics collector that reads the ledger. :meth:`App.install` is the
+run on: its queue time, one :class:`~herald.queue.shards.Shard` per Redis (the config's
+own, and one per configured shard: docs/queue.md#shards), each with its Redis client,
+each thread's own connection to it, the ledger (with its queries and admin operations)
+and the broker (Redis or RabbitMQ, as the config says), and the metrics collector that
+reads the ledgers. :meth:`App.install` is the
 one place that sets Dramatiq's global broker and binds the registries' actors to it;
 :meth:`App.close` closes its connections. An application builds one App per process, at
 start (herald's: ``herald/queue_app.py``); a test builds its own.
@@ -19,25 +21,22 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import dramatiq
 from prometheus_client import REGISTRY
 
 from herald.queue.capsules import Capsule
-from herald.queue.config import QueueConfig
+from herald.queue.config import DEFAULT_SHARD, QueueConfig
 from herald.queue.dramatiq_internals import installed_broker, uninstall_broker
 from herald.queue.errors import NoAppInstalled, UnknownQueue
 from herald.queue.job_actor import JobActor
-from herald.queue.ledger import Ledger
-from herald.queue.ledger_admin import LedgerAdmin
-from herald.queue.ledger_queries import LedgerQueries
 from herald.queue.metrics import LedgerCollector
 from herald.queue.queue_time import QueueTime
-from herald.queue.redis import ThreadConnections, new_redis_client
 from herald.queue.registry import APP_ATTRIBUTE, NO_APP, QueueSpec, Registry
 from herald.queue.schedule_spec import Schedule
+from herald.queue.shards import SHARD_ATTRIBUTE, Shard, one_shard
 
 
 class App:
@@ -52,32 +51,52 @@ class App:
         self._tabled: dict[str, QueueSpec] = {}
         for registry in registries:
             self._add(registry)
-        #: the ledger's "now": the wall clock plus an offset a test may move
+        #: the ledger's "now": the wall clock plus an offset a test may move (one for
+        #: every shard: it is this process's clock, not a Redis's)
         self.time = QueueTime()
-        #: the producers' client (the application's own when the config gave one)
-        self.client = new_redis_client(config)
-        #: each thread's own connection to the client's server (the hot paths' scripts)
-        self.connections = ThreadConnections(self.client)
-        self.ledger = Ledger(self.client, config.prefix, time=self.time,
-                             connections=self.connections)
-        #: what an operator reads of the ledger, and does to it
-        self.queries = LedgerQueries(self.ledger)
-        self.admin = LedgerAdmin(self.ledger)
-        self.broker = self._new_broker()
-        setattr(self.broker, APP_ATTRIBUTE, self)
+        self._check_shard_queues()  # before any client is made
+        #: the config's own Redis: every queue no shard names (docs/queue.md#shards)
+        self.default_shard = Shard(DEFAULT_SHARD, config, self.time, self)
+        #: every shard by name, the default first
+        self.shards: dict[str, Shard] = {DEFAULT_SHARD: self.default_shard}
+        self.shards.update((name, Shard(name, config.shard_config(name), self.time, self))
+                           for name in config.shards)
+        self._queue_shards = {queue: self.shards[name]
+                              for name, shard in config.shards.items() for queue in shard.queues}
+        default = self.default_shard
+        #: the default shard's parts, under the names they had before shards: what the
+        #: application reads of its (default) Redis
+        self.client, self.connections = default.client, default.connections
+        self.ledger, self.queries, self.admin = default.ledger, default.queries, default.admin
+        #: Dramatiq's global broker once installed; each shard's actors are bound to its own
+        self.broker = default.broker
         self._collector = LedgerCollector(
-            self.queries, lambda: [spec.name for spec in self.specs()])
+            lambda name: self.shard(name).queries, lambda: [spec.name for spec in self.specs()])
         self._lock = threading.Lock()
         self._closed = False
 
-    def _new_broker(self) -> dramatiq.Broker:
-        if self.config.external_broker:
-            from herald.queue.rabbitmq import HeraldRabbitmqBroker
+    def _check_shard_queues(self) -> None:
+        unknown = [f"shard {name!r} names queue {queue!r}, which no registry declares"
+                   for name, shard in self.config.shards.items() for queue in shard.queues
+                   if not self._knows(queue)]
+        if unknown:
+            raise ValueError("; ".join(unknown))
 
-            return HeraldRabbitmqBroker(url=self.config.rabbitmq_url, ledger=self.ledger)
-        from herald.queue.broker import LedgerBroker
+    def _knows(self, name: str) -> bool:
+        try:
+            self.spec(name)
+        except UnknownQueue:
+            return False
+        return True
 
-        return LedgerBroker(self.ledger)
+    def shard(self, queue: str) -> Shard:
+        """The shard that holds queue ``queue`` (the default shard unless a shard names it)."""
+        return self._queue_shards.get(queue, self.default_shard)
+
+    def shard_of_queues(self, queues: Iterable[str]) -> Shard:
+        """The one shard that holds all of ``queues``; :class:`MixedShards`, naming the
+        shards and their queues, when they are on more than one."""
+        return one_shard((queue, self.shard(queue)) for queue in queues)
 
     @property
     def installed(self) -> bool:
@@ -124,9 +143,11 @@ class App:
         return any(mine is registry for mine in self._registries)
 
     def bind(self, job_actor: JobActor[Any]) -> None:
-        """Bind ``job_actor`` to this App's broker (once: binding again does nothing)."""
-        if job_actor.broker is not self.broker:
-            job_actor.bind(self.broker, self.spec(job_actor.queue).time_limit)
+        """Bind ``job_actor`` to the broker of its queue's shard (once: binding again does
+        nothing): its jobs go to that shard's Redis."""
+        broker = self.shard(job_actor.queue).broker
+        if job_actor.broker is not broker:
+            job_actor.bind(broker, self.spec(job_actor.queue).time_limit)
 
     def spec(self, name: str) -> QueueSpec:
         """Queue ``name``: as last declared in a registry, else as a table listed it;
@@ -182,18 +203,17 @@ class App:
             REGISTRY.unregister(self._collector)
 
     def close(self) -> None:
-        """Close the broker's connections and the Redis client (unless the config gave
+        """Close every shard's broker connections and Redis client (unless the config gave
         it: the application owns that one), and stop being the installed App. Returns
-        when both are closed; closing twice is harmless."""
+        when all are closed; closing twice is harmless."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
         self._unregister_collector()
         uninstall_broker(self.broker)
-        self.broker.close()
-        if self.config.redis_client is None:
-            self.client.close()
+        for shard in self.shards.values():
+            shard.close()
 
     def __repr__(self) -> str:
         return f"<App {self.config.broker} {self.config.describe()} prefix={self.config.prefix}>"
@@ -213,10 +233,15 @@ def current_app() -> App:
     return app
 
 
-def app_of(broker: dramatiq.Broker | None) -> App:
-    """The App ``broker`` belongs to (an actor's broker), else the installed App."""
-    app = getattr(broker, APP_ATTRIBUTE, None)
-    return app if isinstance(app, App) else current_app()
+def shard_of(job_actor: JobActor[Any]) -> tuple[App, Shard]:
+    """The App and shard of the broker ``job_actor`` is bound to (its queue's Redis,
+    without a look-up by name); before it is bound, the installed App and its shard of
+    the actor's queue (:class:`NoAppInstalled` when none is installed)."""
+    shard = getattr(job_actor.broker, SHARD_ATTRIBUTE, None)
+    if isinstance(shard, Shard):
+        return shard.app, shard  # only an App builds shards
+    app = current_app()
+    return app, app.shard(job_actor.queue)
 
 
 def get_spec(name: str) -> QueueSpec:

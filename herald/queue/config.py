@@ -9,6 +9,8 @@ The library reads no environment and no application settings; an application bui
 from __future__ import annotations
 
 import dataclasses
+import types
+from collections.abc import Mapping
 from typing import Literal
 
 import redis
@@ -17,6 +19,31 @@ import redis
 DEFAULT_RABBITMQ_URL = "amqp://guest:guest@localhost:5672/%2F"
 #: The key prefix of every Redis key the library writes, when none is given.
 DEFAULT_PREFIX = "herald"
+#: The name of the shard that holds every queue no :class:`ShardConfig` names.
+DEFAULT_SHARD = "default"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ShardConfig:
+    """A Redis of its own for some queues (docs/queue.md#shards): their jobs, ledger and
+    broker live there. Give exactly one of ``redis_url`` or ``redis_client``."""
+
+    redis_url: str = ""
+    redis_client: redis.Redis | None = dataclasses.field(default=None, compare=False)
+    #: The queues this Redis holds (at least one; each in at most one shard).
+    queues: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "queues", tuple(self.queues))  # a list given stays put
+
+    def problems(self) -> list[str]:
+        """What is wrong with this shard on its own (empty when nothing is)."""
+        problems = []
+        if bool(self.redis_url) == (self.redis_client is not None):
+            problems.append("needs exactly one of redis_url or redis_client")
+        if not self.queues:
+            problems.append("names no queue")
+        return problems
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -39,6 +66,10 @@ class QueueConfig:
     prefix: str = DEFAULT_PREFIX
     #: Keyword arguments for the Redis clients the library makes (``ssl_ca_certs``...).
     redis_options: tuple[tuple[str, object], ...] = ()
+    #: Shards by name: each names queues that live on a Redis of their own; every other
+    #: queue lives on the Redis above (docs/queue.md#shards). Not hashed: a mapping has
+    #: no hash.
+    shards: Mapping[str, ShardConfig] = dataclasses.field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         given = [bool(self.redis_url), self.redis_client is not None, bool(self.sentinel_hosts)]
@@ -51,6 +82,39 @@ class QueueConfig:
         if not self.prefix or ":" in self.prefix:
             raise ValueError("QueueConfig.prefix must be non-empty, without ':'")
         object.__setattr__(self, "sentinel_hosts", tuple(tuple(h) for h in self.sentinel_hosts))
+        problems = self._shard_problems()
+        if problems:
+            raise ValueError("QueueConfig.shards: " + "; ".join(problems))
+        # a copy nobody can change: the config stays what was built
+        object.__setattr__(self, "shards", types.MappingProxyType(dict(self.shards)))
+
+    def _shard_problems(self) -> list[str]:
+        if not self.shards:
+            return []
+        if self.external_broker:
+            return ["shards need the Redis broker (broker='redis')"]
+        problems: list[str] = []
+        owner: dict[str, str] = {}
+        for name, shard in self.shards.items():
+            if not name or name == DEFAULT_SHARD or any(c in name for c in " :;,="):
+                problems.append(f"shard name {name!r} must be non-empty, not "
+                                f"{DEFAULT_SHARD!r}, without spaces or ':;,='")
+            problems += [f"shard {name!r} {problem}" for problem in shard.problems()]
+            for queue in shard.queues:
+                if queue in owner:
+                    problems.append(f"queue {queue!r} is in shards {owner[queue]!r} and {name!r}")
+                owner.setdefault(queue, name)
+        return problems
+
+    def shard_config(self, name: str) -> QueueConfig:
+        """The config of shard ``name``'s Redis (its own URL or client, this config's
+        prefix, broker and client options); this config itself for :data:`DEFAULT_SHARD`."""
+        if name == DEFAULT_SHARD:
+            return self
+        shard = self.shards[name]
+        return dataclasses.replace(self, redis_url=shard.redis_url,
+                                   redis_client=shard.redis_client, sentinel_hosts=(),
+                                   shards={})
 
     @property
     def external_broker(self) -> bool:

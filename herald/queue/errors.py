@@ -47,6 +47,11 @@ class NoAppInstalled(HeraldError, RuntimeError):
     """A call that needs the process's queue wiring, made before any App was installed."""
 
 
+class MixedShards(HeraldError, ValueError):
+    """Queues asked to run in one worker process live on more than one shard
+    (docs/queue.md#shards)."""
+
+
 class Permanent(Exception):
     """Fail the job at once: no further attempt could succeed (BullMQ's UnrecoverableError)."""
 

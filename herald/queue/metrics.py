@@ -46,10 +46,11 @@ class Durations:
 
 
 class LedgerCollector(Collector):
-    """Reads the ledger's counters and counts of the queues ``names()`` lists (every
-    queue of the App) at scrape time."""
+    """Reads the ledger counters and counts of the queues ``names()`` lists (every queue
+    of the App) at scrape time, each from ``queries(queue)``: its shard's ledger."""
 
-    def __init__(self, queries: LedgerQueries, names: Callable[[], Iterable[str]]) -> None:
+    def __init__(self, queries: Callable[[str], LedgerQueries],
+                 names: Callable[[], Iterable[str]]) -> None:
         self.queries = queries
         self.names = names
 
@@ -72,8 +73,8 @@ class LedgerCollector(Collector):
         (and a warning) when Redis does not answer."""
         jobs_total, dedup_total, depth = self._families()
         try:
-            queries = self.queries
             for queue in self.names():
+                queries = self.queries(queue)
                 counters = queries.metrics(queue)
                 for outcome in OUTCOMES:
                     jobs_total.add_metric([queue, outcome], counters.get(outcome, 0))

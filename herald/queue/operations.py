@@ -19,9 +19,11 @@ class Queue:
         self.spec = spec
         self.name = spec.name
         self.app = app
-        self.ledger = app.ledger
-        self.queries = app.queries
-        self.admin = app.admin
+        #: the Redis that holds this queue (docs/queue.md#shards)
+        self.shard = app.shard(spec.name)
+        self.ledger = self.shard.ledger
+        self.queries = self.shard.queries
+        self.admin = self.shard.admin
 
     def counts(self) -> dict[str, int]:
         """Jobs per state: waiting, active, delayed, completed, failed, paused."""
@@ -78,7 +80,7 @@ class Queue:
             token = new_token()
             if not self.admin.retry(self.name, job_id, token):
                 return False
-            publish(self.app.broker, self.name, job.actor, job.payload, job_id=job_id,
+            publish(self.shard.broker, self.name, job.actor, job.payload, job_id=job_id,
                     token=token, priority=job.priority)
             return True
         return self.admin.retry(self.name, job_id)
@@ -131,7 +133,7 @@ class Queue:
             return
         rows = self.admin.reissue_waiting(self.name, new_token())
         self.admin.set_paused(self.name, False)
-        broker = self.app.broker
+        broker = self.shard.broker
         for job_id, actor_name, data, priority, token in rows:
             publish(broker, self.name, actor_name, json.loads(data), job_id=job_id,
                      token=token, priority=priority)
@@ -159,14 +161,21 @@ class Queue:
 
 def find_jobs(id_prefix: str, limit: int = 50) -> list[Job]:
     """Jobs of every registry queue whose id starts with ``id_prefix``, exact ids first
-    (one pass over the keyspace, not one per queue: an operator's search)."""
-    queries = current_app().queries
-    names = [spec.name for spec in current_app().specs()]
-    # the exact ids are looked up, not left to the scan: it stops at the limit
-    exact = [job for name in names if (job := queries.get(name, id_prefix)) is not None]
-    refs = queries.find_job_refs(id_prefix, set(names), limit=limit)
-    more = [job for name, job_id in refs if job_id != id_prefix
-            and (job := queries.get(name, job_id)) is not None]
+    (one pass over each shard's keyspace, not one per queue: an operator's search)."""
+    app = current_app()
+    by_shard: dict[str, list[str]] = {}
+    for spec in app.specs():
+        by_shard.setdefault(app.shard(spec.name).name, []).append(spec.name)
+    exact: list[Job] = []
+    more: list[Job] = []
+    for shard_name, names in by_shard.items():
+        queries = app.shards[shard_name].queries
+        # the exact ids are looked up, not left to the scan: it stops at the limit
+        exact += [job for name in names if (job := queries.get(name, id_prefix)) is not None]
+        refs = queries.find_job_refs(id_prefix, set(names), limit=limit)
+        more += [job for name, job_id in refs if job_id != id_prefix
+                 and (job := queries.get(name, job_id)) is not None]
+    more.sort(key=lambda job: (job.queue, job.id))  # each shard's scan came sorted
     return (exact + more)[:limit]
 
 

@@ -20,7 +20,7 @@ from typing import Any, Protocol, cast
 import dramatiq
 from pydantic import BaseModel
 
-from herald.queue.app import App, app_of
+from herald.queue.app import App, shard_of
 from herald.queue.broker import message_for
 from herald.queue.errors import InvalidPayload
 from herald.queue.job_actor import JobActor
@@ -33,6 +33,7 @@ from herald.queue.ledger import (
     new_token,
 )
 from herald.queue.registry import NORMAL_PRIORITY, PRIORITY_RANGE, group_key_problem, job_options
+from herald.queue.shards import Shard
 
 log = logging.getLogger(__name__)
 
@@ -87,14 +88,15 @@ def _check_target(target: object) -> None:
         raise TypeError(f"enqueue takes a registry's actor, not {type(target).__name__}")
 
 
-def _submit(app: App, per_actor: Sequence[tuple[JobActor[Any], Sequence[NewJob]]],
+def _submit(app: App, shard: Shard,
+            per_actor: Sequence[tuple[JobActor[Any], Sequence[NewJob]]],
             ) -> list[list[AddResult]]:
-    """Add lists of validated jobs (one actor each) in one round trip; on RabbitMQ, then
-    publish the messages of those added, retried or replayed, and of those duplicated that
-    were waiting or delayed (their message may never have gone out: a publish that failed
-    after the add)."""
-    broker = app.broker
-    results = app.ledger.add_many_queues([(target.queue, jobs) for target, jobs in per_actor])
+    """Add lists of validated jobs (one actor each, every queue on ``shard``) in one round
+    trip; on RabbitMQ, then publish the messages of those added, retried or replayed, and
+    of those duplicated that were waiting or delayed (their message may never have gone
+    out: a publish that failed after the add)."""
+    broker = shard.broker
+    results = shard.ledger.add_many_queues([(target.queue, jobs) for target, jobs in per_actor])
     external = app.config.external_broker
     now = app.time.now_ms()
     for (target, jobs), actor_results in zip(per_actor, results, strict=True):
@@ -150,12 +152,13 @@ def enqueue(target: JobActor[Any], payload: dict[str, Any] | BaseModel, *,
     at once, across every process (docs/queue.md#groups).
     """
     _check_target(target)
-    app = app_of(target.broker)
+    # the shard of the broker the actor is bound to: its queue's Redis, without a look-up
+    app, shard = shard_of(target)
     token = new_token() if app.config.external_broker else ""
     job = _new_job(app, target, payload, job_id=job_id, priority=priority, delay=delay, at=at,
                    dedup_id=dedup_id, retry_failed=retry_failed,
                    replay_completed=replay_completed, group=group, token=token)
-    result = _submit(app, [(target, [job])])[0][0]
+    result = _submit(app, shard, [(target, [job])])[0][0]
     return EnqueueResult(status=result.status.value, job_id=result.job_id)
 
 
@@ -173,7 +176,8 @@ def enqueue_many(target: JobActor[Any],
 def enqueue_many_actors(per_actor: Sequence[tuple[JobActor[Any], Iterable[Any]]], *,
                         chunk_size: int = ADD_CHUNK) -> list[list[EnqueueResult]]:
     """Add the jobs of several actors (queues) together: one round trip for up to
-    ``chunk_size`` jobs, however many queues they go to; results per actor, in order.
+    ``chunk_size`` jobs, however many queues they go to, per shard (docs/queue.md#shards);
+    results per actor, in order.
 
     Each entry is ``(actor, items)`` with items as :func:`enqueue_many` takes them. Every
     payload is validated before anything is written.
@@ -182,7 +186,8 @@ def enqueue_many_actors(per_actor: Sequence[tuple[JobActor[Any], Iterable[Any]]]
         return []
     for target, _ in per_actor:
         _check_target(target)
-    app = app_of(per_actor[0][0].broker)
+    placed = [shard_of(target) for target, _ in per_actor]
+    app, shards = placed[0][0], [shard for _, shard in placed]
     external = app.config.external_broker
     validated: list[tuple[JobActor[Any], list[NewJob]]] = []
     for target, items in per_actor:
@@ -194,15 +199,20 @@ def enqueue_many_actors(per_actor: Sequence[tuple[JobActor[Any], Iterable[Any]]]
                                  options=shared, **options))
         validated.append((target, jobs))
     results: list[list[EnqueueResult]] = [[] for _ in validated]
-    # chunks of the jobs in order, whatever their actor; each chunk is one round trip
-    flat = [(index, job) for index, (_, jobs) in enumerate(validated) for job in jobs]
-    for start in range(0, len(flat), chunk_size):
-        runs = [(index, [job for _, job in run]) for index, run in
-                itertools.groupby(flat[start:start + chunk_size], key=operator.itemgetter(0))]
-        added = _submit(app, [(validated[index][0], jobs) for index, jobs in runs])
-        for (index, _), added_jobs in zip(runs, added, strict=True):
-            results[index] += [EnqueueResult(status=r.status.value, job_id=r.job_id)
-                               for r in added_jobs]
+    # each shard's actors in order (one shard unless the App has shards)
+    by_shard: dict[str, tuple[Shard, list[int]]] = {}
+    for index, shard in enumerate(shards):
+        by_shard.setdefault(shard.name, (shard, []))[1].append(index)
+    for shard, indices in by_shard.values():
+        # chunks of the jobs in order, whatever their actor; each chunk is one round trip
+        flat = [(index, job) for index in indices for job in validated[index][1]]
+        for start in range(0, len(flat), chunk_size):
+            runs = [(index, [job for _, job in run]) for index, run in itertools.groupby(
+                flat[start:start + chunk_size], key=operator.itemgetter(0))]
+            added = _submit(app, shard, [(validated[index][0], jobs) for index, jobs in runs])
+            for (index, _), added_jobs in zip(runs, added, strict=True):
+                results[index] += [EnqueueResult(status=r.status.value, job_id=r.job_id)
+                                   for r in added_jobs]
     return results
 
 

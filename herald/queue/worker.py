@@ -37,6 +37,7 @@ import dramatiq
 from herald.queue.app import App, current_app
 from herald.queue.capsules import Capsule, OnFailure, plan_capsules, starting
 from herald.queue.dramatiq_internals import drop_worker_middleware, install_deadline_join
+from herald.queue.errors import MixedShards
 from herald.queue.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -110,12 +111,14 @@ class Stoppable(Protocol):
 
 
 class QueueWorker:
-    """A started Dramatiq worker over some queues of the installed App's broker."""
+    """A started Dramatiq worker over some queues of the installed App, all on one shard
+    (:class:`~herald.queue.errors.MixedShards` otherwise), on that shard's broker."""
 
     def __init__(self, queues: Sequence[str]) -> None:
         self.queues = queues_or_all(queues)
         self.app = current_app()
-        self.broker = self.app.broker
+        self.shard = self.app.shard_of_queues(self.queues)
+        self.broker = self.shard.broker
         for queue in self.queues:
             self.broker.declare_queue(queue)
         threads = sum(self.app.spec(queue).concurrency for queue in self.queues)
@@ -127,7 +130,7 @@ class QueueWorker:
         """Apply each queue's retention (a lowered limit takes effect now, not at the
         queue's next terminal event: docs/queue.md#retention), then start consuming;
         returns at once."""
-        admin = self.app.admin
+        admin = self.shard.admin
         for queue in self.queues:
             try:
                 admin.prune(self.app.spec(queue))
@@ -189,10 +192,12 @@ class _CapsuleRun:
 
 class WorkerProcess:
     """The queues of one process, in their capsules (:func:`plan_capsules` over the
-    declared capsules)."""
+    declared capsules), all on one shard: :class:`~herald.queue.errors.MixedShards`, naming
+    the shards, otherwise (docs/queue.md#shards)."""
 
     def __init__(self, queues: Sequence[str] | None = None) -> None:
         self.queues = queues_or_all(queues)
+        current_app().shard_of_queues(self.queues)  # refuse a mix before any capsule starts
         self.runs = [_CapsuleRun(capsule, QueueWorker(mine) if mine else None)
                      for capsule, mine in plan_capsules(self.queues, current_app().capsules())]
 
@@ -313,7 +318,12 @@ def run_worker_process(queues: Sequence[str], *, imports: Sequence[str] = (),
     app = current_app()
     for registry in import_modules(imports):  # their declarations join the App's
         app.include(registry)
-    process = WorkerProcess(queues)
+    try:
+        process = WorkerProcess(queues)
+    except MixedShards as mixed:
+        log.error("worker not started: %s", mixed)
+        close_producers(app)
+        return STARTUP_FAILED
     stopping = _stop_on_signals()
     server = health(process.readiness) if health is not None else None
     code = 0
