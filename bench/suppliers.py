@@ -16,7 +16,8 @@ backorder-reroute); Sysco's uploads run one at a time across them
 10 orders go through before the clock starts; the clock stops when no dispatch is pending.
 Each of ``--repeat`` rounds measures the machine (``bench.machine``) first. Reported: orders/s
 and dispatches/s, the CPU ms per dispatch of each process group (workers, producer,
-supplier servers, PostgreSQL and Redis when the bench started them), then the database
+supplier servers, PostgreSQL and Redis when the bench started them), how long a Sysco job
+ran and how long the next one waited to start after it, then the database
 statements and CPU ms of one placement and of one dispatch of each type, in process, one
 at a time. Appends to ``bench/results.md``. The defaults keep a run under a minute.
 """
@@ -24,6 +25,7 @@ at a time. Appends to ``bench/results.md``. The defaults keep a run under a minu
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -32,6 +34,7 @@ import sys
 import tempfile
 import time
 import uuid
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -140,10 +143,26 @@ def _settle(orders: int, items: list[str]) -> None:
         time.sleep(0.05)
 
 
+def sysco_timeline(since: datetime) -> dict[str, float]:
+    """Of the Sysco jobs that ran since ``since`` (one at a time, their group's limit): the
+    median ms one ran, and the median ms between one's end and the next one's start."""
+    from herald.queue import queue
+
+    jobs = sorted((job for job in queue(QUEUES[0]).jobs("completed", per_page=1000)
+                   if job.group == "sysco" and job.processed_at and job.finished_at
+                   and job.processed_at >= since), key=lambda job: job.processed_at)
+    runs = [(job.finished_at - job.processed_at).total_seconds() for job in jobs]
+    gaps = [(after.processed_at - before.finished_at).total_seconds()
+            for before, after in itertools.pairwise(jobs)]
+    return {"Sysco upload job, median ms it ran": 1000 * statistics.median(runs),
+            "Sysco upload job, median ms from one's end to the next one's start":
+                1000 * statistics.median(gaps)}
+
+
 def run_once(orders: int, processes: int, items: list[str], started: list,
              suppliers: subprocess.Popen[str]) -> tuple[float, dict[str, float]]:
     """Orders/s with ``processes`` worker processes, the CPU ms per dispatch of each
-    process group, and the workers' peak RSS."""
+    process group, the workers' peak RSS, and the Sysco jobs' timeline."""
     workers = [subprocess.Popen(
         [sys.executable, "-m", "herald.cli", "worker", *QUEUES], cwd=REPO,
         env={**os.environ, "WORKER_PORT": "0", "LOG_LEVEL": "WARNING"},
@@ -151,6 +170,7 @@ def run_once(orders: int, processes: int, items: list[str], started: list,
     try:
         _settle(WARM_UP_ORDERS, items)  # the workers boot and connect before the clock
         servers_before = _cpu_s(suppliers.pid)
+        since = datetime.now(UTC)
         with CpuMeter([worker.pid for worker in workers], started) as meter:
             clock = time.perf_counter()
             _settle(orders, items)
@@ -160,7 +180,7 @@ def run_once(orders: int, processes: int, items: list[str], started: list,
         costs["supplier servers (SFTP + SMTP)"] = (
             1000 * (_cpu_s(suppliers.pid) - servers_before) / dispatches)
         costs["peak RSS per worker process, MB"] = max(_peak_rss_mb(w.pid) for w in workers)
-        return orders / elapsed, costs
+        return orders / elapsed, costs | sysco_timeline(since)
     finally:
         for worker in workers:
             worker.terminate()
@@ -232,7 +252,8 @@ def main() -> None:
                 rate, costs = run_once(args.orders, args.processes, items, started, suppliers)
                 rates.append(rate)
                 for group, value in costs.items():
-                    label = group if group.startswith("peak") else f"CPU ms per dispatch, {group}"
+                    label = (group if group.startswith(("peak", "Sysco"))
+                             else f"CPU ms per dispatch, {group}")
                     spent.setdefault(label, []).append(value)
             steps = per_unit_costs(items)
         finally:

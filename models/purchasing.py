@@ -613,6 +613,9 @@ def place_purchase_order(session: Session, new: NewPurchaseOrder) -> PurchaseOrd
     session.flush()
     for dispatch, lines in dispatches:
         link_lines(session, dispatch.id, [line.id for line in lines])
+    # the entries after every link: each link's INSERT flushes what is pending, and added
+    # here they go in with one INSERT at the end rather than one apiece
+    for dispatch, lines in dispatches:
         job = _job_of(order, dispatch, [
             (line, preferred[line.catalog_item_id][2], preferred[line.catalog_item_id][0])
             for line in sorted(lines, key=lambda line: (line.created_at, line.id))])
