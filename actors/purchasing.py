@@ -48,9 +48,10 @@ from models.purchasing import (
     dispatch_job,
     dispatch_lines,
     find_placed_order,
+    order_outbox,
     place_purchase_order,
 )
-from models.supplier_jobs import dispatch_dedup_id, reroute_suffix
+from models.supplier_jobs import SupplierDispatchJob, dispatch_dedup_id, reroute_suffix
 from providers.suppliers import SupplierType
 from providers.x12 import problem_850
 
@@ -120,13 +121,10 @@ def place_and_relay(new: NewPurchaseOrder) -> Placement:
             if existing is not None:
                 return Placement(existing, created=False)
             order = place_purchase_order(session, new)
-            refuse_unwritable_850(session, order)
+            entries = order_outbox(session, order.id)
+            refuse_unwritable_850(order, entries)
             order_id = order.id
-            entry_ids = list(session.exec(
-                select(DispatchOutbox.id).join(
-                    SupplierDispatch,
-                    col(SupplierDispatch.id) == col(DispatchOutbox.dispatch_id))
-                .where(SupplierDispatch.order_id == order_id)))
+            entry_ids = [entry.id for entry in entries]
     except IntegrityError:
         # a concurrent placement of the same number committed first (the unique index
         # decided): answer with its order, or refuse other lines
@@ -143,18 +141,19 @@ def place_and_relay(new: NewPurchaseOrder) -> Placement:
     return Placement(order_id, created=True)
 
 
-def refuse_unwritable_850(session: Session, order: PurchaseOrder) -> None:
-    """Raise PlacementError when a Sysco dispatch of ``order`` could not be written as an
-    X12 850 (an order number with ``*``, a unit with no X12 code…): the writer's own
-    verdict (:func:`providers.x12.problem_850`) on the very document the dispatch would
-    send, asked at placement rather than met as a permanent failure in the worker."""
-    sysco = session.exec(select(SupplierDispatch).where(
-        SupplierDispatch.order_id == order.id,
-        SupplierDispatch.supplier_type == SupplierType.SYSCO.value)).all()
-    for dispatch in sysco:
-        problem = problem_850(document_of(dispatch_job(session, dispatch.id), order))
+def refuse_unwritable_850(order: PurchaseOrder, entries: Iterable[DispatchOutbox]) -> None:
+    """Raise PlacementError when a Sysco dispatch of ``order`` (its outbox ``entries``)
+    could not be written as an X12 850 (an order number with ``*``, a unit with no X12
+    code…): the writer's own verdict (:func:`providers.x12.problem_850`) on the very
+    document the dispatch would send (its job, as the outbox holds it), asked at
+    placement rather than met as a permanent failure in the worker."""
+    for entry in entries:
+        if entry.payload.get("supplierType") != SupplierType.SYSCO.value:
+            continue
+        job = SupplierDispatchJob.model_validate(entry.payload)
+        problem = problem_850(document_of(job, order))
         if problem is not None:
-            raise PlacementError(f"supplier {dispatch.supplier_id} (sysco) cannot be sent "
+            raise PlacementError(f"supplier {job.supplier_id} (sysco) cannot be sent "
                                  f"this order as X12: {problem}")
 
 

@@ -21,7 +21,6 @@ import time
 from typing import Any
 
 from prometheus_client import Counter, Histogram
-from sqlmodel import Session
 
 from actors import queues as _queues  # noqa: F401  (declares the queue)
 from actors.email_retry import send_admin_alert
@@ -46,7 +45,8 @@ from models.purchasing import (
     Supplier,
     SupplierDispatch,
     append_event,
-    dispatch_lines,
+    dispatch_line_ids,
+    dispatch_with_parties,
     record_host_key,
     roll_up_order,
     set_line_status,
@@ -96,14 +96,14 @@ def dispatch_to_supplier(job: SupplierDispatchJob) -> dict[str, Any]:
     the operator; a transient one is retried by the queue."""
     dispatch_id = str(job.dispatch_id)
     attempt = attempts_made() + 1
-    dispatch = _load_dispatch(dispatch_id, job.supplier_type)
+    dispatch, order, supplier = _load_dispatch(dispatch_id, job.supplier_type)
     if dispatch.status in TRANSMITTED:
         log.info("dispatch already submitted: skipped",
                  extra={"queue": QUEUE, "dispatch_id": dispatch_id, "status": dispatch.status})
         return {"dispatchId": dispatch_id, "skipped": True, "reason": "already_submitted"}
     started = time.monotonic()
     try:
-        target = _target(job, dispatch)
+        target = _target(job, dispatch, order, supplier)
         transmission = transmit(
             document_of(job, target.order), target.supplier, settings=get_settings(),
             redis_client=current_app().client,
@@ -119,23 +119,22 @@ def dispatch_to_supplier(job: SupplierDispatchJob) -> dict[str, Any]:
             "attempt": attempt, "recorded": submitted}
 
 
-def _load_dispatch(dispatch_id: str, supplier_type: str) -> SupplierDispatch:
-    """The dispatch row; Permanent when there is none (nothing to send, nothing to mark)."""
+def _load_dispatch(dispatch_id: str, supplier_type: str
+                   ) -> tuple[SupplierDispatch, PurchaseOrder, Supplier | None]:
+    """The dispatch row with its order and supplier, read at once (one statement); Permanent
+    when there is no such dispatch (nothing to send, nothing to mark)."""
     with db.session() as session:
-        dispatch = session.get(SupplierDispatch, dispatch_id)
-    if dispatch is None:
+        found = dispatch_with_parties(session, dispatch_id)
+    if found is None:
         DISPATCH_FAILURES.labels(supplier_type=supplier_type, kind="permanent").inc()
         raise Permanent(f"supplier dispatch {dispatch_id} does not exist: nothing to dispatch")
-    return dispatch
+    return found
 
 
-def _target(job: SupplierDispatchJob, dispatch: SupplierDispatch) -> _Target:
+def _target(job: SupplierDispatchJob, dispatch: SupplierDispatch, order: PurchaseOrder,
+            supplier: Supplier | None) -> _Target:
     """The order and the supplier to transmit to; SupplierConfigError (permanent) when
     the supplier is missing, inactive, or not of the job's type."""
-    with db.session() as session:
-        order = session.get(PurchaseOrder, dispatch.order_id)
-        supplier = session.get(Supplier, dispatch.supplier_id)
-    assert order is not None  # a foreign key
     if supplier is None:
         raise SupplierConfigError(f"supplier {dispatch.supplier_id} does not exist")
     if not supplier.active:
@@ -182,7 +181,7 @@ def mark_submitted(job: SupplierDispatchJob, attempt: int, transmission: Transmi
             reference=transmission.reference, submitted_at=utcnow(), attempt=attempt,
             failure_reason=None)
         if changed:
-            set_line_status(session, _line_ids(session, dispatch_id), to=LineStatus.SUBMITTED,
+            set_line_status(session, dispatch_line_ids(dispatch_id), to=LineStatus.SUBMITTED,
                             expect={LineStatus.PENDING})
     if not changed:
         log.warning("dispatch transmitted but no longer pending: not recorded again",
@@ -226,7 +225,7 @@ def mark_failed(job: SupplierDispatchJob, attempt: int, reason: str) -> bool:
             session, dispatch_id, to=DispatchStatus.FAILED, expect={DispatchStatus.PENDING},
             attempt=attempt, failure_reason=reason)
         if changed:
-            set_line_status(session, _line_ids(session, dispatch_id),
+            set_line_status(session, dispatch_line_ids(dispatch_id),
                             to=LineStatus.DISPATCH_FAILED, expect=_AWAITING)
     if not changed:
         return False
@@ -237,10 +236,6 @@ def mark_failed(job: SupplierDispatchJob, attempt: int, reason: str) -> bool:
                                         "attempt": attempt})
     _alert(job, attempt, reason)
     return True
-
-
-def _line_ids(session: Session, dispatch_id: str) -> list[str]:
-    return [line.id for line in dispatch_lines(session, dispatch_id)]
 
 
 def _audit(job: SupplierDispatchJob, type: EventType, payload: dict[str, Any]) -> None:

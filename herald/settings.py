@@ -117,6 +117,10 @@ class Settings(BaseSettings):
     #: Seconds a pending dispatch may wait with no live job before the stale-dispatch
     #: sweep enqueues it again.
     dispatch_stale_after_s: int = Field(default=600, ge=1)
+    #: Seconds one SFTP operation (an upload, a rename, a listing, a read) may take before
+    #: its session is aborted; well under the supplier-dispatch lock, so a cut-off upload
+    #: has given up before another worker restarts its run (docs/failure-modes.md#partition).
+    sftp_operation_timeout_s: float = Field(default=30.0, gt=0)
     #: The X12 interchange's sender and receiver ids (ISA06 / ISA08) and usage indicator
     #: (ISA15: ``P`` production, ``T`` test).
     x12_sender_id: str = "HERALD"

@@ -25,6 +25,7 @@ from sqlalchemy import (
     ColumnElement,
     Index,
     Numeric,
+    Select,
     UniqueConstraint,
     func,
     select,
@@ -326,19 +327,24 @@ def transition_dispatch(session: Session, dispatch_id: str, *, to: DispatchStatu
     return bool(result.rowcount)
 
 
-def set_line_status(session: Session, line_ids: Iterable[str], *, to: LineStatus,
-                    expect: Collection[LineStatus] | None = None, **columns: Any) -> int:
+def set_line_status(session: Session, line_ids: Iterable[str] | Select[tuple[str]], *,
+                    to: LineStatus, expect: Collection[LineStatus] | None = None,
+                    **columns: Any) -> int:
     """Set the lines' status to ``to`` (only those whose status is one of ``expect``,
     when given); ``columns`` (``dispatch_id``, ``supplier_id``) are written with it.
-    Entering ``backordered`` or ``rerouted`` writes each changed line's webhook messages
-    (:data:`LINE_EVENTS`) in the caller's transaction, handed to the relay after it
-    commits. Does not commit; returns how many lines changed."""
-    ids = list(line_ids)
-    if not ids:
-        return 0
+    ``line_ids`` are ids, or a query of them (:func:`dispatch_line_ids`) that the UPDATE
+    runs as its subquery. Entering ``backordered`` or ``rerouted`` writes each changed
+    line's webhook messages (:data:`LINE_EVENTS`) in the caller's transaction, handed to
+    the relay after it commits. Does not commit; returns how many lines changed."""
     if not set(columns) <= {"dispatch_id", "supplier_id"}:
         raise ValueError(f"set_line_status cannot write {sorted(columns)}")
-    condition: ColumnElement[bool] = _lines.c.id.in_(ids)
+    if isinstance(line_ids, Select):
+        condition: ColumnElement[bool] = _lines.c.id.in_(line_ids)
+    else:
+        ids = list(line_ids)
+        if not ids:
+            return 0
+        condition = _lines.c.id.in_(ids)
     if expect is not None:
         condition = condition & _lines.c.status.in_([state.value for state in expect])
     statement = (update(_lines).where(condition)
@@ -429,6 +435,12 @@ def link_lines(session: Session, dispatch_id: str, line_ids: Iterable[str]) -> N
         session.execute(_links.insert(), rows)
 
 
+def dispatch_line_ids(dispatch_id: str) -> Select[tuple[str]]:
+    """The ids of the lines a dispatch carries, as a query to run inside a statement
+    (:func:`set_line_status`), rather than read first in a round trip of its own."""
+    return select(_links.c.line_id).where(_links.c.dispatch_id == dispatch_id)
+
+
 def dispatch_lines(session: Session, dispatch_id: str) -> list[PurchaseOrderLine]:
     """The lines a dispatch carries, in the order they were placed."""
     return list(session.exec(
@@ -436,6 +448,14 @@ def dispatch_lines(session: Session, dispatch_id: str) -> list[PurchaseOrderLine
         .join(DispatchLine, col(DispatchLine.line_id) == col(PurchaseOrderLine.id))
         .where(col(DispatchLine.dispatch_id) == dispatch_id)
         .order_by(col(PurchaseOrderLine.created_at), col(PurchaseOrderLine.id))))
+
+
+def order_outbox(session: Session, order_id: str) -> list[DispatchOutbox]:
+    """The outbox entries of an order's dispatches (relayed or not), in one statement."""
+    return list(session.exec(
+        sqlmodel_select(DispatchOutbox)
+        .join(SupplierDispatch, col(SupplierDispatch.id) == col(DispatchOutbox.dispatch_id))
+        .where(col(SupplierDispatch.order_id) == order_id)))
 
 
 def add_outbox(session: Session, dispatch_id: str, payload: dict[str, Any],
@@ -564,7 +584,8 @@ def place_purchase_order(session: Session, new: NewPurchaseOrder) -> PurchaseOrd
 
     Every job payload is validated (:class:`~models.supplier_jobs.SupplierDispatchJob`)
     before the flush; :class:`PlacementError` or a pydantic ``ValidationError`` leaves
-    the session to be rolled back. Does not commit.
+    the session to be rolled back. The jobs are built from the rows as written, in memory
+    (the job :func:`dispatch_job` would read back). Does not commit.
     """
     preferred = _preferred_mappings(session, [line.catalog_item_id for line in new.lines])
     order = PurchaseOrder(order_number=new.order_number, restaurant_id=new.restaurant_id,
@@ -580,7 +601,7 @@ def place_purchase_order(session: Session, new: NewPurchaseOrder) -> PurchaseOrd
         by_supplier.setdefault(supplier.id, []).append(line)
     dispatches = []
     for supplier_id, lines in by_supplier.items():
-        supplier = next(s for _, s in preferred.values() if s.id == supplier_id)
+        supplier = next(s for _, s, _ in preferred.values() if s.id == supplier_id)
         dispatch = SupplierDispatch(order_id=order.id, supplier_id=supplier.id,
                                     supplier_type=supplier.type)
         for line in lines:
@@ -592,7 +613,12 @@ def place_purchase_order(session: Session, new: NewPurchaseOrder) -> PurchaseOrd
     session.flush()
     for dispatch, lines in dispatches:
         link_lines(session, dispatch.id, [line.id for line in lines])
-        job = dispatch_job(session, dispatch.id)
+    # the entries after every link: each link's INSERT flushes what is pending, and added
+    # here they go in with one INSERT at the end rather than one apiece
+    for dispatch, lines in dispatches:
+        job = _job_of(order, dispatch, [
+            (line, preferred[line.catalog_item_id][2], preferred[line.catalog_item_id][0])
+            for line in sorted(lines, key=lambda line: (line.created_at, line.id))])
         add_outbox(session, dispatch.id, job.model_dump(mode="json"),
                    dispatch_dedup_id(order.id, dispatch.supplier_type))
     session.flush()
@@ -600,17 +626,17 @@ def place_purchase_order(session: Session, new: NewPurchaseOrder) -> PurchaseOrd
 
 
 def _preferred_mappings(session: Session, item_ids: Sequence[str],
-                        ) -> dict[str, tuple[SupplierMapping, Supplier]]:
-    """Each item's preferred mapping and its supplier; PlacementError naming what is
-    missing."""
+                        ) -> dict[str, tuple[SupplierMapping, Supplier, CatalogItem]]:
+    """Each item's preferred mapping, its supplier and the item; PlacementError naming what
+    is missing."""
     rows = session.exec(
         sqlmodel_select(SupplierMapping, Supplier)
         .join(Supplier, col(Supplier.id) == col(SupplierMapping.supplier_id))
         .where(col(SupplierMapping.catalog_item_id).in_(set(item_ids)),
                col(SupplierMapping.preferred).is_(True))).all()
     found = {mapping.catalog_item_id: (mapping, supplier) for mapping, supplier in rows}
-    known = set(session.exec(sqlmodel_select(CatalogItem.id)
-                             .where(col(CatalogItem.id).in_(set(item_ids)))).all())
+    known = {item.id: item for item in session.exec(
+        sqlmodel_select(CatalogItem).where(col(CatalogItem.id).in_(set(item_ids))))}
     problems = []
     for item_id in dict.fromkeys(item_ids):
         if item_id not in known:
@@ -621,7 +647,7 @@ def _preferred_mappings(session: Session, item_ids: Sequence[str],
             problems.append(f"catalog item {item_id}'s preferred supplier is inactive")
     if problems:
         raise PlacementError("; ".join(problems))
-    return found
+    return {item_id: (*found[item_id], known[item_id]) for item_id in found}
 
 
 def dispatch_job(session: Session, dispatch_id: str) -> SupplierDispatchJob:
@@ -643,6 +669,14 @@ def dispatch_job(session: Session, dispatch_id: str) -> SupplierDispatchJob:
                    & (col(SupplierMapping.supplier_id) == dispatch.supplier_id))
         .where(col(DispatchLine.dispatch_id) == dispatch_id)
         .order_by(col(PurchaseOrderLine.created_at), col(PurchaseOrderLine.id))).all()
+    return _job_of(order, dispatch, rows)
+
+
+def _job_of(order: PurchaseOrder, dispatch: SupplierDispatch,
+            rows: Iterable[tuple[PurchaseOrderLine, CatalogItem, SupplierMapping | None]],
+            ) -> SupplierDispatchJob:
+    """The job of ``dispatch`` of ``order`` carrying ``rows`` (each line, its item and the
+    dispatch's supplier's mapping of it), in that order; validated."""
     items = [{"lineItemId": line.id, "catalogItemId": item.id, "name": item.name,
               "supplierSku": mapping.supplier_sku if mapping else "",
               "supplierProductCode": mapping.supplier_product_code if mapping else None,
@@ -659,6 +693,18 @@ def dispatch_job(session: Session, dispatch_id: str) -> SupplierDispatchJob:
 
 
 # --------------------------------------------------------------------- dispatch
+
+
+def dispatch_with_parties(session: Session, dispatch_id: str
+                          ) -> tuple[SupplierDispatch, PurchaseOrder, Supplier | None] | None:
+    """A dispatch with its order and its supplier (None when the supplier row is gone), in
+    one statement; None when there is no such dispatch."""
+    row = session.exec(
+        sqlmodel_select(SupplierDispatch, PurchaseOrder, Supplier)
+        .join(PurchaseOrder, col(PurchaseOrder.id) == col(SupplierDispatch.order_id))
+        .outerjoin(Supplier, col(Supplier.id) == col(SupplierDispatch.supplier_id))
+        .where(col(SupplierDispatch.id) == dispatch_id)).first()
+    return None if row is None else (row[0], row[1], row[2])
 
 
 def record_host_key(session: Session, supplier_id: str, key_line: str) -> bool:

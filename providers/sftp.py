@@ -42,11 +42,11 @@ from typing import Any, TypeVar
 
 import asyncssh
 
+from herald.settings import get_settings
 from providers.suppliers import SftpConfigError
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
-    "OPERATION_TIMEOUT_S",
     "SKIPPED_SUFFIXES",
     "SftpConfigError",
     "SftpFileTooLarge",
@@ -60,8 +60,6 @@ __all__ = [
 
 #: Seconds to connect, exchange keys and log in.
 CONNECT_TIMEOUT_S = 15.0
-#: Seconds one operation (a directory listing, an upload, a rename, a read) may take.
-OPERATION_TIMEOUT_S = 30.0
 #: Seconds the polite close of a session may take before it is abandoned.
 _CLOSE_TIMEOUT_S = 5.0
 #: Names with these endings are files still being written; a reader leaves them alone.
@@ -69,6 +67,12 @@ SKIPPED_SUFFIXES = (".tmp", ".part")
 #: The suffix an upload is written under before it is renamed into place.
 _PART_SUFFIX = ".part"
 _DIRECTORY_FIELDS = ("outbound_dir", "inbound_dir", "archive_dir")
+#: asyncssh's ciphers with AES-GCM moved first (``^``: the rest of its defaults follow,
+#: so a server without them still agrees on another). asyncssh computes ChaCha20-Poly1305,
+#: its first choice, as several cipher objects made per packet in Python; AES-GCM is one
+#: call into the AES-NI code per packet, and a third of an upload's CPU went to ChaCha
+#: (docs/suppliers.md#sftp).
+_CIPHER_PREFERENCE = "^aes128-gcm@openssh.com,aes256-gcm@openssh.com"
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -267,8 +271,13 @@ class SftpSession:
             raise TypeError(f"data must be bytes, not {type(data).__name__}")
         path = posixpath.join(directory, name)
         part = path + _PART_SUFFIX
-        self.ensure_dir(directory)
-        self._call(f"upload of {part}", lambda: self._write(part, bytes(data)))
+        # the directory is nearly always there: write first, and create it (then write
+        # again) only when the write failed, rather than asking on every upload (a
+        # makedirs is a stat and a mkdir per path component)
+        if not self._call(f"upload of {part}", lambda: self._write(part, bytes(data),
+                                                                   missing_ok=True)):
+            self.ensure_dir(directory)
+            self._call(f"upload of {part}", lambda: self._write(part, bytes(data)))
         self._call(f"rename of {part} to {name}", lambda: self._replace(part, path))
         return path
 
@@ -353,9 +362,20 @@ class SftpSession:
             raise TimeoutError
         return task.result()
 
-    async def _write(self, path: str, data: bytes) -> None:
-        async with self._client().open(path, "wb") as remote:
+    async def _write(self, path: str, data: bytes, *, missing_ok: bool = False) -> bool:
+        """Write ``data`` to ``path``; with ``missing_ok``, False instead of the error when
+        the server could not open it (its directory may be missing: any SFTP error,
+        since servers differ in the code they give; a second try after the directory
+        was made reports the real one)."""
+        try:
+            remote = await self._client().open(path, "wb")
+        except asyncssh.SFTPError:
+            if missing_ok:
+                return False
+            raise
+        async with remote:
             await remote.write(data)
+        return True
 
     async def _read(self, path: str, size: int = -1) -> bytes:
         async with self._client().open(path, "rb") as remote:
@@ -383,6 +403,7 @@ class SftpSession:
                 # (HostKeyNotVerifiable), where a failed negotiation can reach us as a
                 # lost connection instead, which would be retried as transient
                 server_host_key_algs="default",
+                encryption_algs=_CIPHER_PREFERENCE,
                 # only the password: no keys, agent or ~/.ssh/config of the worker's user
                 client_keys=None, agent_path=None, config=None,
                 connect_timeout=connect_timeout)
@@ -441,14 +462,17 @@ def _is_regular_file(attrs: asyncssh.SFTPAttrs) -> bool:
 def sftp_session(settings: SftpSettings, *, known_host_key: str | None = None,
                  on_new_host_key: Callable[[str], object] | None = None,
                  connect_timeout: float = CONNECT_TIMEOUT_S,
-                 operation_timeout: float = OPERATION_TIMEOUT_S) -> Iterator[SftpSession]:
+                 operation_timeout: float | None = None) -> Iterator[SftpSession]:
     """One SFTP session to ``settings``'s server for the body of a ``with`` block, closed
     when the block ends however it ends.
 
     The server must present ``known_host_key`` (default: ``settings.host_key``) or the
     connection fails with :class:`SftpConfigError` before anything is sent. With no key
     known, the key presented is accepted and, once the login succeeded, passed to
-    ``on_new_host_key`` as an OpenSSH line before the body runs."""
+    ``on_new_host_key`` as an OpenSSH line before the body runs. Each operation may take
+    ``operation_timeout`` seconds (default: the SFTP_OPERATION_TIMEOUT_S setting)."""
+    if operation_timeout is None:
+        operation_timeout = get_settings().sftp_operation_timeout_s
     recorded = known_host_key if known_host_key is not None else settings.host_key
     trusted_key = _parse_host_key(recorded) if recorded is not None else None
     session = SftpSession(settings, operation_timeout)

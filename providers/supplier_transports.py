@@ -91,6 +91,7 @@ def send_sysco_order(document: PurchaseOrderDocument, supplier: SupplierEndpoint
     edi = write_850(document, sender_id=settings.x12_sender_id,
                     receiver_id=settings.x12_receiver_id, control_number=control_number,
                     usage=settings.x12_usage, now=datetime.now(UTC))
-    with sftp_session(sftp, on_new_host_key=on_new_host_key) as session:
+    with sftp_session(sftp, on_new_host_key=on_new_host_key,
+                      operation_timeout=settings.sftp_operation_timeout_s) as session:
         path = session.put(sftp.outbound_dir, edi.file_name, edi.text.encode("utf-8"))
     return Transmission(reference=edi.file_name, audit={"remotePath": path, **edi.audit()})

@@ -3,9 +3,10 @@
 notification-email's job lock is 3 s (30 s in production) and a delivery's claim goes
 stale after 6 s (60 s), the same ratio, so a partition outlasts both in seconds instead
 of minutes. store-fulfillment's lock is 1 s, as in the crash tests. supplier-dispatch's
-is 48 s (120 s): still longer than an SFTP operation's timeout (30 s) plus the lock's
-extension period, so a cut-off upload has aborted before another worker restarts its run,
-as in production (docs/failure-modes.md#partition).
+is 8 s (120 s): still longer than the SFTP operation timeout the test gives these workers
+(SFTP_OPERATION_TIMEOUT_S 3 s; 30 s) plus the lock's extension period, so a cut-off upload
+has aborted before another worker restarts its run, as in production
+(docs/failure-modes.md#partition).
 """
 
 import dataclasses

@@ -5,7 +5,8 @@ Four Sysco orders wait for dispatch (Sysco's group runs one upload at a time). T
 worker host starts the first upload; the SFTP server holds its write, and the host's
 link (to Redis, PostgreSQL and the SFTP server alike) goes down. The server then lets the
 write land, but its answer never reaches the host: the upload gives up after the SFTP
-operation timeout, leaving ``name.part``. Once the run's lock ran out, the second host
+operation timeout (SFTP_OPERATION_TIMEOUT_S, short here as the job lock is), leaving
+``name.part``. Once the run's lock ran out, the second host
 restarts it under a fresh interchange number and uploads the rest. Then the link comes
 back: the cut-off host's run ends ``stale``, and it renamed nothing. A stale-dispatch
 sweep and every dispatch's job added again change nothing either: one complete file per
@@ -23,7 +24,7 @@ from actors.purchasing import sweep_stale_dispatches
 from herald.demo.sftp_server import SftpTestServer
 from herald.queue import JobState
 from models.base import utcnow
-from providers.sftp import OPERATION_TIMEOUT_S
+from tests.partition.timings import SFTP_OPERATION_TIMEOUT
 from tests.purchasing.conftest import Placed, make_item, make_supplier, place_order
 from tests.support.netns import Network
 from tests.support.purchasing.dispatching import (
@@ -39,6 +40,8 @@ pytestmark = pytest.mark.slow
 ORDERS = 4
 RUN_IGNORED = "run ignored: job no longer holds this token"
 WORKER = ("worker", "--import", "tests.partition.short_locks", "supplier-dispatch")
+#: The workers' environment: their SFTP operations give up as fast as their lock runs out.
+WORKER_ENV = {"SFTP_OPERATION_TIMEOUT_S": str(SFTP_OPERATION_TIMEOUT.total_seconds())}
 
 
 def _complete_files(sftp: SftpTestServer) -> list[str]:
@@ -56,7 +59,7 @@ def test_a_host_cut_off_mid_upload_leaves_one_file_per_dispatch(
     flour = make_item("Flour", mappings=[(sysco, "SY-FLOUR", True)])
     orders: list[Placed] = [place_order([(flour, n)], order_number=f"PO-{n}")
                             for n in range(1, ORDERS + 1)]
-    cut_off.spawn_herald(*WORKER, label="worker")
+    cut_off.spawn_herald(*WORKER, label="worker", env=WORKER_ENV)
     wait_for(lambda: cut_off.log_lines("worker", "worker started"), timeout=60, every=0.2,
              what="the first host's worker to start")
 
@@ -69,14 +72,14 @@ def test_a_host_cut_off_mid_upload_leaves_one_file_per_dispatch(
     cut_off.cut()
     cut_at = time.monotonic()
     sftp.resume_writes()
-    other.spawn_herald(*WORKER, label="worker")
+    other.spawn_herald(*WORKER, label="worker", env=WORKER_ENV)
     # the other host restarts the run once its lock ran out, and uploads every order
     wait_for(lambda: all(dispatch_row(placed.dispatch_by_supplier[sysco]).status
                          == "submitted" for placed in orders),
              timeout=120, every=0.5, what="every dispatch to be submitted")
     cut_for = time.monotonic() - cut_at
     cut_off.restore()
-    assert cut_for > OPERATION_TIMEOUT_S
+    assert cut_for > SFTP_OPERATION_TIMEOUT.total_seconds()
 
     # Then the cut-off host's run ends, refused by its run token
     wait_for(lambda: cut_off.log_lines("worker", RUN_IGNORED) >= 1, timeout=60, every=0.5,
