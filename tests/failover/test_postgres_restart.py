@@ -86,7 +86,7 @@ def test_a_postgres_restart_under_load_answers_503_and_loses_nothing(
     started = time.monotonic()
     tag = uuid.uuid4().hex[:8]
     # (a claim stale after 6 s: an outcome write the outage failed leaves the claim)
-    processes = [pipeline_worker("tests.failover.short_claims") for _ in range(2)]
+    processes = [pipeline_worker("tests.support.pipeline.short_lock") for _ in range(2)]
     processes.append(spawn_herald("clock"))
     try:
         with serving_app() as base:

@@ -26,9 +26,9 @@ from herald import settings
 from herald.db import session as db_session
 from models.notifications import FINAL_OUTCOMES, Delivery
 from providers.mock import MockProvider
-from tests.partition.timings import CLAIM_STALE_AFTER, EMAIL_LOCK
 from tests.support.netns import Network
 from tests.support.pipeline.steps import in_flight, open_deliveries
+from tests.support.pipeline.timings import CLAIM_STALE_AFTER, NOTIFICATION_LOCK
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -101,7 +101,7 @@ def test_a_partitioned_worker_host_loses_nothing_and_its_late_writes_are_refused
         cut_for = time.monotonic() - cut_at
         cut_off.restore()
         done.result(timeout=60)
-    assert cut_for > max(EMAIL_LOCK, CLAIM_STALE_AFTER).total_seconds()
+    assert cut_for > max(NOTIFICATION_LOCK, CLAIM_STALE_AFTER).total_seconds()
 
     # Then every delivery ends final
     wait_for(lambda: open_deliveries() == 0, timeout=150, every=0.5,

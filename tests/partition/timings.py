@@ -4,13 +4,9 @@ never import: it changes its process's queue table and claim staleness)."""
 
 from datetime import timedelta
 
-#: The notification-email job lock of the partitioned workers.
-EMAIL_LOCK = timedelta(seconds=3)
 #: The SFTP operation timeout of the partitioned workers (SFTP_OPERATION_TIMEOUT_S).
 SFTP_OPERATION_TIMEOUT = timedelta(seconds=3)
 #: The supplier-dispatch job lock: a run is taken over between 5.3 s and 8 s after its
 #: worker was cut off (the lock is extended every third of it), after its SFTP operation
 #: gave up (3 s), as in production (30 s under 120 s).
 DISPATCH_LOCK = timedelta(seconds=8)
-#: When their deliveries' claims go stale.
-CLAIM_STALE_AFTER = timedelta(seconds=6)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import ssl
 import threading
-import time
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,6 +38,13 @@ class Receiver:
         self.received: list[Received] = []
         self.lock = threading.Lock()
         self.url = ""
+        #: Set: answers still held (``after_s``) go out at once.
+        self.released = threading.Event()
+
+    def release(self) -> None:
+        """Answer every request held now or later at once (a test's end: the relay's
+        worker stops without waiting out its send timeout)."""
+        self.released.set()
 
     def answer(self, status: int, headers: dict[str, str] | None = None, times: int = 1,
                after_s: float = 0.0) -> None:
@@ -70,7 +76,7 @@ def running_receiver(tls: ssl.SSLContext | None = None) -> Iterator[Receiver]:
             body = self.rfile.read(int(self.headers.get("content-length", 0)))
             status, headers, after_s = receiver.record(
                 {name.lower(): value for name, value in self.headers.items()}, body)
-            time.sleep(after_s)
+            receiver.released.wait(after_s)
             self.send_response(status)
             for name, value in headers.items():
                 self.send_header(name, value)
