@@ -28,6 +28,10 @@ MASKS = range(8)
 #: A finder-like pattern with four light modules after or before it (penalty rule 3); the
 #: two are each other's mirror image, so the direction a line is read in does not matter.
 _FINDER_LIKE = ("10111010000", "00001011101")
+#: Modules as bytes (``bytes(row)`` of bools: 0 light, 1 dark) to binary digits, one
+#: translation a row rather than one step a module; and back.
+DIGITS = bytes.maketrans(b"\x00\x01", b"01")
+_BYTES = bytes.maketrans(b"01", b"\x00\x01")
 
 
 def qr_modules(text: str, error_correction: int) -> list[list[bool]]:
@@ -44,7 +48,7 @@ def qr_modules(text: str, error_correction: int) -> list[list[bool]]:
     # the data placed once, under mask 0, as qrcode scores a symbol (test=True: format and
     # version information light), then taken back to unmasked
     code.makeImpl(True, 0)
-    unmasked = grid.pack(code.modules) ^ flips[0]
+    unmasked = grid.pack(cast("list[list[bool]]", code.modules)) ^ flips[0]  # all set
     symbols = [unmasked ^ flip for flip in flips]
     scores = [grid.penalty(symbol) for symbol in symbols]
     mask = scores.index(min(scores))  # the lowest penalty; on a tie the lower mask
@@ -93,16 +97,15 @@ class Grid:
                    block=starts(size - 1, size - 1),
                    finder_along=starts(size, size - 10), finder_down=starts(size - 10, size))
 
-    def pack(self, modules: Sequence[Sequence[bool | None]]) -> int:
-        """The symbol of a module matrix (True dark; False or None light)."""
-        return int("".join("1" if dark else "0"
-                           for row in reversed(modules) for dark in row), 2)
+    def pack(self, modules: Sequence[Sequence[bool]]) -> int:
+        """The symbol of a module matrix (True dark)."""
+        return int(b"".join(map(bytes, reversed(modules))).translate(DIGITS), 2)
 
     def unpack(self, symbol: int) -> list[list[bool]]:
         """The module matrix of a symbol (True dark)."""
-        bits = format(symbol, f"0{self.size * self.size}b")
-        rows = [[bit == "1" for bit in bits[start:start + self.size]]
-                for start in range(0, len(bits), self.size)]
+        modules = format(symbol, f"0{self.size * self.size}b").encode().translate(_BYTES)
+        rows = [list(map(bool, modules[start:start + self.size]))
+                for start in range(0, len(modules), self.size)]
         return rows[::-1]
 
     def penalty(self, symbol: int) -> int:
