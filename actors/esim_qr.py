@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
-from actors.qr_code import DIGITS, qr_modules
+from actors.qr_code import qr_modules
 from providers.base import Attachment
 
 #: The eSIM QR code: module size in pixels, quiet zone in modules, error correction
@@ -34,6 +34,9 @@ _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 #: A module's pixel bits in a row, by the module's digit (1 dark): black is 0 in a 1-bit
 #: grayscale PNG.
 _PIXELS = str.maketrans({"1": "0" * QR_BOX_SIZE, "0": "1" * QR_BOX_SIZE})
+#: Modules as bytes (``bytes(row)`` of bools: 0 light, 1 dark) to their digits: one
+#: translation a row rather than a step a module.
+_DIGITS = bytes.maketrans(b"\x00\x01", b"01")
 #: zlib's level: a fast one (the image is under a kilobyte at any level; 6, the default,
 #: takes five times as long for a third fewer bytes).
 _COMPRESSION = 3
@@ -54,7 +57,7 @@ def qr_png(text: str) -> bytes:
 
     quiet = "0" * QR_BORDER
     white = scanline("1" * side) * (QR_BORDER * QR_BOX_SIZE)
-    rows = [scanline((quiet + bytes(row).translate(DIGITS).decode() + quiet)
+    rows = [scanline((quiet + bytes(row).translate(_DIGITS).decode() + quiet)
                      .translate(_PIXELS)) * QR_BOX_SIZE for row in modules]
     header = struct.pack(">IIBBBBB", side, side, 1, 0, 0, 0, 0)  # 1 bit, grayscale
     pixels = zlib.compress(b"".join((white, *rows, white)), _COMPRESSION)

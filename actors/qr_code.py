@@ -2,14 +2,15 @@
 
 ``qrcode.QRCode.make`` picks the symbol's mask (ISO/IEC 18004 defines eight) by placing
 the data eight times and scoring each result module by module in Python: four fifths of
-its time for an eSIM activation code (bench/README.md, "The eSIM QR code"). Here the data
-is placed once, by qrcode, and the symbol is held as one integer (:class:`Grid`): each
-mask is an XOR, and each penalty rule a few shifts, ANDs and bit counts over the whole
-symbol at once. The score is qrcode's ``qrcode.util.lost_point`` as qrcode computes it
-(format and version information light while scoring, nothing counted beyond the symbol's
-edge), and a tie goes to the lower mask as there, so :func:`qr_modules` returns the
-modules ``QRCode.make`` would, one for one (tests/pipeline/test_esim_qr.py compares
-them).
+its time for an eSIM activation code (bench/README.md, "The eSIM QR code"). Here qrcode
+encodes the data (its codewords, error correction included), and the symbol is held as
+one integer (:class:`Grid`): the data goes where qrcode's placement puts it (noted once
+per version, :class:`Layout`), each mask is an XOR, and each penalty rule a few shifts,
+ANDs and bit counts over the whole symbol at once. The score is qrcode's
+``qrcode.util.lost_point`` as qrcode computes it (format and version information light
+while scoring, nothing counted beyond the symbol's edge), and a tie goes to the lower
+mask as there, so :func:`qr_modules` returns the modules ``QRCode.make`` would, one for
+one (tests/pipeline/test_esim_qr.py compares them).
 
 qrcode (which imports Pillow) is imported on the first QR code a process makes, not with
 this module: most workers never make one.
@@ -20,7 +21,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import cast
+from itertools import compress
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from qrcode.main import QRCode
 
 #: Masks a symbol may use (ISO/IEC 18004 numbers them 0–7).
 MASKS = range(8)
@@ -28,10 +33,8 @@ MASKS = range(8)
 #: A finder-like pattern with four light modules after or before it (penalty rule 3); the
 #: two are each other's mirror image, so the direction a line is read in does not matter.
 _FINDER_LIKE = ("10111010000", "00001011101")
-#: Modules as bytes (``bytes(row)`` of bools: 0 light, 1 dark) to binary digits, one
-#: translation a row rather than one step a module; and back.
-DIGITS = bytes.maketrans(b"\x00\x01", b"01")
-_BYTES = bytes.maketrans(b"01", b"\x00\x01")
+#: Binary digits to bytes 0 and 1 (``itertools.compress`` selectors), and back.
+_SELECTORS = bytes.maketrans(b"01", b"\x00\x01")
 
 
 def qr_modules(text: str, error_correction: int) -> list[list[bool]]:
@@ -39,27 +42,97 @@ def qr_modules(text: str, error_correction: int) -> list[list[bool]]:
     symbol ``QRCode.make(fit=True)`` makes at ``error_correction`` (a
     ``qrcode.constants`` level), the smallest version that holds the text."""
     import qrcode  # here: see the module's docstring
+    from qrcode import util
 
     code = qrcode.QRCode(error_correction=error_correction, border=0)
     code.add_data(text)
     code.best_fit()
-    grid = Grid.of_version(code.version)
-    flips = _mask_flips(code.version)
-    # the data placed once, under mask 0, as qrcode scores a symbol (test=True: format and
-    # version information light), then taken back to unmasked
-    code.makeImpl(True, 0)
-    unmasked = grid.pack(cast("list[list[bool]]", code.modules)) ^ flips[0]  # all set
-    symbols = [unmasked ^ flip for flip in flips]
-    scores = [grid.penalty(symbol) for symbol in symbols]
+    layout = Layout.of_version(code.version)
+    codewords = util.create_data(code.version, error_correction, code.data_list)
+    # each data bit, first codeword's highest first, to its module; the remainder modules
+    # after the last codeword stay light (before the mask), as qrcode leaves them
+    digits = format(int.from_bytes(bytes(codewords), "big"), f"0{8 * len(codewords)}b")
+    unmasked = layout.scored | sum(compress(layout.data, digits.encode().translate(_SELECTORS)))
+    symbols = [unmasked ^ flip for flip in layout.flips]
+    scores = [layout.grid.penalty(symbol) for symbol in symbols]
     mask = scores.index(min(scores))  # the lowest penalty; on a tie the lower mask
-    # the chosen symbol, with the format and version information makeImpl(False, mask)
-    # writes over the light modules it was scored with
-    modules = grid.unpack(symbols[mask])
-    code.modules = cast("list[list[bool | None]]", modules)  # written in place below
-    code.setup_type_info(False, mask)
-    if code.version >= 7:
-        code.setup_type_number(False)
-    return modules
+    # the chosen symbol with its format and version information, which it was scored
+    # without (light)
+    return layout.grid.unpack(symbols[mask] | _information(code.version, error_correction,
+                                                           mask))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a version's modules are, as qrcode lays them out: the function patterns'
+    dark modules (format and version information light, as scored), the data modules in
+    the order qrcode fills them, and what each mask flips."""
+
+    grid: Grid
+    #: the dark modules before the data, as a symbol
+    scored: int
+    #: each data module, in qrcode's order, as a symbol of that module alone
+    data: tuple[int, ...]
+    #: by mask, the data modules it darkens or lightens, as a symbol
+    flips: tuple[int, ...]
+
+    @classmethod
+    @cache
+    def of_version(cls, version: int) -> Layout:
+        """The layout of a version (noted from qrcode's own placement, once a process)."""
+        from qrcode import util
+        from qrcode.main import QRCode
+
+        grid = Grid.of_version(version)
+        blank = _without_data(version, 0, test=True, mask=0)
+        scored = grid.pack(blank.modules)
+        # qrcode's placement walked over rows that note each module it fills
+        filled: list[tuple[int, int]] = []
+        blank.modules = [_NotedRow(row, modules, filled)
+                         for row, modules in enumerate(blank.modules)]
+        QRCode.map_data(blank, [], 0)
+        data = tuple(grid.bit(row, col) for row, col in filled)
+        flips = tuple(sum(grid.bit(row, col) for row, col in filled
+                          if util.mask_func(mask)(row, col)) for mask in MASKS)
+        return cls(grid=grid, scored=scored, data=data, flips=flips)
+
+
+class _NotedRow(list[bool | None]):
+    """A row of modules that notes, in order, each one set in it."""
+
+    def __init__(self, row: int, modules: list[bool | None],
+                 noted: list[tuple[int, int]]) -> None:
+        super().__init__(modules)
+        self.row, self.noted = row, noted
+
+    def __setitem__(self, col: int, value: bool | None) -> None:  # type: ignore[override]
+        self.noted.append((self.row, col))
+        super().__setitem__(col, value)
+
+
+def _without_data(version: int, error_correction: int, *, test: bool,
+                  mask: int) -> QRCode[Any]:
+    """qrcode's symbol of a version as ``makeImpl(test, mask)`` lays it out, with no data
+    placed: the data modules left None."""
+    from qrcode.main import QRCode
+
+    class _DataLeftEmpty(QRCode[Any]):
+        def map_data(self, data: Sequence[int], mask_pattern: int) -> None:
+            """Place no data."""
+
+    blank = _DataLeftEmpty(version=version, error_correction=error_correction)
+    blank.data_cache = []  # nothing to encode
+    blank.makeImpl(test, mask)
+    return blank
+
+
+@cache
+def _information(version: int, error_correction: int, mask: int) -> int:
+    """The dark modules of a symbol's format information (its error correction level and
+    mask), version information (version 7 and up) and dark module, as a symbol (with the
+    function patterns, already there)."""
+    blank = _without_data(version, error_correction, test=False, mask=mask)
+    return Grid.of_version(version).pack(blank.modules)
 
 
 @dataclass(frozen=True)
@@ -97,13 +170,18 @@ class Grid:
                    block=starts(size - 1, size - 1),
                    finder_along=starts(size, size - 10), finder_down=starts(size - 10, size))
 
-    def pack(self, modules: Sequence[Sequence[bool]]) -> int:
-        """The symbol of a module matrix (True dark)."""
-        return int(b"".join(map(bytes, reversed(modules))).translate(DIGITS), 2)
+    def bit(self, row: int, col: int) -> int:
+        """The symbol of one dark module."""
+        return 1 << (row * self.size + self.size - 1 - col)
+
+    def pack(self, modules: Sequence[Sequence[bool | None]]) -> int:
+        """The symbol of a module matrix (True dark; False or None light)."""
+        return int("".join("1" if dark else "0" for row in reversed(modules) for dark in row),
+                   2)
 
     def unpack(self, symbol: int) -> list[list[bool]]:
         """The module matrix of a symbol (True dark)."""
-        modules = format(symbol, f"0{self.size * self.size}b").encode().translate(_BYTES)
+        modules = format(symbol, f"0{self.size * self.size}b").encode().translate(_SELECTORS)
         rows = [list(map(bool, modules[start:start + self.size]))
                 for start in range(0, len(modules), self.size)]
         return rows[::-1]
@@ -139,28 +217,3 @@ class Grid:
             shifted = symbol >> (offset * step)
             hits &= shifted if bit == "1" else ~shifted
         return hits.bit_count()
-
-
-@cache
-def _mask_flips(version: int) -> tuple[int, ...]:
-    """For each mask, the data modules it darkens or lightens (as a symbol): the modules
-    qrcode's ``map_data`` fills, where the mask's condition holds."""
-    from qrcode import util
-    from qrcode.main import QRCode
-
-    class _DataLeftEmpty(QRCode):  # type: ignore[type-arg]
-        def map_data(self, data: Sequence[int], mask_pattern: int) -> None:
-            """Place no data: the modules left None are the data's."""
-
-    blank = _DataLeftEmpty(version=version)
-    blank.data_cache = []  # nothing to encode: no data is placed
-    blank.makeImpl(True, 0)
-    grid = Grid.of_version(version)
-    data_modules = [(row, col) for row, modules in enumerate(blank.modules)
-                    for col, module in enumerate(modules) if module is None]
-    flips = []
-    for mask in MASKS:
-        applies = util.mask_func(mask)
-        flips.append(sum(1 << (row * grid.size + grid.size - 1 - col)
-                         for row, col in data_modules if applies(row, col)))
-    return tuple(flips)
