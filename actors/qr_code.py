@@ -22,10 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from itertools import compress
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from qrcode.main import QRCode
+    from qrcode.util import BitBuffer, QRData
 
 #: Masks a symbol may use (ISO/IEC 18004 numbers them 0–7).
 MASKS = range(8)
@@ -42,13 +43,12 @@ def qr_modules(text: str, error_correction: int) -> list[list[bool]]:
     symbol ``QRCode.make(fit=True)`` makes at ``error_correction`` (a
     ``qrcode.constants`` level), the smallest version that holds the text."""
     import qrcode  # here: see the module's docstring
-    from qrcode import util
 
     code = qrcode.QRCode(error_correction=error_correction, border=0)
     code.add_data(text)
     code.best_fit()
     layout = Layout.of_version(code.version)
-    codewords = util.create_data(code.version, error_correction, code.data_list)
+    codewords = _codewords(code.version, error_correction, code.data_list)
     # each data bit, first codeword's highest first, to its module; the remainder modules
     # after the last codeword stay light (before the mask), as qrcode leaves them
     digits = format(int.from_bytes(bytes(codewords), "big"), f"0{8 * len(codewords)}b")
@@ -60,6 +60,95 @@ def qr_modules(text: str, error_correction: int) -> list[list[bool]]:
     # without (light)
     return layout.grid.unpack(symbols[mask] | _information(code.version, error_correction,
                                                            mask))
+
+
+def _codewords(version: int, error_correction: int, data_list: Sequence[QRData]) -> list[int]:
+    """The symbol's codewords, as ``qrcode.util.create_data`` makes them: the data's bits
+    (as qrcode writes each segment), terminated and padded, in qrcode's blocks, each
+    followed by its Reed-Solomon error correction, interleaved. Here the bits are
+    gathered as text and the error correction divided on logarithm tables, where qrcode
+    puts each bit and divides polynomial objects (three quarters of its encoding)."""
+    from qrcode import base, util
+
+    bits = _Bits()
+    for segment in data_list:
+        bits.put(segment.mode, 4)
+        bits.put(len(segment), util.length_in_bits(segment.mode, version))
+        segment.write(cast("BitBuffer", bits))  # it only calls put()
+    blocks = base.rs_blocks(version, error_correction)
+    capacity = 8 * sum(block.data_count for block in blocks)
+    if bits.length > capacity:  # best_fit chose the version: it fits
+        raise ValueError(f"{bits.length} bits do not fit in {capacity}")
+    bits.put(0, min(capacity - bits.length, 4))  # the terminator
+    bits.put(0, -bits.length % 8)  # to a whole codeword
+    padding = bytes((util.PAD0, util.PAD1) * capacity)[:(capacity - bits.length) // 8]
+    data = bits.to_bytes() + padding
+    data_blocks, ec_blocks = [], []
+    for block in blocks:
+        data_blocks.append(data[:block.data_count])
+        data = data[block.data_count:]
+        ec_blocks.append(_error_correction(data_blocks[-1],
+                                           block.total_count - block.data_count))
+    return [*_interleaved(data_blocks), *_interleaved(ec_blocks)]
+
+
+class _Bits:
+    """A bit buffer with qrcode's ``BitBuffer.put``, kept as binary digits."""
+
+    def __init__(self) -> None:
+        self.digits: list[str] = []
+        self.length = 0
+
+    def put(self, number: int, length: int) -> None:
+        """Append ``number``'s ``length`` lowest bits, highest first."""
+        if length:
+            self.digits.append(format(number, f"0{length}b")[-length:])
+            self.length += length
+
+    def to_bytes(self) -> bytes:
+        """The bits, eight to a byte (their length a multiple of 8)."""
+        return int("".join(self.digits), 2).to_bytes(self.length // 8, "big")
+
+
+def _error_correction(data: Sequence[int], count: int) -> list[int]:
+    """The ``count`` Reed-Solomon error correction codewords of a block: the remainder of
+    the data (times x^count) divided by qrcode's generator polynomial, in GF(256) as
+    qrcode's tables define it."""
+    from qrcode import base
+
+    generator = _generator_logs(count)
+    remainder = [0] * count
+    for codeword in data:
+        factor = codeword ^ remainder[0]
+        remainder = [*remainder[1:], 0]
+        if factor:
+            shift = base.LOG_TABLE[factor]
+            remainder = [r ^ base.EXP_TABLE[(g + shift) % 255] if g is not None else r
+                         for r, g in zip(remainder, generator, strict=True)]
+    return remainder
+
+
+@cache
+def _generator_logs(count: int) -> tuple[int | None, ...]:
+    """The logarithms of qrcode's generator polynomial of ``count`` error correction
+    codewords, its leading 1 left out (None: a zero coefficient)."""
+    from qrcode import LUT, base
+
+    if count in LUT.rsPoly_LUT:
+        coefficients = list(LUT.rsPoly_LUT[count])
+    else:
+        polynomial = base.Polynomial([1], 0)
+        for power in range(count):
+            polynomial = polynomial * base.Polynomial([1, base.gexp(power)], 0)
+        coefficients = list(polynomial)
+    return tuple(base.LOG_TABLE[c] if c else None for c in coefficients[1:])
+
+
+def _interleaved(blocks: Sequence[Sequence[int]]) -> list[int]:
+    """The blocks' codewords, the first of each block, then the second of each…"""
+    longest = max(len(block) for block in blocks)
+    return [block[index] for index in range(longest) for block in blocks
+            if index < len(block)]
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from qrcode import constants, util
 from qrcode.image.pil import PilImage
 
 from actors.esim_qr import QR_BORDER, QR_BOX_SIZE, QR_ERROR_CORRECTION, qr_png
-from actors.qr_code import Grid, qr_modules
+from actors.qr_code import Grid, _codewords, qr_modules
 from tests.support.processes import REPO
 
 #: Activation codes of the shapes the email carries: the mock provider's, a short one, one
@@ -92,6 +92,27 @@ def test_the_modules_are_qrcodes_at_every_level_and_size() -> None:
                  if qr_modules(text, level) != qrcode_modules(text, level)]
     # Then every symbol is the one qrcode makes, mask included
     assert differing == []
+
+
+def test_the_codewords_are_qrcodes_at_every_level_up_to_version_40() -> None:
+    # Given texts of mixed modes and digits only, up to the largest symbols
+    chance = random.Random(4)
+    texts = [*("".join(chance.choice("0123456789ABC $:abcé") for _ in range(length))
+               for length in (1, 17, 90, 300, 900)),
+             *("".join(chance.choice("0123456789") for _ in range(length))
+               for length in (7, 250, 1500, 3000))]
+    for text in texts:
+        for level in (constants.ERROR_CORRECT_L, constants.ERROR_CORRECT_M,
+                      constants.ERROR_CORRECT_Q, constants.ERROR_CORRECT_H):
+            code = qrcode.QRCode(error_correction=level)
+            code.add_data(text)
+            try:
+                code.best_fit()
+            except ValueError:  # more than version 40 holds at this level
+                continue
+            # Then the data and error correction codewords are qrcode's, in its order
+            assert (_codewords(code.version, level, code.data_list)
+                    == util.create_data(code.version, level, code.data_list)), (text, level)
 
 
 def test_the_penalty_is_qrcodes_for_any_symbol() -> None:
