@@ -1,12 +1,13 @@
 """A QR code's modules: qrcode's symbol, with its mask chosen without qrcode's slow search.
 
 ``qrcode.QRCode.make`` picks the symbol's mask (ISO/IEC 18004 defines eight) by placing
-the data eight times and scoring each result module by module in Python: four fifths of
-its time for an eSIM activation code (bench/README.md, "The eSIM QR code"). Here qrcode
-encodes the data (its codewords, error correction included), and the symbol is held as
-one integer (:class:`Grid`): the data goes where qrcode's placement puts it (noted once
-per version, :class:`Layout`), each mask is an XOR, and each penalty rule a few shifts,
-ANDs and bit counts over the whole symbol at once. The score is qrcode's
+the data eight times and scoring each result module by module in Python: ~85 % of its
+time for an eSIM activation code (bench/README.md, "The eSIM QR code"). Here qrcode
+segments the text and fits the version; the codewords are made as its ``create_data``
+makes them, on tables (:func:`_codewords`); the symbol is held as one integer
+(:class:`Grid`): the data goes where qrcode's placement puts it (noted once per version,
+:class:`Layout`), each mask is an XOR, and each penalty rule a few shifts, ANDs and bit
+counts over the whole symbol at once. The score is qrcode's
 ``qrcode.util.lost_point`` as qrcode computes it (format and version information light
 while scoring, nothing counted beyond the symbol's edge), and a tie goes to the lower
 mask as there, so :func:`qr_modules` returns the modules ``QRCode.make`` would, one for
@@ -34,7 +35,8 @@ MASKS = range(8)
 #: A finder-like pattern with four light modules after or before it (penalty rule 3); the
 #: two are each other's mirror image, so the direction a line is read in does not matter.
 _FINDER_LIKE = ("10111010000", "00001011101")
-#: Binary digits to bytes 0 and 1 (``itertools.compress`` selectors), and back.
+#: Binary digits to the bytes 0 and 1: ``itertools.compress`` selectors, or bools through
+#: ``map(bool, …)``.
 _SELECTORS = bytes.maketrans(b"01", b"\x00\x01")
 
 
