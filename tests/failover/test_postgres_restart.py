@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 from sqlmodel import select
 
-from herald import db, settings
+from herald import db
 from herald.queue import queue
 from models.notifications import FINAL_OUTCOMES, Delivery
 from providers.mock import MockProvider
@@ -28,10 +28,13 @@ from tests.support.event_load import (
     EventLoad,
     create_accounts,
     delivery_outcomes,
+    killed_at_end,
     pipeline_worker,
     probe_get_routes,
     serving_app,
+    wait_all_sent,
 )
+from tests.support.pipeline.steps import breakable_pipeline
 from tests.support.processes import spawn_herald
 from tests.support.restartable_postgres import RestartablePostgres, restartable_postgres
 from tests.support.waiting import wait_for
@@ -51,18 +54,9 @@ def restarted_db(pipeline: None,
     the workers and the clock inherit the environment."""
     with restartable_postgres() as server:
         db.migrate(server.url)
-        monkeypatch.setenv("DATABASE_URL", server.url)
-        monkeypatch.setenv("HANDOFF_SWEEP_AGE_S", "3")
-        monkeypatch.setenv("HANDOFF_SWEEP_INTERVAL_S", "1")
-        monkeypatch.setenv("ADMIN_TOKEN", ADMIN_TOKEN)  # the console's routes too
-        settings.reset_settings()
-        db.reset_engine()
-        MockProvider.reset()
-        try:
+        # ADMIN_TOKEN: the console's routes are probed too
+        with breakable_pipeline(monkeypatch, DATABASE_URL=server.url, ADMIN_TOKEN=ADMIN_TOKEN):
             yield server
-        finally:
-            db.reset_engine()
-            MockProvider.reset()
 
 
 def _unfinished(notifications: list[str]) -> list[str]:
@@ -88,43 +82,32 @@ def test_a_postgres_restart_under_load_answers_503_and_loses_nothing(
     # (a claim stale after 6 s: an outcome write the outage failed leaves the claim)
     processes = [pipeline_worker("tests.support.pipeline.short_lock") for _ in range(2)]
     processes.append(spawn_herald("clock"))
-    try:
-        with serving_app() as base:
-            accounts = create_accounts(base, 20, f"pgr{tag}")
-            load = EventLoad(base, accounts, tag)
-            try:
-                # Given a steady load that the workers keep up with
-                wait_for(lambda: len(MockProvider.sends()) >= 40, timeout=30, every=0.2,
-                         what="sends to progress")
-                # When PostgreSQL stops (every connection cut) and is started again
-                restarted_db.stop("immediate")
-                down_at = time.monotonic()
-                before_down = load.count(503)
-                wait_for(lambda: load.count(503) > before_down + 10, timeout=20,
-                         what="the API to answer 503")
-                probed = probe_get_routes(base, ADMIN_TOKEN)  # every GET route, once
-                time.sleep(max(0.0, DOWN_S - (time.monotonic() - down_at)))
-                restarted_db.start()
-                up_at = time.monotonic()
-                accepted_at_restart = len(load.accepted)
-                # Then the API accepts events again by itself
-                wait_for(lambda: len(load.accepted) > accepted_at_restart + 20, timeout=30,
-                         what="the API to accept events again")
-                recovered_s = load.accepted_at[accepted_at_restart] - up_at
-            finally:
-                load.stop()
-            # and every accepted event's delivery ends sent
-            try:
-                wait_for(lambda: delivery_outcomes(load.accepted)["sent"] == len(load.accepted),
-                         timeout=60, every=0.5, what="every accepted event's delivery to be sent")
-            except AssertionError as error:
-                raise AssertionError(f"{error}: {dict(delivery_outcomes(load.accepted))}; "
-                                     f"{_unfinished(load.accepted)}") from None
-    finally:
-        exits = [process.poll() for process in processes]
-        for process in processes:
-            process.kill()
-            process.wait(timeout=10)
+    with killed_at_end(processes) as exits, serving_app() as base:
+        accounts = create_accounts(base, 20, f"pgr{tag}")
+        load = EventLoad(base, accounts, tag)
+        try:
+            # Given a steady load that the workers keep up with
+            wait_for(lambda: len(MockProvider.sends()) >= 40, timeout=30, every=0.2,
+                     what="sends to progress")
+            # When PostgreSQL stops (every connection cut) and is started again
+            restarted_db.stop("immediate")
+            down_at = time.monotonic()
+            before_down = load.count(503)
+            wait_for(lambda: load.count(503) > before_down + 10, timeout=20,
+                     what="the API to answer 503")
+            probed = probe_get_routes(base, ADMIN_TOKEN)  # every GET route, once
+            time.sleep(max(0.0, DOWN_S - (time.monotonic() - down_at)))
+            restarted_db.start()
+            up_at = time.monotonic()
+            accepted_at_restart = len(load.accepted)
+            # Then the API accepts events again by itself
+            wait_for(lambda: len(load.accepted) > accepted_at_restart + 20, timeout=30,
+                     what="the API to accept events again")
+            recovered_s = load.accepted_at[accepted_at_restart] - up_at
+        finally:
+            load.stop()
+        # and every accepted event's delivery ends sent
+        wait_all_sent(load, timeout=60, detail=lambda: _unfinished(load.accepted))
     # the workers and the clock rode it out: none exited (none needed restarting)
     assert exits == [None] * len(processes), exits
     outcomes = delivery_outcomes(load.accepted)

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import pytest
 from sqlmodel import select
 
-from herald import db, settings
+from herald import db
 from herald.queue import queue
 from models.notifications import Delivery
 from providers.mock import MockProvider
@@ -29,11 +29,13 @@ from tests.support.event_load import (
     ProgressWatch,
     create_accounts,
     delivery_outcomes,
+    killed_at_end,
     pipeline_worker,
     serving_app,
+    wait_all_sent,
 )
+from tests.support.pipeline.steps import breakable_pipeline
 from tests.support.processes import spawn_herald
-from tests.support.queue_app import install_queue_app
 from tests.support.restartable_rabbitmq import RestartableRabbitmq, restartable_rabbitmq
 from tests.support.waiting import wait_for
 
@@ -50,18 +52,9 @@ def restarted_broker(pipeline: None,
                      monkeypatch: pytest.MonkeyPatch) -> Iterator[RestartableRabbitmq]:
     """The pipeline with RabbitMQ carrying the messages, on a node of the test's own, and
     a fast handoff sweep; the workers and the clock inherit the environment."""
-    with restartable_rabbitmq() as node:
-        monkeypatch.setenv("BROKER", "rabbitmq")
-        monkeypatch.setenv("RABBITMQ_URL", node.url)
-        monkeypatch.setenv("HANDOFF_SWEEP_AGE_S", "3")
-        monkeypatch.setenv("HANDOFF_SWEEP_INTERVAL_S", "1")
-        settings.reset_settings()
-        install_queue_app()
-        MockProvider.reset()
-        try:
-            yield node
-        finally:
-            MockProvider.reset()
+    with restartable_rabbitmq() as node, breakable_pipeline(
+            monkeypatch, BROKER="rabbitmq", RABBITMQ_URL=node.url):
+        yield node
 
 
 def _run_twice(notifications: list[str]) -> set[str]:
@@ -87,47 +80,36 @@ def test_a_rabbitmq_restart_under_load_loses_nothing_and_runs_nothing_twice(
     started = time.monotonic()
     tag = uuid.uuid4().hex[:8]
     processes = [pipeline_worker(), pipeline_worker(), spawn_herald("clock")]
-    progress = ProgressWatch(lambda: len(MockProvider.sends(accepted_only=True)))
-    try:
-        with serving_app() as base:
-            accounts = create_accounts(base, 20, f"rmq{tag}")
-            # a fifth of the sends take 1.5 s: runs are in flight when the broker stops
-            for n in range(0, 20, 5):
-                MockProvider.script(f"rmq{tag}{n}@example.com", f"hang:{HANG_S}")
-                MockProvider.script(f"+96654{n:07d}", f"hang:{HANG_S}")
-            load = EventLoad(base, accounts, tag)
-            try:
-                # Given a steady load that the workers keep up with
-                wait_for(lambda: len(MockProvider.sends()) >= 40, timeout=30, every=0.2,
-                         what="sends to progress")
-                # When the broker stops (every connection closed) and starts again
-                restarted_broker.stop()
-                down_at = time.monotonic()
-                in_flight = _in_flight()  # sends the stop caught (and some claimed since)
-                time.sleep(max(0.0, DOWN_S - (time.monotonic() - down_at)))
-                restarted_broker.start()
-                up_at = time.monotonic()
-                sends_at_start = len(MockProvider.sends(accepted_only=True))
-                # Then the workers send again and the API keeps accepting events
-                wait_for(lambda: len(MockProvider.sends(accepted_only=True))
-                         > sends_at_start + 40, timeout=30, every=0.1,
-                         what="sends to progress again")
-                resumed_s = time.monotonic() - up_at
-            finally:
-                load.stop()
-            # and every accepted event's delivery ends sent
-            try:
-                wait_for(lambda: delivery_outcomes(load.accepted)["sent"] == len(load.accepted),
-                         timeout=45, every=0.5, what="every accepted event's delivery to be sent")
-            except AssertionError as error:
-                raise AssertionError(f"{error}: {dict(delivery_outcomes(load.accepted))}") from None
-            stalled_s = progress.longest_stall(down_at - 0.5, up_at + resumed_s)
-    finally:
-        progress.stop()
-        exits = [process.poll() for process in processes]
-        for process in processes:
-            process.kill()
-            process.wait(timeout=10)
+    with (ProgressWatch(lambda: len(MockProvider.sends(accepted_only=True))) as progress,
+          killed_at_end(processes) as exits, serving_app() as base):
+        accounts = create_accounts(base, 20, f"rmq{tag}")
+        # a fifth of the sends take 1.5 s: runs are in flight when the broker stops
+        for n in range(0, 20, 5):
+            MockProvider.script(f"rmq{tag}{n}@example.com", f"hang:{HANG_S}")
+            MockProvider.script(f"+96654{n:07d}", f"hang:{HANG_S}")
+        load = EventLoad(base, accounts, tag)
+        try:
+            # Given a steady load that the workers keep up with
+            wait_for(lambda: len(MockProvider.sends()) >= 40, timeout=30, every=0.2,
+                     what="sends to progress")
+            # When the broker stops (every connection closed) and starts again
+            restarted_broker.stop()
+            down_at = time.monotonic()
+            in_flight = _in_flight()  # sends the stop caught (and some claimed since)
+            time.sleep(max(0.0, DOWN_S - (time.monotonic() - down_at)))
+            restarted_broker.start()
+            up_at = time.monotonic()
+            sends_at_start = len(MockProvider.sends(accepted_only=True))
+            # Then the workers send again and the API keeps accepting events
+            wait_for(lambda: len(MockProvider.sends(accepted_only=True))
+                     > sends_at_start + 40, timeout=30, every=0.1,
+                     what="sends to progress again")
+            resumed_s = time.monotonic() - up_at
+        finally:
+            load.stop()
+        # and every accepted event's delivery ends sent
+        wait_all_sent(load, timeout=45)
+        stalled_s = progress.longest_stall(down_at - 0.5, up_at + resumed_s)
     # the workers and the clock rode it out: none exited (none needed restarting)
     assert exits == [None] * len(processes), exits
     assert sum(delivery_outcomes(load.accepted).values()) == len(load.accepted)

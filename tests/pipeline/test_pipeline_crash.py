@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import collections
 import signal
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,20 +22,18 @@ import pytest
 import redis
 from sqlmodel import select
 
-from herald import settings
 from herald.db import session as db_session
 from models.notifications import Delivery
 from providers.mock import MockProvider
-from tests.support.pipeline.steps import in_flight, open_deliveries
+from tests.support.event_load import IN_FLIGHT_PER_PROCESS, pipeline_worker
+from tests.support.pipeline.steps import breakable_pipeline, in_flight, open_deliveries
 from tests.support.processes import spawn_herald
-from tests.support.queue_app import install_queue_app
 from tests.support.waiting import wait_for
 
 EVENTS = 1200
 ACCOUNTS = 100
-QUEUES = ["notification-email", "notification-sms", "notification-orchestration"]
-#: The most attempts one worker process holds at once (email 5 + SMS 2 + orchestration 2).
-IN_FLIGHT_PER_PROCESS = 9
+#: A killed process's jobs and claims are taken over after seconds, not a minute.
+SHORT_LOCK = "tests.support.pipeline.short_lock"
 
 
 @pytest.fixture
@@ -45,22 +42,9 @@ def crash_env(pipeline: None, monkeypatch: pytest.MonkeyPatch, private_redis_url
     """The pipeline on a job Redis of the test's own (it is flushed: no other test's keys
     may live there), the mock's records in a second Redis and a fast sweep; yields the
     job Redis's URL. The workers and the clock inherit these variables."""
-    monkeypatch.setenv("REDIS_URL", private_redis_url)
-    monkeypatch.setenv("MOCK_STORE_URL", redis6_url)
-    monkeypatch.setenv("HANDOFF_SWEEP_AGE_S", "3")
-    monkeypatch.setenv("HANDOFF_SWEEP_INTERVAL_S", "1")
-    settings.reset_settings()
-    install_queue_app()
-    MockProvider.reset()
-    yield private_redis_url
-    MockProvider.reset()
-
-
-def _worker() -> subprocess.Popen[bytes]:
-    # the providers' rate limits are lifted: this test is about loss, not throughput; a
-    # killed process's jobs and claims are taken over after seconds, not a minute
-    return spawn_herald("worker", "--import", "bench.unlimited",
-                        "--import", "tests.support.pipeline.short_lock", *QUEUES)
+    with breakable_pipeline(monkeypatch, REDIS_URL=private_redis_url,
+                            MOCK_STORE_URL=redis6_url):
+        yield private_redis_url
 
 
 def _trigger_all(run: str) -> None:
@@ -86,7 +70,7 @@ def _trigger_all(run: str) -> None:
 @pytest.mark.timeout(170)
 def test_kills_and_a_flushall_lose_no_delivery(crash_env: str) -> None:
     started = time.monotonic()
-    workers = [_worker(), _worker()]
+    workers = [pipeline_worker(SHORT_LOCK), pipeline_worker(SHORT_LOCK)]
     clock = spawn_herald("clock")
     in_flight_at_kills: set[str] = set()
     kills = 0
@@ -104,7 +88,7 @@ def test_kills_and_a_flushall_lose_no_delivery(crash_env: str) -> None:
                 workers[victim].wait(timeout=10)
                 kills += 1
                 in_flight_at_kills |= in_flight()  # the killed process's claims stay behind
-                workers[victim] = _worker()
+                workers[victim] = pipeline_worker(SHORT_LOCK)
             done.result(timeout=120)
         # Then every delivery ends terminal: none is lost
         wait_for(lambda: open_deliveries() == 0, timeout=150, every=0.5,

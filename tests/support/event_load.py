@@ -124,7 +124,8 @@ class EventLoad:
 class ProgressWatch:
     """Reads ``count()`` (a number that only grows while work is done: sends accepted by
     the mock provider) every ``every`` seconds on a thread of its own, keeping when it
-    grew, until :meth:`stop`. A failed read counts as no progress."""
+    grew, until :meth:`stop` (or the end of a ``with`` block on it). A failed read counts
+    as no progress."""
 
     def __init__(self, count: Callable[[], int], every: float = 0.1) -> None:
         self._count, self._every = count, every
@@ -156,6 +157,12 @@ class ProgressWatch:
         self._stop.set()
         self._thread.join(timeout=10)
 
+    def __enter__(self) -> ProgressWatch:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
 
 #: The queues the load's events go through (the channels' and the orchestration's).
 PIPELINE_QUEUES = ("notification-email", "notification-sms", "notification-orchestration")
@@ -183,6 +190,33 @@ def delivery_outcomes(notifications: list[str]) -> collections.Counter[str]:
         except OperationalError:
             continue
     raise AssertionError("the database does not answer the test")
+
+
+def wait_all_sent(load: EventLoad, timeout: float,
+                  detail: Callable[[], object] = lambda: "") -> None:
+    """Wait until every event ``load`` got accepted has its delivery sent; a timeout says
+    what the deliveries are (and ``detail()``)."""
+    try:
+        wait_for(lambda: delivery_outcomes(load.accepted)["sent"] == len(load.accepted),
+                 timeout=timeout, every=0.5, what="every accepted event's delivery to be sent")
+    except AssertionError as error:
+        raise AssertionError(f"{error}: {dict(delivery_outcomes(load.accepted))} "
+                             f"{detail()}") from None
+
+
+@contextmanager
+def killed_at_end(processes: list[subprocess.Popen[bytes]]) -> Iterator[list[int | None]]:
+    """Yield a list that, once the block ends (however it ends), holds each process's
+    exit code as it stood then (None: still running, as a process that rode a failure
+    out is); the processes are killed then."""
+    exits: list[int | None] = []
+    try:
+        yield exits
+    finally:
+        exits.extend(process.poll() for process in processes)
+        for process in processes:
+            process.kill()
+            process.wait(timeout=10)
 
 
 #: A made-up id for every path parameter of :func:`probe_get_routes`.

@@ -12,15 +12,13 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
-import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import make_url
 
-from tests.support.services import Service, make_tempdir, postgres_bindir, start_postgres
+from tests.support.services import Service, postgres_bindir, server_in_tempdir, start_postgres
 
 #: The server's settings once the helper runs it: the suite's (tests.support.services) but
 #: for ``synchronous_commit``, on as in production. Off, a commit is answered before its
@@ -78,16 +76,7 @@ class RestartablePostgres:
             self._service = None
 
 
-@contextlib.contextmanager
-def restartable_postgres() -> Iterator[RestartablePostgres]:
+def restartable_postgres() -> contextlib.AbstractContextManager[RestartablePostgres]:
     """A :class:`RestartablePostgres` in a new temporary directory (one its service user can
     traverse), stopped for good and removed afterwards."""
-    workdir = make_tempdir("herald-pg-restart-")
-    try:
-        server = RestartablePostgres(workdir)
-        try:
-            yield server
-        finally:
-            server.close()
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    return server_in_tempdir("herald-pg-restart-", RestartablePostgres)

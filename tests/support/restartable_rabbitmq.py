@@ -14,9 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
-import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +23,8 @@ import psutil
 from tests.support.services import (
     Service,
     _amqp_version,
-    make_tempdir,
     rabbitmq_scripts_dir,
+    server_in_tempdir,
     start_rabbitmq,
 )
 from tests.support.waiting import wait_for
@@ -82,16 +80,7 @@ class RestartableRabbitmq:
         self._service.stop()
 
 
-@contextlib.contextmanager
-def restartable_rabbitmq() -> Iterator[RestartableRabbitmq]:
+def restartable_rabbitmq() -> contextlib.AbstractContextManager[RestartableRabbitmq]:
     """A :class:`RestartableRabbitmq` in a new temporary directory (one its service user can
     traverse), stopped for good and removed afterwards."""
-    workdir = make_tempdir("herald-rabbit-restart-")
-    try:
-        server = RestartableRabbitmq(workdir)
-        try:
-            yield server
-        finally:
-            server.close()
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    return server_in_tempdir("herald-rabbit-restart-", RestartableRabbitmq)

@@ -32,12 +32,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import IO, Any, Protocol, TypeVar
 
 import pika
 import port_for
@@ -101,6 +101,28 @@ def make_tempdir(prefix: str = "herald-services-") -> Path:
     if _is_root():
         path.chmod(0o711)
     return path
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+_Server = TypeVar("_Server", bound=_Closable)
+
+
+@contextlib.contextmanager
+def server_in_tempdir(prefix: str, start: Callable[[Path], _Server]) -> Iterator[_Server]:
+    """``start(directory)`` in a new :func:`make_tempdir` directory; the server it returns
+    is closed for good and the directory removed afterwards."""
+    workdir = make_tempdir(prefix)
+    try:
+        server = start(workdir)
+        try:
+            yield server
+        finally:
+            server.close()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def psycopg_dsn(url: str) -> str:

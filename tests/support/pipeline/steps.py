@@ -3,6 +3,8 @@ as a client reads them, and who waits on a PostgreSQL lock."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -11,6 +13,7 @@ from sqlalchemy import func, text
 from sqlmodel import select
 
 from herald import db, settings
+from providers.mock import MockProvider
 from tests.support.queue_app import install_queue_app
 
 
@@ -81,3 +84,23 @@ def in_flight() -> set[str]:
     with db.session() as session:
         return set(session.exec(select(Delivery.id).where(
             Delivery.outcome == "sending", Delivery.claimed_at.is_not(None))).all())
+
+
+@contextmanager
+def breakable_pipeline(monkeypatch: pytest.MonkeyPatch, **env: str) -> Iterator[None]:
+    """The pipeline for a test that kills or cuts off what it runs on: ``env`` set (the
+    workers and the clock the test spawns inherit it) with the handoff sweep every second
+    for deliveries 3 s old, herald's settings, engine and queue App made anew on it, the
+    mock provider's records cleared before and after."""
+    for name, value in {"HANDOFF_SWEEP_AGE_S": "3", "HANDOFF_SWEEP_INTERVAL_S": "1",
+                        **env}.items():
+        monkeypatch.setenv(name, value)
+    settings.reset_settings()
+    db.reset_engine()
+    install_queue_app()
+    MockProvider.reset()
+    try:
+        yield
+    finally:
+        db.reset_engine()
+        MockProvider.reset()
