@@ -28,6 +28,7 @@ template files and data keys, never values.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import traceback
 from collections.abc import Callable, Mapping, MutableMapping
@@ -93,6 +94,27 @@ class _Environment(jinja2.Environment):
         return {**self.globals, **(d or {})}
 
 
+#: The environment's options that shape the code a template compiles to.
+_COMPILE_OPTIONS: dict[str, Any] = {"trim_blocks": True, "lstrip_blocks": True,
+                                    "keep_trailing_newline": False}
+
+
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    """Templates compiled once per host and kept for the next start of a worker (a
+    restart, a second process), in Jinja2's per-user directory under the temporary
+    directory; None where that directory cannot be used safely: each start compiles.
+
+    A cached template is used only for the same source (Jinja2 checks its checksum), and
+    the file names carry the options and Jinja2 version it was compiled with."""
+    options = ",".join(f"{name}={value}" for name, value in sorted(_COMPILE_OPTIONS.items()))
+    tag = hashlib.sha1(options.encode(), usedforsecurity=False).hexdigest()[:8]
+    try:
+        return jinja2.FileSystemBytecodeCache(
+            pattern=f"herald-{jinja2.__version__}-{tag}-%s.cache")
+    except (RuntimeError, OSError):  # not writable, or not this user's own
+        return None
+
+
 @cache
 def environment() -> jinja2.Environment:
     """The shared, cached Jinja2 environment over :data:`TEMPLATES_DIR`."""
@@ -102,11 +124,10 @@ def environment() -> jinja2.Environment:
             enabled_extensions=("html",), default_for_string=False, default=False
         ),
         undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=False,
         # templates ship with the code: no stat of each file on every render
         auto_reload=False,
+        bytecode_cache=_bytecode_cache(),
+        **_COMPILE_OPTIONS,
     )
     env.filters["money"] = format_money
     env.filters["http_url"] = http_url
