@@ -34,7 +34,7 @@ from tests.support.event_load import (
     serving_app,
     wait_all_sent,
 )
-from tests.support.pipeline.steps import breakable_pipeline
+from tests.support.pipeline.steps import accepted_twice, breakable_pipeline
 from tests.support.processes import spawn_herald
 from tests.support.restartable_postgres import RestartablePostgres, restartable_postgres
 from tests.support.waiting import wait_for
@@ -121,9 +121,7 @@ def test_a_postgres_restart_under_load_answers_503_and_loses_nothing(
             and status != 503} == {}
     # the provider accepted each delivery once, except sends whose outcome write the
     # outage failed: a worker holds at most 9 sends at once (email 5, SMS 2, and 2)
-    accepted = collections.Counter(r["idempotency_key"] for r in MockProvider.sends(
-        accepted_only=True))
-    twice = sum(1 for count in accepted.values() if count > 1)
+    twice = len(accepted_twice())
     assert twice <= 2 * IN_FLIGHT_PER_PROCESS, twice
     print(f"PostgreSQL restart: {time.monotonic() - started:.0f} s, {dict(load.statuses)}; "
           f"down {up_at - down_at:.1f} s, {load.count_after(503, up_at)} 503 after the "

@@ -12,7 +12,6 @@ older than 3 s) run as in production.
 
 from __future__ import annotations
 
-import collections
 import time
 import uuid
 from collections.abc import Iterator
@@ -34,7 +33,7 @@ from tests.support.event_load import (
     serving_app,
     wait_all_sent,
 )
-from tests.support.pipeline.steps import breakable_pipeline
+from tests.support.pipeline.steps import accepted_twice, breakable_pipeline
 from tests.support.processes import spawn_herald
 from tests.support.restartable_rabbitmq import RestartableRabbitmq, restartable_rabbitmq
 from tests.support.waiting import wait_for
@@ -116,9 +115,7 @@ def test_a_rabbitmq_restart_under_load_loses_nothing_and_runs_nothing_twice(
     # the API accepted every event: the broker away is no reason to refuse one
     assert set(load.statuses) == {202}, (dict(load.statuses), load.bodies)
     # the provider accepted each delivery once, but a send in flight at the stop
-    accepted = collections.Counter(r["idempotency_key"] for r in MockProvider.sends(
-        accepted_only=True))
-    twice = {key for key, count in accepted.items() if count > 1}
+    twice = accepted_twice()
     assert twice <= in_flight, twice - in_flight
     # and ran a delivery's job twice only when it was in flight at the stop
     reruns = _run_twice(load.accepted)

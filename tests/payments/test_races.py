@@ -6,8 +6,7 @@ is held locked in another transaction until both are blocked behind it."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,25 +25,8 @@ from herald import db
 from models.base import utcnow
 from models.webhooks import WebhookEndpoint, WebhookMessage, forget_subscribed_types
 from tests.support.payments.steps import account, order_status, payment_status, store_order
+from tests.support.row_locks import held_elsewhere, lock_waiters
 from tests.support.waiting import wait_for
-
-
-@contextmanager
-def row_held(table: str, row_id: str) -> Iterator[None]:
-    """``table``'s row ``row_id`` locked (FOR UPDATE) by another transaction until the
-    block ends."""
-    with db.get_engine().connect() as connection, connection.begin():
-        connection.execute(text(f"SELECT 1 FROM {table} WHERE id = :id FOR UPDATE"),
-                           {"id": row_id})
-        yield
-
-
-def lock_waiters() -> int:
-    """Sessions of this database waiting for a row lock."""
-    with db.get_engine().connect() as connection:
-        return int(connection.execute(text(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND wait_event_type = 'Lock'")).scalar_one())
 
 
 def race(table: str, row_id: str, step: Callable[[], Any]) -> list[Any]:
@@ -59,7 +41,7 @@ def race(table: str, row_id: str, step: Callable[[], Any]) -> list[Any]:
             ended.append(error)
 
     threads = [threading.Thread(target=run) for _ in range(2)]
-    with row_held(table, row_id):
+    with held_elsewhere((f"SELECT 1 FROM {table} WHERE id = :id FOR UPDATE", {"id": row_id})):
         for thread in threads:
             thread.start()
         wait_for(lambda: lock_waiters() >= 2, what="both steps to wait for the row")

@@ -26,7 +26,13 @@ from herald.db import session as db_session
 from models.notifications import Delivery
 from providers.mock import MockProvider
 from tests.support.event_load import IN_FLIGHT_PER_PROCESS, pipeline_worker
-from tests.support.pipeline.steps import breakable_pipeline, in_flight, open_deliveries
+from tests.support.pipeline.steps import (
+    accepted_twice,
+    breakable_pipeline,
+    in_flight,
+    open_deliveries,
+    provider_acceptances,
+)
 from tests.support.processes import spawn_herald
 from tests.support.waiting import wait_for
 
@@ -103,10 +109,8 @@ def test_kills_and_a_flushall_lose_no_delivery(crash_env: str) -> None:
     assert deliveries == EVENTS
     assert outcomes["sent"] == EVENTS, outcomes
     # and the mock accepted each delivery once, except sends in flight at a kill
-    accepted = collections.Counter(r["idempotency_key"] for r in MockProvider.sends(
-        accepted_only=True))
-    assert len(accepted) == EVENTS
-    duplicated = {key for key, count in accepted.items() if count > 1}
+    assert len(provider_acceptances()) == EVENTS
+    duplicated = accepted_twice()
     assert duplicated <= in_flight_at_kills, duplicated - in_flight_at_kills
     assert len(duplicated) <= kills * IN_FLIGHT_PER_PROCESS
     print(f"crash test: {time.monotonic() - started:.0f} s, {kills} kills, 1 FLUSHALL, "

@@ -20,6 +20,7 @@ from herald.queue import Permanent
 from models.base import utcnow
 from models.store import EventSource, IssuanceState, transition_store_order
 from providers.esim_mock import MockEsimProvider
+from tests.support.row_locks import held_elsewhere, lock_waiters
 from tests.support.store.steps import account, events, order, paid, placed
 from tests.support.waiting import wait_for
 
@@ -41,32 +42,18 @@ def moved_elsewhere(store: str) -> Iterator[tuple[str, threading.Event]]:
     """A paid, pending order whose store-order row another transaction holds, having moved
     it to ``in_flight`` (with its event); it commits when the yielded event is set."""
     order_id = paid("mock-ok")
-    commit, held = threading.Event(), threading.Event()
-
-    def move() -> None:
-        with db.get_engine().connect() as connection, connection.begin():
-            connection.execute(text("UPDATE store_orders SET issuance_state = 'in_flight',"
-                                    " in_flight_at = now() WHERE id = :id"), {"id": order_id})
-            connection.execute(text(
-                "INSERT INTO store_order_status_events (id, store_order_id, from_state,"
-                " to_state, source, note, created_at) VALUES (gen_random_uuid()::text, :id,"
-                " 'pending', 'in_flight', 'system', 'elsewhere', now())"), {"id": order_id})
-            held.set()
-            commit.wait(30)
-
-    mover = threading.Thread(target=move)
-    mover.start()
-    held.wait(10)
-    yield order_id, commit
-    commit.set()
-    mover.join(10)
+    with held_elsewhere(
+            ("UPDATE store_orders SET issuance_state = 'in_flight', in_flight_at = now()"
+             " WHERE id = :id", {"id": order_id}),
+            ("INSERT INTO store_order_status_events (id, store_order_id, from_state,"
+             " to_state, source, note, created_at) VALUES (gen_random_uuid()::text, :id,"
+             " 'pending', 'in_flight', 'system', 'elsewhere', now())", {"id": order_id}),
+    ) as commit:
+        yield order_id, commit
 
 
 def _waiting_for_a_lock() -> bool:
-    with db.get_engine().connect() as connection:
-        return bool(connection.execute(text(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-            " AND query LIKE '%store_orders%'")).scalar())
+    return lock_waiters("%store_orders%") > 0
 
 
 def test_a_transition_that_waited_for_another_writer_records_the_state_it_replaced(

@@ -14,6 +14,7 @@ from sqlalchemy import text
 from herald import db
 from models.base import utcnow
 from models.store import EventSource, IssuanceState, StoreOrder, transition_store_order
+from tests.support.row_locks import held_elsewhere
 from tests.support.store.steps import events, order, paid, store_row
 from tests.support.waiting import wait_for
 
@@ -128,21 +129,9 @@ def order_row_held(store: str) -> Iterator[tuple[str, threading.Event]]:
     until the yielded event is set."""
     order_id = paid("mock-ok")
     stamp(order_id)
-    release, held = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with db.get_engine().connect() as connection, connection.begin():
-            connection.execute(text("SELECT id FROM orders WHERE id = :id FOR UPDATE"),
-                               {"id": order_id})
-            held.set()
-            release.wait(30)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    held.wait(10)
-    yield order_id, release
-    release.set()
-    holder.join(10)
+    with held_elsewhere(("SELECT id FROM orders WHERE id = :id FOR UPDATE",
+                         {"id": order_id})) as release:
+        yield order_id, release
 
 
 def _locked_elsewhere(table: str, order_id: str) -> bool:

@@ -3,6 +3,7 @@ as a client reads them, and who waits on a PostgreSQL lock."""
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -84,6 +85,17 @@ def in_flight() -> set[str]:
     with db.session() as session:
         return set(session.exec(select(Delivery.id).where(
             Delivery.outcome == "sending", Delivery.claimed_at.is_not(None))).all())
+
+
+def provider_acceptances() -> collections.Counter[str]:
+    """How many times the mock provider accepted each delivery (by idempotency key)."""
+    return collections.Counter(record["idempotency_key"]
+                               for record in MockProvider.sends(accepted_only=True))
+
+
+def accepted_twice() -> set[str]:
+    """The deliveries the mock provider accepted more than once."""
+    return {key for key, count in provider_acceptances().items() if count > 1}
 
 
 @contextmanager
