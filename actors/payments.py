@@ -34,13 +34,15 @@ from sqlmodel import Session, col, select
 from actors import activation as activations
 from actors import orchestration, store
 from actors.queues import registry
-from herald.db import autocommit, get_engine, is_postgres
+from herald.db import autocommit, is_postgres
 from herald.db import session as db_session
 from herald.queue import (
     EnqueueResult,
+    JobActor,
     Permanent,
     Schedule,
     enqueue,
+    enqueue_many_actors,
 )
 from herald.settings import get_settings
 from models.activations import Activation, ActivationStatus
@@ -210,14 +212,14 @@ def create_payment(*, order_id: str | None = None, activation_id: str | None = N
 
 
 def _create_for_order(order_id: str, amount: Decimal, currency: str, gateway: str) -> Payment:
-    """:func:`create_payment` for an order on PostgreSQL: two prepared statements in one
-    transaction (:func:`models.payments.insert_order_payment`), the order's row locked
-    first as the session path locks it, refused as that path refuses."""
+    """:func:`create_payment` for an order on PostgreSQL: one prepared statement on an
+    autocommit connection (:func:`models.payments.insert_order_payment`), the order's
+    row locked as the session path locks it, refused as that path refuses."""
     if not activations.storable_id(order_id):
         raise PaymentNotFound("order", order_id)
     payment = snapshot(Payment, order_id=order_id, amount=amount, currency=currency,
                        gateway=gateway)
-    with get_engine().begin() as connection:
+    with autocommit() as connection:
         found, detail = insert_order_payment(connection, payment)
     if found == "missing":
         raise PaymentNotFound("order", order_id)
@@ -261,13 +263,23 @@ def enqueue_payment_action(payment: Payment, action: PaymentAction, *,
     if user_id is None:
         with db_session() as session:
             user_id = _account_of(session, payment)
+    actor, (job, options) = _payment_job(payment, action, user_id, retry_failed=retry_failed,
+                                         replay=replay)
+    return enqueue(actor, job, **options)
+
+
+def _payment_job(payment: Payment, action: PaymentAction, user_id: str, *,
+                 retry_failed: bool = True, replay: bool = False
+                 ) -> tuple[JobActor[PaymentJob], tuple[PaymentJob, dict[str, Any]]]:
+    """One action's job for ``payment`` as :func:`herald.queue.enqueue_many_actors` takes
+    it: its actor, its payload and its add's options (:func:`enqueue_payment_action`)."""
     job = PaymentJob(action=action, payment_id=payment.id, order_id=payment.order_id,
                      activation_id=payment.activation_id, user_id=user_id,
                      gateway=payment.gateway, created_at=utcnow())
-    actor_of = {PaymentAction.SETTLE: settle_payment,
-                PaymentAction.SEND_RECEIPT: send_receipt}[action]
-    return enqueue(actor_of, job, job_id=payment_job_id(payment.id, action),
-                   retry_failed=retry_failed, replay_completed=replay)
+    actor = {PaymentAction.SETTLE: settle_payment,
+             PaymentAction.SEND_RECEIPT: send_receipt}[action]
+    return actor, (job, {"job_id": payment_job_id(payment.id, action),
+                         "retry_failed": retry_failed, "replay_completed": replay})
 
 
 def complete_payment(payment_id: str) -> tuple[Payment, EnqueueResult | None]:
@@ -390,16 +402,24 @@ def _settle_in_session(payment_id: str) -> Payment:
     return settled
 
 
-def _hand_off(payment: Payment) -> str:
-    """Start what the payment paid for; the add's status (idempotent by its job id)."""
+def _hand_off(payment: Payment, user_id: str) -> tuple[str, str]:
+    """Start what the payment paid for, then add its receipt; each add's status
+    (idempotent by its job id). An order's issuance run and the receipt are added in one
+    round trip."""
+    receipt = _payment_job(payment, PaymentAction.SEND_RECEIPT, user_id)
     if payment.order_id is not None:
-        return store.enqueue_issuance(payment.order_id).status
+        issuance, added_receipt = enqueue_many_actors(
+            [(store.issue_store_order, [store.issuance_job(payment.order_id)]),
+             (receipt[0], [receipt[1]])])
+        return issuance[0].status, added_receipt[0].status
     with db_session() as session:
         found = session.get(Activation, payment.activation_id)
     if found is None:
         raise Permanent(f"activation {payment.activation_id} does not exist")
     result = activations.hand_on(found)
-    return result.status if result else f"activation {found.status}"
+    handoff = result.status if result else f"activation {found.status}"
+    actor, (job, options) = receipt
+    return handoff, enqueue(actor, job, **options).status
 
 
 def resettle_lost_payments(now: datetime | None = None) -> int:
@@ -436,10 +456,8 @@ def resettle_lost_payments(now: datetime | None = None) -> int:
 def settle_payment(job: PaymentJob) -> dict[str, Any]:
     """Settle one payment and hand off (see the module's docstring)."""
     payment = _settle_rows(job.payment_id)
-    handoff = _hand_off(payment)
     # the job carries the paying account (read when the settlement was added)
-    receipt = enqueue_payment_action(payment, PaymentAction.SEND_RECEIPT,
-                                     user_id=job.user_id).status
+    handoff, receipt = _hand_off(payment, job.user_id)
     log.info("payment settled", extra={"payment_id": payment.id, "handoff": handoff})
     return {"payment_id": payment.id, "handoff": handoff, "receipt": receipt}
 

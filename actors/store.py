@@ -138,12 +138,21 @@ def issuance_job_id(order_id: str, trigger: Trigger, run_key: str | None = None)
     return f"{order_id}-{trigger.value}-{key}"
 
 
+def issuance_job(order_id: str, trigger: Trigger = Trigger.PAYMENT,
+                 run_key: str | None = None) -> tuple[StoreJob, dict[str, Any]]:
+    """A run for ``order_id`` as :func:`herald.queue.enqueue_many_actors` takes it for
+    :func:`issue_store_order`: its payload and its add's options (those of
+    :func:`enqueue_issuance`), for a caller that adds it with jobs of its own."""
+    return (StoreJob(order_id=order_id, trigger=trigger),
+            {"job_id": issuance_job_id(order_id, trigger, run_key), "retry_failed": True})
+
+
 def enqueue_issuance(order_id: str, trigger: Trigger = Trigger.PAYMENT,
                      run_key: str | None = None) -> EnqueueResult:
     """Add a run for ``order_id``; a retained failed run of the same id is retried in place,
     a live or completed one is left alone (``duplicated``)."""
-    return enqueue(issue_store_order, StoreJob(order_id=order_id, trigger=trigger),
-                   job_id=issuance_job_id(order_id, trigger, run_key), retry_failed=True)
+    job, options = issuance_job(order_id, trigger, run_key)
+    return enqueue(issue_store_order, job, **options)
 
 
 #: The label of a run that asks the provider for a new order.

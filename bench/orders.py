@@ -78,9 +78,11 @@ def _reset_tables() -> None:
 
 
 def _order_history(per_account: int = 50) -> None:
-    """Give each account ``per_account`` earlier issued orders (settled payment, profile,
-    status events), so the store tables and the planner's statistics look like a store in
-    use (as ``bench.e2e`` does for notifications)."""
+    """Give each account ``per_account`` earlier issued orders (settled payment, profile
+    announced, status events), so the store tables and the planner's statistics look like
+    a store in use (as ``bench.e2e`` does for notifications). Announced: an issued order
+    without its ``esim.ready`` is one the workers' start-up recovery scan re-drives,
+    which would be counted against the measured orders."""
     from herald.db import autocommit, get_engine
 
     then = "now() - interval '1 day'"
@@ -92,9 +94,10 @@ def _order_history(per_account: int = 50) -> None:
         connection.execute(text(
             "INSERT INTO store_orders (id, product_id, provider, issuance_state,"
             " provider_order_ref, idempotency_key, iccid, activation_code, smdp_address,"
-            " in_flight_at, created_at, updated_at) SELECT id, 'mock-ok', 'mock', 'issued',"
-            " 'mock-esim-' || md5(id), md5(id), '8999' || substr(md5(id), 1, 15),"
-            " 'LPA:1$smdp$' || md5(id), 'smdp', created_at, created_at, created_at"
+            " in_flight_at, announced_at, created_at, updated_at) SELECT id, 'mock-ok',"
+            " 'mock', 'issued', 'mock-esim-' || md5(id), md5(id),"
+            " '8999' || substr(md5(id), 1, 15), 'LPA:1$smdp$' || md5(id), 'smdp', created_at,"
+            " created_at, created_at, created_at"
             " FROM orders"))
         connection.execute(text(
             "INSERT INTO payments (id, order_id, amount, currency, gateway, status,"

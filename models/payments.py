@@ -23,16 +23,18 @@ from sqlalchemy import (
     CTE,
     ColumnElement,
     Connection,
+    Index,
     Numeric,
     bindparam,
     cast,
     exists,
     func,
-    insert,
     or_,
     select,
+    text,
     update,
 )
+from sqlalchemy.dialects.postgresql import insert as upsert
 from sqlmodel import Field, Session, SQLModel, col
 
 from herald.db import Prepared
@@ -60,10 +62,20 @@ class PaymentStatus(StrEnum):
     FAILED = "failed"
 
 
+#: Payment statuses that block a second payment for the same order or activation.
+LIVE_STATUSES = (PaymentStatus.PENDING.value, PaymentStatus.COMPLETED.value,
+                 PaymentStatus.SETTLED.value)
+_LIVE = "status IN ({})".format(", ".join(f"'{status}'" for status in LIVE_STATUSES))
+
+
 class Payment(SQLModel, table=True):
     """One payment, for exactly one of an order or an activation."""
 
     __tablename__ = "payments"
+    # an order's one live payment, kept by the database: the creation's one statement
+    # inserts ON CONFLICT DO NOTHING against it (insert_order_payment)
+    __table_args__ = (Index("uq_payments_live_order", "order_id", unique=True,
+                            postgresql_where=text(_LIVE), sqlite_where=text(_LIVE)),)
 
     id: str = id_field()
     order_id: str | None = Field(default=None, foreign_key="orders.id", max_length=36,
@@ -150,9 +162,6 @@ def pay_order(session: Session, order_id: str, *, now: datetime | None = None) -
 _payments, _orders, _activations = table_of(Payment), table_of(Order), table_of(Activation)
 _ID = bindparam("payment_id", type_=_payments.c.id.type)
 _NOW = bindparam("now", type_=UtcDateTime)
-#: Payment statuses that block a second payment for the same order or activation.
-LIVE_STATUSES = (PaymentStatus.PENDING.value, PaymentStatus.COMPLETED.value,
-                 PaymentStatus.SETTLED.value)
 
 
 def _after(changed: CTE) -> list[ColumnElement[Any]]:
@@ -211,22 +220,33 @@ _SETTLE = Prepared(
     .where(_payments.c.id == _ID))
 
 _ORDER_ID = bindparam("order_id", type_=_orders.c.id.type)
-#: The order a payment is created for, its row locked until the transaction ends.
-_LOCK_ORDER = Prepared(select(_orders.c.status, _orders.c.amount, _orders.c.currency)
-                       .where(_orders.c.id == _ORDER_ID).with_for_update())
 _LIVE_OF_ORDER = (select(_payments.c.id)
                   .where(_payments.c.order_id == _ORDER_ID,
                          or_(*(_payments.c.status == status for status in LIVE_STATUSES)))
                   .limit(1))
-#: The payment, unless the order has a live one (read after the lock: a fresh snapshot).
-_INSERT_UNLESS_LIVE = Prepared(
-    insert(_payments).from_select(
-        list(_payments.c),
-        select(*(_ORDER_ID if column.key == "order_id"
-                 else cast(bindparam(column.key, type_=column.type), column.type)
-                 for column in _payments.c))
-        .where(~exists(_LIVE_OF_ORDER))))
 _LIVE_PAYMENT = Prepared(_LIVE_OF_ORDER)
+#: The order a payment is created for, its row locked until the statement commits.
+_locked = (select(_orders.c.status, _orders.c.amount, _orders.c.currency)
+           .where(_orders.c.id == _ORDER_ID).with_for_update().cte("locked"))
+_values = {column.key: cast(bindparam(column.key, type_=column.type), column.type)
+           for column in _payments.c if column.key != "order_id"}
+#: The payment, if its order is payable at its price, unless the order has a live one:
+#: the partial unique index decides, so a payment another transaction committed while
+#: this one waited for the lock counts too.
+_inserted = (upsert(_payments).from_select(
+    list(_payments.c),
+    select(*(_ORDER_ID if column.key == "order_id" else _values[column.key]
+             for column in _payments.c))
+    .where(_locked.c.status == OrderStatus.PENDING_PAYMENT.value,
+           _locked.c.amount == _values["amount"], _locked.c.currency == _values["currency"]))
+    .on_conflict_do_nothing(index_elements=[_payments.c.order_id], index_where=text(_LIVE))
+    .returning(_payments.c.id).cte("inserted"))
+#: The creation in one statement: the order as locked, whether the payment went in, and
+#: the live payment the statement's snapshot saw.
+_CREATE_FOR_ORDER = Prepared(
+    select(_locked.c.status, _locked.c.amount, _locked.c.currency,
+           select(_inserted.c.id).scalar_subquery().label("inserted"),
+           _LIVE_OF_ORDER.scalar_subquery().label("live")))
 _READ = Prepared(select(*_payments.c).where(_payments.c.id == _ID))
 
 
@@ -281,26 +301,30 @@ def read_payment(connection: Connection, payment_id: str) -> Payment | None:
 
 
 def insert_order_payment(connection: Connection, payment: Payment) -> tuple[str, str | None]:
-    """Insert ``payment`` (for an order) in ``connection``'s transaction, which the
-    caller commits, unless its order refuses it: the order's row is locked first, then
-    the payment is inserted unless the order has a live one (a statement of its own, so
-    that it sees a payment another transaction committed while this one waited for the
-    lock: two creations race to one payment). Returns what was found: ``("inserted",
-    None)``, ``("missing", None)``, ``("status", <the order's status>)``, ``("price",
-    "<amount> <currency>")`` or ``("live", <the live payment's id>)``."""
+    """Insert ``payment`` (for an order) in one statement on ``connection`` (PostgreSQL;
+    atomic by itself on an autocommit connection) unless its order refuses it: the
+    order's row is locked, then the payment is inserted if the order is
+    ``pending_payment`` at the payment's price, unless the order has a live payment (the
+    partial unique index ``uq_payments_live_order``: two creations race to one payment).
+    Returns what was found: ``("inserted", None)``, ``("missing", None)``, ``("status",
+    <the order's status>)``, ``("price", "<amount> <currency>")`` or ``("live", <the live
+    payment's id>)``."""
     assert payment.order_id is not None
-    order = _LOCK_ORDER.run(connection, {"order_id": payment.order_id}).first()
-    if order is None:
-        return "missing", None
-    if order["status"] != OrderStatus.PENDING_PAYMENT:
-        return "status", order["status"]
-    if (payment.amount, payment.currency) != (order["amount"], order["currency"]):
-        return "price", f"{money(order['amount'])} {order['currency']}"
     values = dict(zip(_COLUMN_KEYS, table_reader(_payments)(payment), strict=True))
-    if _INSERT_UNLESS_LIVE.run(connection, values).rowcount == 1:
+    row = _CREATE_FOR_ORDER.run(connection, values).first()
+    if row is None:
+        return "missing", None
+    if row["inserted"] is not None:
         return "inserted", None
-    live = _LIVE_PAYMENT.run(connection, {"order_id": payment.order_id}).first()
-    return "live", live["id"] if live else None
+    if row["status"] != OrderStatus.PENDING_PAYMENT:
+        return "status", row["status"]
+    if (payment.amount, payment.currency) != (row["amount"], row["currency"]):
+        return "price", f"{money(row['amount'])} {row['currency']}"
+    live = row["live"]
+    if live is None:  # committed while this statement waited: a fresh read sees it
+        found = _LIVE_PAYMENT.run(connection, {"order_id": payment.order_id}).first()
+        live = found["id"] if found else None
+    return "live", live
 
 
 _COLUMN_KEYS = tuple(column.key for column in _payments.c)

@@ -33,6 +33,7 @@ HMAC-SHA256 of the body>`` under MOCK_CALLBACK_SECRET (:func:`signed_webhook`).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -152,7 +153,8 @@ class MockEsimProvider:
             log.warning("mock-crash: the process is killed (SIGKILL) after the charge",
                         extra={"order_id": request.order_id})
             os.kill(os.getpid(), signal.SIGKILL)
-        return self.reconcile(request)
+        # the order it accepted, as it stands now (by its reference: one read)
+        return self.reconcile(dataclasses.replace(request, provider_order_ref=reference))
 
     def _accept(self, request: IssueRequest, status: str) -> str:
         """Record a new order and its charge (one transaction); returns its reference."""
