@@ -54,6 +54,7 @@ from herald.db import Prepared, autocommit, is_postgres
 from herald.db import session as db_session
 from herald.queue import EnqueueResult, Permanent, enqueue, is_last_attempt
 from herald.settings import get_settings
+from herald.write_behind import WriteBehind
 from models.base import snapshot, table_of, utcnow
 from models.catalog import ProviderHealth, StoreProduct, health_reason
 from models.store import (
@@ -543,10 +544,23 @@ def _announce(order_id: str, account_id: str, iccid: str | None,
     if plan_name:
         data["plan_name"] = plan_name[:100]
     trigger_event(account_id=account_id, type="esim.ready", occurrence=iccid, data=data)
-    # only now: a run killed before this line leaves the order for the recovery scans,
-    # whose run triggers it again (a no-op if it had got through: one per profile)
-    with store_db() as db:
-        mark_announced(db, order_id)
+    # only now: a run killed before its stamp is written leaves the order for the
+    # recovery scans, whose run triggers it again (a no-op if it had got through: one
+    # per profile)
+    _announced_behind.add([order_id])
+
+
+#: The ``announced_at`` stamps, written behind the runs, many in one UPDATE: a stamp lost
+#: with its process leaves the order to the stalled order scan (module docstring), which
+#: is what a run killed before it would have left.
+_announced_behind: WriteBehind[str] = WriteBehind(
+    mark_announced, name="herald-announced-stamps", max_batch=1000, linger_s=0.02)
+
+
+def flush_announced_stamps(timeout_s: float | None = None) -> bool:
+    """Wait until the ``announced_at`` stamps of every profile announced so far in this
+    process are written; False when ``timeout_s`` ran out first."""
+    return _announced_behind.flush(timeout_s)
 
 
 def _start_fresh(order_id: str) -> Snapshot | None:

@@ -507,16 +507,15 @@ def stamp_webhook(session: Session, order_id: str, *, now: datetime | None = Non
     session.commit()
 
 
-_MARK_ANNOUNCED = Prepared(
-    update(_store).where(_store.c.id == bindparam("order_id"), _store.c.announced_at.is_(None))
-    .values(announced_at=bindparam("now", type_=UtcDateTime)))
-
-
-def mark_announced(db: Db, order_id: str) -> None:
-    """Record that the issued order's ``esim.ready`` notification was triggered
-    (``announced_at``); commits (one statement)."""
-    _MARK_ANNOUNCED.run(connection_of(db), {"order_id": order_id, "now": utcnow()})
-    _commit(db)
+def mark_announced(order_ids: list[str], *, now: datetime | None = None) -> None:
+    """Record that these issued orders' ``esim.ready`` notifications were triggered
+    (``announced_at``, kept where it is set) in one UPDATE, committed as it runs."""
+    if not order_ids:
+        return
+    with autocommit() as connection:
+        connection.execute(update(_store).where(col(_store.c.id).in_(order_ids),
+                                                _store.c.announced_at.is_(None))
+                           .values(announced_at=now or utcnow()))
 
 
 def find_by_reference(session: Session, provider: str, reference: str) -> StoreOrder | None:
