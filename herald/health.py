@@ -38,6 +38,8 @@ CONTENT_TYPE = METRICS_CONTENT_TYPE
 OK = "ok"
 #: A failed check, as ``/readyz`` names it.
 DOWN = "down"
+#: The check of the App's Redis: every shard's (docs/queue.md#shards).
+REDIS = "redis"
 #: Seconds the whole readiness check may take; a check still running then has failed.
 READINESS_TIMEOUT_S = 3.0
 #: Seconds RabbitMQ gets to accept a connection (TCP, TLS and AMQP handshake each).
@@ -66,9 +68,25 @@ def metrics_text() -> bytes:
     return metrics_exposition()
 
 
-def check_redis() -> None:
-    """Raise unless the installed App's Redis client gets an answer to PING."""
-    current_app().client.ping()
+def _redis_checks() -> dict[str, Callable[[], None]]:
+    """One PING check per Redis of the installed App, named ``redis:<shard>``: run side by
+    side, so a shard that hangs is named and does not hide the others."""
+    return {f"{REDIS}:{name}": shard.client.ping for name, shard in current_app().shards.items()}
+
+
+def _merged_redis(results: dict[str, str]) -> str:
+    """The ``redis`` check from its shards' (taken out of ``results``): ``ok`` when every
+    shard answered, else each failed shard's reason, named by its shard when there are
+    several."""
+    shards = {name.removeprefix(f"{REDIS}:"): results.pop(name)
+              for name in [name for name in results if name.startswith(f"{REDIS}:")]}
+    failed = {name: status for name, status in sorted(shards.items()) if status != OK}
+    if not failed:
+        return OK
+    if len(shards) == 1:
+        return next(iter(failed.values()))
+    return "error: " + "; ".join(f"shard {name}: {status.removeprefix('error: ')}"
+                                 for name, status in failed.items())
 
 
 def check_rabbitmq(url: str) -> None:
@@ -89,16 +107,18 @@ def check_readiness() -> dict[str, str]:
     """``{"database", "redis", "broker"}`` each ``"ok"`` or ``"error: <short reason>"``.
 
     The checks run concurrently; the answer comes within :data:`READINESS_TIMEOUT_S`
-    whatever the dependencies do. With ``BROKER=redis`` the broker *is* Redis and
-    reports the same as Redis.
+    whatever the dependencies do. ``redis`` is every Redis of the App: with shards, each
+    is pinged and a failed one is named (``shard <name>: <reason>``). With
+    ``BROKER=redis`` the broker *is* Redis and reports the same as Redis.
     """
     settings = get_settings()
-    checks: dict[str, Callable[[], None]] = {"database": check_database, "redis": check_redis}
+    checks: dict[str, Callable[[], None]] = {"database": check_database, **_redis_checks()}
     if settings.broker == "rabbitmq":
         url = settings.rabbitmq_url
         checks["broker"] = lambda: check_rabbitmq(url)
     results = _run_concurrently(checks, READINESS_TIMEOUT_S)
-    results.setdefault("broker", results["redis"])
+    results[REDIS] = _merged_redis(results)
+    results.setdefault("broker", results[REDIS])
     return {name: results[name] for name in ("database", "redis", "broker")}
 
 

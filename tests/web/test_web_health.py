@@ -24,7 +24,7 @@ from sqlalchemy import text
 
 from actors.queues import registry
 from herald import db
-from herald.health import serve_worker_health
+from herald.health import check_readiness, serve_worker_health
 from herald.queue import enqueue
 from herald.settings import get_settings, reset_settings
 from herald.web import create_app
@@ -122,6 +122,30 @@ def test_readyz_names_redis_within_bound_when_redis_is_down(
     assert elapsed < READYZ_BOUND_S
     assert body["database"] == "ok"
     assert (body["redis"], body["broker"]) == ("down", "down")
+
+
+def test_readyz_pings_every_redis_shard_and_names_the_one_that_is_down(
+        configure: Configure, database_url: str, redis_url: str, redis6_url: str,
+        tmp_path: Path, client: TestClient) -> None:
+    # Given the fulfillment queues on a Redis of their own (REDIS_SHARDS), both up
+    from tests.support.services import start_redis
+
+    shard = start_redis(tmp_path)
+    configure(DATABASE_URL=database_url, REDIS_URL=redis_url, BROKER="redis",
+              REDIS_SHARDS=f"fulfillment={shard.url} payment,store-fulfillment")
+    status, body, _ = timed_get(client, "/readyz")
+    assert (status, body) == (200, {"database": "ok", "redis": "ok", "broker": "ok"})
+
+    # When the shard's Redis stops (the default one still answers)
+    shard.stop()
+    status, body, elapsed = timed_get(client, "/readyz")
+
+    # Then readiness is 503 in time, Redis down, and the reason (for those who may read it)
+    # names the shard
+    assert status == 503
+    assert elapsed < READYZ_BOUND_S
+    assert (body["database"], body["redis"], body["broker"]) == ("ok", "down", "down")
+    assert check_readiness()["redis"].startswith("error: shard fulfillment: ")
 
 
 def test_readyz_names_the_database_when_it_is_down(configure: Configure, redis_url: str,
