@@ -16,6 +16,7 @@ The web process serves the same three routes through FastAPI (:mod:`herald.web`)
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import logging
 import threading
@@ -71,7 +72,12 @@ def metrics_text() -> bytes:
 def _redis_checks() -> dict[str, Callable[[], None]]:
     """One PING check per Redis of the installed App, named ``redis:<shard>``: run side by
     side, so a shard that hangs is named and does not hide the others."""
-    return {f"{REDIS}:{name}": shard.client.ping for name, shard in current_app().shards.items()}
+    return {f"{REDIS}:{name}": functools.partial(_ping, shard.client)
+            for name, shard in current_app().shards.items()}
+
+
+def _ping(client: Any) -> None:
+    client.ping()
 
 
 def _merged_redis(results: dict[str, str]) -> str:
