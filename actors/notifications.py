@@ -49,6 +49,9 @@ from providers.base import Channel, OutboundMessage
 from providers.select import provider_chain
 
 log = logging.getLogger("herald.notifications")
+#: An attempt's outcome the fence refused: another attempt took the delivery over, or it
+#: reached a final outcome meanwhile (docs/failure-modes.md#partition).
+OUTCOME_NOT_WRITTEN = "outcome not written: the delivery is final or another attempt holds it"
 
 #: The queue of each channel that has one (in-app has none).
 CHANNEL_QUEUES = {"email": "notification-email", "sms": "notification-sms",
@@ -148,8 +151,12 @@ def deliver(job: DeliveryJob) -> dict[str, Any]:
         token, recipient = claimed
 
         def write(outcome: Outcome, **fields: Any) -> bool:
-            return record_delivery_outcome(db, job.delivery_id, token=token,
-                                           outcome=outcome, **fields)
+            written = record_delivery_outcome(db, job.delivery_id, token=token,
+                                              outcome=outcome, **fields)
+            if not written:  # what an operator sees of a late attempt (a partition)
+                log.info(OUTCOME_NOT_WRITTEN, extra={"delivery_id": job.delivery_id,
+                                                     "outcome": outcome.value})
+            return written
 
         verdict = gate(recipient, job.channel)
         if verdict.reason is None and (

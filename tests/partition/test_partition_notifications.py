@@ -22,6 +22,7 @@ import pytest
 from sqlalchemy import func
 from sqlmodel import select
 
+from actors.notifications import OUTCOME_NOT_WRITTEN
 from herald import settings
 from herald.db import session as db_session
 from models.notifications import FINAL_OUTCOMES, Delivery
@@ -122,10 +123,13 @@ def test_a_partitioned_worker_host_loses_nothing_and_its_late_writes_are_refused
     # a delivery accepted twice was in flight at the cut, at most one per email slot ...
     assert duplicated <= in_flight_at_cut, duplicated - in_flight_at_cut
     assert len(duplicated) <= IN_FLIGHT_PER_PROCESS
-    # ... and its row keeps the taking-over send: the late outcome write was refused
+    # ... and its row keeps the taking-over send: the late outcome write was refused,
+    # and the cut-off host's log says so, one line per refused write
     for key in duplicated:
         assert rows[key].provider_message_id == accepted[key][-1], key
+    assert cut_off.log_lines("worker", OUTCOME_NOT_WRITTEN) >= len(duplicated)
     refused = cut_off.log_lines("worker", RUN_IGNORED)
     print(f"partition test: {time.monotonic() - started:.0f} s, cut for {cut_for:.1f} s, "
           f"{len(in_flight_at_cut)} in flight at the cut, {len(duplicated)} sent twice, "
-          f"{refused} late job ends refused")
+          f"{refused} late job ends refused, "
+          f"{cut_off.log_lines('worker', OUTCOME_NOT_WRITTEN)} late outcome writes refused")
