@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from herald.access import has_api_access
 from herald.db import check_database
-from herald.queue import METRICS_CONTENT_TYPE, current_app, metrics_exposition
+from herald.queue import METRICS_CONTENT_TYPE, current_app, installed_app, metrics_exposition
 from herald.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -72,12 +72,19 @@ def metrics_text() -> bytes:
 def _redis_checks() -> dict[str, Callable[[], None]]:
     """One PING check per Redis of the installed App, named ``redis:<shard>``: run side by
     side, so a shard that hangs is named and does not hide the others."""
+    app = installed_app()
+    if app is None:  # nothing to ping: the check fails as current_app() tells why
+        return {f"{REDIS}:default": _installed}
     return {f"{REDIS}:{name}": functools.partial(_ping, shard.client)
-            for name, shard in current_app().shards.items()}
+            for name, shard in app.shards.items()}
 
 
 def _ping(client: Any) -> None:
     client.ping()
+
+
+def _installed() -> None:
+    current_app()
 
 
 def _merged_redis(results: dict[str, str]) -> str:
