@@ -22,16 +22,15 @@ from sqlmodel import select
 from herald import db
 from herald.queue import queue
 from models.notifications import FINAL_OUTCOMES, Delivery
-from providers.mock import MockProvider
 from tests.support.event_load import (
     IN_FLIGHT_PER_PROCESS,
-    EventLoad,
     create_accounts,
     delivery_outcomes,
     killed_at_end,
     pipeline_worker,
     probe_get_routes,
     serving_app,
+    steady_load,
     wait_all_sent,
 )
 from tests.support.pipeline.steps import accepted_twice, breakable_pipeline
@@ -84,11 +83,8 @@ def test_a_postgres_restart_under_load_answers_503_and_loses_nothing(
     processes.append(spawn_herald("clock"))
     with killed_at_end(processes) as exits, serving_app() as base:
         accounts = create_accounts(base, 20, f"pgr{tag}")
-        load = EventLoad(base, accounts, tag)
-        try:
-            # Given a steady load that the workers keep up with
-            wait_for(lambda: len(MockProvider.sends()) >= 40, timeout=30, every=0.2,
-                     what="sends to progress")
+        # Given a steady load that the workers keep up with
+        with steady_load(base, accounts, tag) as load:
             # When PostgreSQL stops (every connection cut) and is started again
             restarted_db.stop("immediate")
             down_at = time.monotonic()
@@ -104,8 +100,6 @@ def test_a_postgres_restart_under_load_answers_503_and_loses_nothing(
             wait_for(lambda: len(load.accepted) > accepted_at_restart + 20, timeout=30,
                      what="the API to accept events again")
             recovered_s = load.accepted_at[accepted_at_restart] - up_at
-        finally:
-            load.stop()
         # and every accepted event's delivery ends sent
         wait_all_sent(load, timeout=60, detail=lambda: _unfinished(load.accepted))
     # the workers and the clock rode it out: none exited (none needed restarting)

@@ -24,13 +24,13 @@ from herald.queue import queue
 from models.notifications import Delivery
 from providers.mock import MockProvider
 from tests.support.event_load import (
-    EventLoad,
     ProgressWatch,
     create_accounts,
     delivery_outcomes,
     killed_at_end,
     pipeline_worker,
     serving_app,
+    steady_load,
     wait_all_sent,
 )
 from tests.support.pipeline.steps import accepted_twice, breakable_pipeline
@@ -86,11 +86,8 @@ def test_a_rabbitmq_restart_under_load_loses_nothing_and_runs_nothing_twice(
         for n in range(0, 20, 5):
             MockProvider.script(f"rmq{tag}{n}@example.com", f"hang:{HANG_S}")
             MockProvider.script(f"+96654{n:07d}", f"hang:{HANG_S}")
-        load = EventLoad(base, accounts, tag)
-        try:
-            # Given a steady load that the workers keep up with
-            wait_for(lambda: len(MockProvider.sends()) >= 40, timeout=30, every=0.2,
-                     what="sends to progress")
+        # Given a steady load that the workers keep up with
+        with steady_load(base, accounts, tag) as load:
             # When the broker stops (every connection closed) and starts again
             restarted_broker.stop()
             down_at = time.monotonic()
@@ -104,8 +101,6 @@ def test_a_rabbitmq_restart_under_load_loses_nothing_and_runs_nothing_twice(
                      > sends_at_start + 40, timeout=30, every=0.1,
                      what="sends to progress again")
             resumed_s = time.monotonic() - up_at
-        finally:
-            load.stop()
         # and every accepted event's delivery ends sent
         wait_all_sent(load, timeout=45)
         stalled_s = progress.longest_stall(down_at - 0.5, up_at + resumed_s)

@@ -26,13 +26,13 @@ from herald.queue import REDIS_FAILOVER_S, queue
 from providers.mock import MockProvider
 from tests.support.event_load import (
     IN_FLIGHT_PER_PROCESS,
-    EventLoad,
     ProgressWatch,
     create_accounts,
     delivery_outcomes,
     killed_at_end,
     pipeline_worker,
     serving_app,
+    steady_load,
     wait_all_sent,
 )
 from tests.support.pipeline.steps import accepted_twice, breakable_pipeline
@@ -72,11 +72,8 @@ def test_a_killed_primary_fails_over_and_herald_reconnects_losing_nothing(
     with (ProgressWatch(lambda: len(MockProvider.sends(accepted_only=True))) as progress,
           killed_at_end(processes) as exits, serving_app() as base):
         accounts = create_accounts(base, 20, f"snt{tag}")
-        load = EventLoad(base, accounts, tag)
-        try:
-            # Given a steady load that the workers keep up with
-            wait_for(lambda: len(MockProvider.sends()) >= 40, timeout=30, every=0.2,
-                     what="sends to progress")
+        # Given a steady load that the workers keep up with
+        with steady_load(base, accounts, tag) as load:
             # When the primary is killed
             sentinel_redis.kill_primary()
             killed_at = time.monotonic()
@@ -94,8 +91,6 @@ def test_a_killed_primary_fails_over_and_herald_reconnects_losing_nothing(
                      timeout=REDIS_FAILOVER_S - (time.monotonic() - promoted_at),
                      every=0.2, what="a sweep added after the failover")
             resumed_s = time.monotonic() - killed_at
-        finally:
-            load.stop()
         # and every event accepted, before, during or after, ends with its delivery sent
         wait_all_sent(load, timeout=45)
         stalled_s = progress.longest_stall(killed_at - 0.5, killed_at + resumed_s)

@@ -21,6 +21,7 @@ from sqlmodel import select
 
 from herald import db
 from models.notifications import Delivery
+from providers.mock import MockProvider
 from tests.support.processes import spawn_herald
 from tests.support.services import find_free_port
 from tests.support.waiting import wait_for
@@ -119,6 +120,19 @@ class EventLoad:
         ``time.monotonic()``): the API's seconds without progress."""
         times = [since, *[t for t in self.accepted_at if t > since]]
         return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
+
+
+@contextmanager
+def steady_load(base: str, accounts: list[str], tag: str) -> Iterator[EventLoad]:
+    """An :class:`EventLoad` that the workers keep up with: the block runs once 40 sends
+    went through, and the load stops when it ends, however it ends."""
+    load = EventLoad(base, accounts, tag)
+    try:
+        wait_for(lambda: len(MockProvider.sends()) >= 40, timeout=30, every=0.2,
+                 what="sends to progress")
+        yield load
+    finally:
+        load.stop()
 
 
 class ProgressWatch:
