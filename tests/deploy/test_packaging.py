@@ -177,14 +177,15 @@ def make(checkout: Path, target: str) -> list[str]:
     calls.write_text("")
     subprocess.run(["make", "--no-print-directory", target], cwd=checkout, check=True,
                    capture_output=True, text=True, timeout=60)
-    return [line for line in calls.read_text().splitlines() if "pip install -e" in line]
+    return [line for line in calls.read_text().splitlines()
+            if "pip install" in line and "--upgrade pip" not in line]
 
 
 @pytest.fixture
 def checkout(tmp_path: Path) -> Path:
-    """The Makefile and pyproject.toml with a .venv whose python and herald only record
-    their calls: what each target installs is seen without installing anything."""
-    for name in ("Makefile", "pyproject.toml"):
+    """The Makefile, pyproject.toml and the locks with a .venv whose python and herald only
+    record their calls: what each target installs is seen without installing anything."""
+    for name in ("Makefile", "pyproject.toml", "requirements.txt", "constraints.txt"):
         shutil.copy(REPO / name, tmp_path / name)
     bin_ = tmp_path / ".venv" / "bin"
     bin_.mkdir(parents=True)
@@ -200,10 +201,13 @@ def test_make_demo_installs_the_runtime_only_and_make_test_adds_the_dev_extras(
     demo, test = make(checkout, "demo"), make(checkout, "test")
     again = make(checkout, "demo") + make(checkout, "test")
 
-    # Then the demo installed the runtime alone, the tests added the dev extras, and
-    # nothing was installed twice
-    assert demo == ["python -m pip install -e ."]
-    assert test == ["python -m pip install -e .[dev]"]
+    # Then the demo installed the runtime's lock, the tests the whole lock (dev extras
+    # too), each checked against its hashes, herald itself on top with nothing resolved;
+    # and nothing was installed twice
+    assert demo == ["python -m pip install --require-hashes -r requirements.txt",
+                    "python -m pip install --no-deps --no-build-isolation -e ."]
+    assert test == ["python -m pip install --require-hashes -r constraints.txt",
+                    "python -m pip install --no-deps --no-build-isolation -e ."]
     assert again == []
 
 
@@ -212,5 +216,6 @@ def test_make_test_then_make_demo_installs_once(checkout: Path) -> None:
     test, demo = make(checkout, "test"), make(checkout, "demo")
 
     # Then the dev install serves the demo too
-    assert test == ["python -m pip install -e .[dev]"]
+    assert test == ["python -m pip install --require-hashes -r constraints.txt",
+                    "python -m pip install --no-deps --no-build-isolation -e ."]
     assert demo == []
