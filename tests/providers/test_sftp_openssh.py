@@ -45,18 +45,20 @@ def without_host(line: str) -> str:
 @pytest.mark.parametrize("key_type", list(KEY_TYPES))
 def test_the_recorded_key_of_each_type_alone_is_the_one_the_server_proves(
         sshd: Sshd, key_type: str) -> None:
-    # Given only this key recorded, exactly as ssh-keyscan printed it
-    settings = sshd.settings(host_key=sshd.key_lines[key_type])
-    name = f"850_{key_type}.x12"
+    scanned = sshd.key_lines[key_type]
+    # Given only this key recorded, exactly as ssh-keyscan printed it, or bare (as in
+    # the server's .pub file)
+    for form, host_key in (("scanned", scanned), ("bare", without_host(scanned))):
+        name = f"850_{key_type}_{form}.x12"
 
-    # When an order is dropped
-    with sftp_session(settings) as session:
-        session.put(str(outbound(sshd)), name, EDI)
-        presented = session.host_key_line
+        # When an order is dropped
+        with sftp_session(sshd.settings(host_key=host_key)) as session:
+            session.put(str(outbound(sshd)), name, EDI)
+            presented = session.host_key_line
 
-    # Then the server proved that key, and the file is there, whole
-    assert presented == without_host(sshd.key_lines[key_type])
-    assert (outbound(sshd) / name).read_bytes() == EDI
+        # Then the server proved that key, and the file is there, whole
+        assert presented == without_host(scanned), form
+        assert (outbound(sshd) / name).read_bytes() == EDI, form
 
 
 def test_all_three_keys_recorded_together_connect(sshd: Sshd) -> None:
