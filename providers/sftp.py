@@ -450,21 +450,55 @@ class SftpSession:
             (trusted_keys, [], []) if trusted_keys is not None else None)
 
         async def connect() -> None:
-            self._conn = await asyncssh.connect(
-                settings.host, settings.port, username=settings.username,
-                password=settings.password, known_hosts=known_hosts,
-                # server_host_key_algs left unset: asyncssh then offers only the trusted
-                # keys' signature algorithms (every algorithm when none is recorded). A
-                # server holding several keys answers with the first algorithm of the
-                # client's list it has, so offering every algorithm made an OpenSSH
-                # server present its RSA key to a client that recorded its ed25519 one.
-                encryption_algs=_CIPHER_PREFERENCE,
-                # only the password: no keys, agent or ~/.ssh/config of the worker's user
-                client_keys=None, agent_path=None, config=None,
-                connect_timeout=connect_timeout)
+            try:
+                self._conn = await asyncssh.connect(
+                    settings.host, settings.port, username=settings.username,
+                    password=settings.password, known_hosts=known_hosts,
+                    # server_host_key_algs left unset: asyncssh then offers only the
+                    # trusted keys' signature algorithms (every algorithm when none is
+                    # recorded). A server holding several keys answers with the first
+                    # algorithm of the client's list it has, so offering every algorithm
+                    # made an OpenSSH server present its RSA key to a client that
+                    # recorded its ed25519 one.
+                    encryption_algs=_CIPHER_PREFERENCE,
+                    # only the password: no keys, agent or ~/.ssh/config of the worker's
+                    # user
+                    client_keys=None, agent_path=None, config=None,
+                    connect_timeout=connect_timeout)
+            except (asyncssh.ConnectionLost, ConnectionResetError, BrokenPipeError):
+                if trusted_keys is not None:
+                    await self._refuse_unrecorded_host_key(trusted_keys, connect_timeout)
+                raise
             self._sftp = await self._conn.start_sftp_client()
 
         self._call("connection", connect, timeout=connect_timeout + self._timeout)
+
+    async def _refuse_unrecorded_host_key(self, trusted_keys: list[asyncssh.SSHKey],
+                                          timeout: float) -> None:
+        """After a connection offering only the recorded keys' algorithms was lost before
+        it was established: SftpConfigError when the server holds none of the recorded
+        keys; nothing when that cannot be told (the caller's error stands, transient).
+
+        An OpenSSH server that has no key of an offered algorithm just closes the
+        connection, and asyncssh's client does not check the algorithms agree before it
+        goes on, so that looked like a network failure, retried to no end. One more key
+        exchange, with no login (the password is never sent to it), offers the recorded
+        algorithms first and then every other: a server that then presents a key that
+        was not recorded holds none of them."""
+        algorithms = dict.fromkeys(algorithm.decode() for key in trusted_keys
+                                   for algorithm in key.sig_algorithms)
+        settings = self._settings
+        try:
+            presented = await asyncio.wait_for(asyncssh.get_server_host_key(
+                settings.host, settings.port, config=None,
+                server_host_key_algs="^" + ",".join(algorithms)), timeout)
+        except (asyncssh.Error, OSError, TimeoutError):
+            return
+        if presented is not None and presented not in trusted_keys:
+            raise SftpConfigError(
+                f"connection on {settings.host}:{settings.port}: the server's host key does "
+                f"not match any recorded one (it holds none of them and presents "
+                f"{presented.algorithm.decode()} {presented.get_fingerprint()})")
 
     def _close(self) -> None:
         """Close the connection and the loop; never raises."""

@@ -100,3 +100,28 @@ def test_keys_the_server_does_not_hold_are_refused_before_the_password_is_sent(
     with sftp_session(sshd.settings(host_key=sshd.keyscan)) as session:
         session.list_candidates(str(sshd.user.home))
     assert re.search(r"userauth-request .* method password", sshd.log(mark))
+
+
+def test_a_server_holding_no_key_of_the_recorded_types_is_refused_for_good(
+        sshd: Sshd) -> None:
+    # Given a server with only an ed25519 key, and its supplier's ECDSA and RSA keys
+    # recorded (as another server's ssh-keyscan printed them)
+    recorded = sshd.key_lines["ecdsa"] + "\n" + sshd.key_lines["rsa"] + "\n"
+    with running_sshd(key_types=("ed25519",)) as ed25519_only:
+        mark = ed25519_only.log_size()
+
+        # When a session is opened (OpenSSH closes it: none of the offered algorithms)
+        with pytest.raises(SftpConfigError, match="host key does not match") as refused, \
+                sftp_session(ed25519_only.settings(host_key=recorded)):
+            pass
+
+        # Then it fails for good (not as a lost connection, retried), naming the key the
+        # server has, and no login was ever asked for
+        assert is_permanent_failure(refused.value)
+        assert "ssh-ed25519" in str(refused.value)
+        # (the session's connection, refused in the negotiation, and the key exchange
+        # with no login that told why)
+        wait_for(lambda: "no matching host key type" in ed25519_only.log(mark)
+                 and ENDED_PREAUTH.search(ed25519_only.log(mark)),
+                 what="sshd to log the refused connections' end")
+        assert not LOGIN_ATTEMPT.search(ed25519_only.log(mark)), ed25519_only.log(mark)
