@@ -53,6 +53,7 @@ from models.purchasing import (
     transition_dispatch,
 )
 from models.supplier_jobs import SupplierDispatchJob
+from providers.sftp import SftpHostKeyNotRecorded
 from providers.supplier_transports import transmit
 from providers.suppliers import (
     DocumentLine,
@@ -164,10 +165,15 @@ def document_of(job: SupplierDispatchJob, order: PurchaseOrder) -> PurchaseOrder
 
 
 def _record_host_key(supplier_id: str, key_line: str) -> None:
-    """Pin the SFTP server's first key on the supplier (committed before the upload)."""
+    """Pin the SFTP server's first key on the supplier (committed before the upload). When
+    it was not recorded (a concurrent session recorded a key first), SftpHostKeyNotRecorded
+    stops the session before the upload: the key this one trusted may not be the one the
+    supplier now requires. It is transient: the retry requires the recorded key."""
     with db.session() as session:
-        if record_host_key(session, supplier_id, key_line):
-            log.info("SFTP host key recorded", extra={"supplier_id": supplier_id})
+        recorded = record_host_key(session, supplier_id, key_line)
+    if not recorded:
+        raise SftpHostKeyNotRecorded(supplier_id)
+    log.info("SFTP host key recorded", extra={"supplier_id": supplier_id})
 
 
 def mark_submitted(job: SupplierDispatchJob, attempt: int, transmission: Transmission) -> bool:

@@ -52,7 +52,13 @@ from models.purchasing import (
     transition_dispatch,
 )
 from models.supplier_jobs import BackorderRerouteJob
-from providers.sftp import SftpFileTooLarge, SftpSession, SftpSettings, sftp_session
+from providers.sftp import (
+    SftpFileTooLarge,
+    SftpHostKeyNotRecorded,
+    SftpSession,
+    SftpSettings,
+    sftp_session,
+)
 from providers.suppliers import SupplierType
 from providers.x12 import Ack855, Ack997, X12ParseError, parse_acknowledgments
 
@@ -336,8 +342,13 @@ def poll_supplier(supplier: Supplier) -> SupplierPoll:
 
 
 def _record_host_key(supplier_id: str, key_line: str) -> None:
+    """Pin the SFTP server's first key on the supplier before anything is read; when a
+    concurrent session recorded a key first, SftpHostKeyNotRecorded ends this poll's
+    session unread (the next poll requires the recorded key)."""
     with db_session() as session:
-        record_host_key(session, supplier_id, key_line)
+        recorded = record_host_key(session, supplier_id, key_line)
+    if not recorded:
+        raise SftpHostKeyNotRecorded(supplier_id)
 
 
 def _take(sftp: SftpSession, settings: SftpSettings, supplier_id: str, name: str,

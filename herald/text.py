@@ -16,8 +16,10 @@ rule in two variants:
   sends it). The text is kept as sent.
 
 :data:`JSON_TEXT` applies the rule to every string of a JSON value (an event's ``data``):
-object keys single-line, string values multi-line; :data:`JSON_LINE` (a supplier's
-``sftp`` settings) wants every string single-line. The message names the path inside it.
+object keys single-line, string values multi-line; :data:`JSON_LINE` wants every string
+single-line, and :func:`json_line_except` the same but for the values of the top-level
+keys it names (a supplier's ``sftp`` settings, whose ``host_key`` holds one OpenSSH key
+per line). The message names the path inside it.
 
 The check runs on the text as sent, before any trimming of whitespace, so a field never
 passes because a control character sat at its end.
@@ -25,6 +27,7 @@ passes because a control character sat at its end.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Annotated, Any
 
@@ -81,6 +84,18 @@ def _json_line(value: Any) -> Any:
     return value
 
 
+def _json_line_except(multiline: frozenset[str], value: Any) -> Any:
+    if not isinstance(value, dict):
+        return _json_line(value)
+    for key, item in value.items():
+        if isinstance(key, str) and (char := control_character(key)):
+            raise _refusal(char, "a key")
+        problem = _first_in_json(item, str(key), multiline=key in multiline)
+        if problem is not None:
+            raise _refusal(*problem)
+    return value
+
+
 def _first_in_json(value: Any, path: str, *, multiline: bool) -> tuple[str, str] | None:
     """The first refused character in a JSON value and where (``items[2].name``)."""
     if isinstance(value, str):
@@ -116,3 +131,9 @@ MultiLine = Annotated[str, MULTI_LINE]
 JSON_TEXT = BeforeValidator(_json_text)
 #: A JSON value whose every string (keys and values) is :data:`SingleLine`.
 JSON_LINE = BeforeValidator(_json_line)
+
+
+def json_line_except(*multiline: str) -> BeforeValidator:
+    """:data:`JSON_LINE` for a JSON object, except that the strings under the top-level
+    keys ``multiline`` are :data:`MultiLine` (tab, line feed, CRLF allowed)."""
+    return BeforeValidator(functools.partial(_json_line_except, frozenset(multiline)))

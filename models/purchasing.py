@@ -710,7 +710,8 @@ def dispatch_with_parties(session: Session, dispatch_id: str
 def record_host_key(session: Session, supplier_id: str, key_line: str) -> bool:
     """Record ``key_line`` as the supplier's SFTP host key when it has none yet, so the
     next session requires it (a key recorded meanwhile is kept). Does not commit;
-    returns whether it was recorded."""
+    returns whether it was recorded: False (a key recorded meanwhile, the supplier or its
+    SFTP settings gone) means the session that saw ``key_line`` must not go on."""
     supplier = session.get(Supplier, supplier_id, with_for_update=True)
     if supplier is None or not isinstance(supplier.sftp, dict) or supplier.sftp.get("host_key"):
         return False

@@ -11,18 +11,22 @@ a private event loop that lives exactly as long as the session.
 
 Failures are classified for the dispatch queue:
 
-- authentication refused, a host key other than the recorded one, missing or invalid
-  settings, permission denied on a path → :class:`SftpConfigError` (permanent: a person
+- authentication refused, a server that proves none of the recorded host keys, missing or
+  invalid settings, permission denied on a path → :class:`SftpConfigError` (permanent: a person
   has to change something before any attempt can succeed);
 - connection refused, reset or lost, a name that does not resolve, no answer within the
   connect or operation timeout, any other server error → :class:`SftpTransientError`
   (retried).
 
-Host keys: with a recorded key (an OpenSSH public key line) the server must present that
-key, checked during the handshake, so nothing is sent before it matched. Without one the
-first key seen is accepted and handed to ``on_new_host_key`` once the login succeeded, for
-the caller to record and require from then on: trust on first use, which the API lets a
-supplier have only when it says ``trust_on_first_use: true`` (docs/suppliers.md#host-keys).
+Host keys: with recorded keys (one or more OpenSSH public key lines, as ``ssh-keyscan``
+prints them) the server must prove one of them, checked during the handshake, so nothing
+is sent before it matched; only the recorded keys' algorithms are offered, so a server
+holding several keys (ed25519, ECDSA, RSA) presents one that was recorded rather than
+whichever it prefers. Without any the first key seen is accepted and handed to
+``on_new_host_key`` once the login succeeded, for the caller to record and require from
+then on (a caller that could not record it raises, which ends the session before its
+body runs): trust on first use, which the API lets a supplier have only when it says
+``trust_on_first_use: true`` (docs/suppliers.md#host-keys).
 
 A reader may cap what it reads (``get(path, max_bytes=…)``): a larger file is refused as
 :class:`SftpFileTooLarge` after a stat, never read.
@@ -50,6 +54,7 @@ __all__ = [
     "SKIPPED_SUFFIXES",
     "SftpConfigError",
     "SftpFileTooLarge",
+    "SftpHostKeyNotRecorded",
     "SftpSession",
     "SftpSettings",
     "SftpTransientError",
@@ -85,6 +90,19 @@ class SftpTransientError(Exception):
     permanent = False
 
 
+class SftpHostKeyNotRecorded(SftpTransientError):
+    """Trust on first use lost a race: the key this session saw could not be recorded on
+    the supplier (another session recorded a key first, or the supplier's settings changed
+    meanwhile). The session stops before its body runs; the next attempt requires
+    whatever key is recorded by then, so it succeeds only if the server proves that one."""
+
+    def __init__(self, supplier_id: str) -> None:
+        super().__init__(
+            f"the SFTP host key this session saw was not recorded on supplier {supplier_id} "
+            "(another session recorded one first, or its SFTP settings changed): stopped "
+            "before anything was transferred; the next session requires the recorded key")
+
+
 class SftpFileTooLarge(Exception):
     """A remote file is larger than its reader accepts; it was not read (or not past the
     cap). Retrying cannot help: the file is what it is."""
@@ -115,8 +133,9 @@ class SftpSettings:
     outbound_dir: str
     inbound_dir: str
     archive_dir: str
-    #: The server's public key as an OpenSSH line (``ssh-ed25519 AAAA…``), or None when no
-    #: key has been recorded yet.
+    #: The server's public keys, one OpenSSH line each (``ssh-ed25519 AAAA…``, host names
+    #: in front allowed, as ``ssh-keyscan`` prints them), or None when no key has been
+    #: recorded yet. The server must prove one of them.
     host_key: str | None = None
     #: The supplier's operator chose to accept the first key the server presents (the API
     #: refuses a Sysco supplier with neither this nor ``host_key``: docs/suppliers.md#host-keys).
@@ -162,7 +181,7 @@ def _settings_problems(settings: SftpSettings) -> list[str]:
         problems.append("trust_on_first_use must be true or false")
     if settings.host_key is not None:
         try:
-            _parse_host_key(settings.host_key)
+            _parse_host_keys(settings.host_key)
         except SftpConfigError as error:
             problems.append(str(error))
     return problems
@@ -172,15 +191,49 @@ def _is_text(value: object) -> bool:
     return isinstance(value, str) and value.strip() != "" and "\0" not in value
 
 
-def _parse_host_key(line: str) -> asyncssh.SSHKey:
-    """The public key of an OpenSSH key line; a comment after the key is allowed."""
-    try:
-        if not isinstance(line, str):
-            raise TypeError
-        return asyncssh.import_public_key(line.strip())
-    except (asyncssh.KeyImportError, TypeError, ValueError):
-        raise SftpConfigError(
-            "host_key must be an OpenSSH public key line such as 'ssh-ed25519 AAAA…'") from None
+_HOST_KEY_FORM = ("host_key must be one or more OpenSSH public key lines such as "
+                  "'ssh-ed25519 AAAA…' (host names in front allowed, as ssh-keyscan "
+                  "prints them)")
+
+
+def _parse_host_keys(text: str) -> list[asyncssh.SSHKey]:
+    """The public keys of ``text``: one OpenSSH key line each, blank lines and ``#``
+    comment lines skipped (``ssh-keyscan``'s output as it is). SftpConfigError naming the
+    first line that is not a key, or when there is no key at all."""
+    if not isinstance(text, str):
+        raise SftpConfigError(_HOST_KEY_FORM)
+    keys = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key = _parse_key_line(line)
+        if key is None:
+            raise SftpConfigError(f"{_HOST_KEY_FORM}; line {number} is not one")
+        keys.append(key)
+    if not keys:
+        raise SftpConfigError(_HOST_KEY_FORM)
+    return keys
+
+
+def _parse_key_line(line: str) -> asyncssh.SSHKey | None:
+    """The key of one line ``[host names] algorithm base64 [comment]``, or None. The host
+    names are not compared with the host connected to: ``ssh-keyscan`` writes whatever
+    name or ``[address]:port`` it was given. A marked line (``@cert-authority``,
+    ``@revoked``) is not a key."""
+    fields = line.split()
+    for start in (0, 1):  # without, then with host names in front
+        if len(fields) < start + 2 or fields[0].startswith("@"):
+            return None
+        try:
+            key = asyncssh.import_public_key(" ".join(fields[start:]))
+        except (asyncssh.KeyImportError, ValueError):
+            continue
+        # the line's algorithm must be the key's own: nothing else (a PEM or RFC 4716
+        # body that asyncssh also reads) passes as an OpenSSH line
+        if key.algorithm.decode() == fields[start]:
+            return key
+    return None
 
 
 def openssh_key_line(key: asyncssh.SSHKey) -> str:
@@ -220,9 +273,9 @@ def _classify(error: Exception, what: str) -> Exception:
     if isinstance(error, asyncssh.PermissionDenied):
         return SftpConfigError(f"{what}: authentication refused ({error.reason})")
     if isinstance(error, asyncssh.HostKeyNotVerifiable | asyncssh.KeyExchangeFailed):
-        # A key exchange that fails on an otherwise reachable server is the host key (an
-        # algorithm other than the recorded key's) or the algorithms: retrying cannot help.
-        return SftpConfigError(f"{what}: the server's host key does not match the recorded "
+        # A key exchange that fails on an otherwise reachable server is the host key (none
+        # of the recorded keys' algorithms) or the algorithms: retrying cannot help.
+        return SftpConfigError(f"{what}: the server's host key does not match any recorded "
                                f"one ({error.reason})")
     if isinstance(error, asyncssh.SFTPPermissionDenied):
         return SftpConfigError(f"{what}: permission denied ({error.reason})")
@@ -389,27 +442,63 @@ class SftpSession:
         except asyncssh.SFTPOpUnsupported:
             await self._client().rename(src, dst)
 
-    def _connect(self, trusted_key: asyncssh.SSHKey | None, connect_timeout: float) -> None:
+    def _connect(self, trusted_keys: list[asyncssh.SSHKey] | None,
+                 connect_timeout: float) -> None:
         settings = self._settings
+        # (trusted keys, CA keys, revoked keys), used as they are for whatever host
         known_hosts: tuple[list[asyncssh.SSHKey], ...] | None = (
-            ([trusted_key], [], []) if trusted_key is not None else None)
+            (trusted_keys, [], []) if trusted_keys is not None else None)
 
         async def connect() -> None:
-            self._conn = await asyncssh.connect(
-                settings.host, settings.port, username=settings.username,
-                password=settings.password, known_hosts=known_hosts,
-                # offer every host key algorithm, not only the recorded key's: a server
-                # whose key is of another kind then fails the recorded-key check, always
-                # (HostKeyNotVerifiable), where a failed negotiation can reach us as a
-                # lost connection instead, which would be retried as transient
-                server_host_key_algs="default",
-                encryption_algs=_CIPHER_PREFERENCE,
-                # only the password: no keys, agent or ~/.ssh/config of the worker's user
-                client_keys=None, agent_path=None, config=None,
-                connect_timeout=connect_timeout)
+            try:
+                self._conn = await asyncssh.connect(
+                    settings.host, settings.port, username=settings.username,
+                    password=settings.password, known_hosts=known_hosts,
+                    # server_host_key_algs left unset: asyncssh then offers only the
+                    # trusted keys' signature algorithms (every algorithm when none is
+                    # recorded). A server holding several keys answers with the first
+                    # algorithm of the client's list it has, so offering every algorithm
+                    # made an OpenSSH server present its RSA key to a client that
+                    # recorded its ed25519 one.
+                    encryption_algs=_CIPHER_PREFERENCE,
+                    # only the password: no keys, agent or ~/.ssh/config of the worker's
+                    # user
+                    client_keys=None, agent_path=None, config=None,
+                    connect_timeout=connect_timeout)
+            except (asyncssh.ConnectionLost, ConnectionResetError, BrokenPipeError):
+                if trusted_keys is not None:
+                    await self._refuse_unrecorded_host_key(trusted_keys, connect_timeout)
+                raise
             self._sftp = await self._conn.start_sftp_client()
 
         self._call("connection", connect, timeout=connect_timeout + self._timeout)
+
+    async def _refuse_unrecorded_host_key(self, trusted_keys: list[asyncssh.SSHKey],
+                                          timeout: float) -> None:
+        """After a connection offering only the recorded keys' algorithms was lost before
+        it was established: SftpConfigError when the server holds none of the recorded
+        keys; nothing when that cannot be told (the caller's error stands, transient).
+
+        An OpenSSH server that has no key of an offered algorithm just closes the
+        connection, and asyncssh's client does not check the algorithms agree before it
+        goes on, so that looked like a network failure, retried to no end. One more key
+        exchange, with no login (the password is never sent to it), offers the recorded
+        algorithms first and then every other: a server that then presents a key that
+        was not recorded holds none of them."""
+        algorithms = dict.fromkeys(algorithm.decode() for key in trusted_keys
+                                   for algorithm in key.sig_algorithms)
+        settings = self._settings
+        try:
+            presented = await asyncio.wait_for(asyncssh.get_server_host_key(
+                settings.host, settings.port, config=None,
+                server_host_key_algs="^" + ",".join(algorithms)), timeout)
+        except (asyncssh.Error, OSError, TimeoutError):
+            return
+        if presented is not None and presented not in trusted_keys:
+            raise SftpConfigError(
+                f"connection on {settings.host}:{settings.port}: the server's host key does "
+                f"not match any recorded one (it holds none of them and presents "
+                f"{presented.algorithm.decode()} {presented.get_fingerprint()})")
 
     def _close(self) -> None:
         """Close the connection and the loop; never raises."""
@@ -466,19 +555,22 @@ def sftp_session(settings: SftpSettings, *, known_host_key: str | None = None,
     """One SFTP session to ``settings``'s server for the body of a ``with`` block, closed
     when the block ends however it ends.
 
-    The server must present ``known_host_key`` (default: ``settings.host_key``) or the
-    connection fails with :class:`SftpConfigError` before anything is sent. With no key
+    The server must prove one of the keys of ``known_host_key`` (one or more OpenSSH
+    lines; default: ``settings.host_key``) or the connection fails with
+    :class:`SftpConfigError` before the password or anything else is sent. With no key
     known, the key presented is accepted and, once the login succeeded, passed to
-    ``on_new_host_key`` as an OpenSSH line before the body runs. Each operation may take
+    ``on_new_host_key`` as an OpenSSH line before the body runs; when it raises (the key
+    could not be recorded), the session is closed and the body never runs. Each
+    operation may take
     ``operation_timeout`` seconds (default: the SFTP_OPERATION_TIMEOUT_S setting)."""
     if operation_timeout is None:
         operation_timeout = get_settings().sftp_operation_timeout_s
     recorded = known_host_key if known_host_key is not None else settings.host_key
-    trusted_key = _parse_host_key(recorded) if recorded is not None else None
+    trusted_keys = _parse_host_keys(recorded) if recorded is not None else None
     session = SftpSession(settings, operation_timeout)
     try:
-        session._connect(trusted_key, connect_timeout)
-        if trusted_key is None and on_new_host_key is not None:
+        session._connect(trusted_keys, connect_timeout)
+        if trusted_keys is None and on_new_host_key is not None:
             on_new_host_key(session.host_key_line)
         yield session
     finally:

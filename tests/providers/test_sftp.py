@@ -320,6 +320,6 @@ def test_invalid_settings_are_refused_with_every_problem_named() -> None:
 
     message = str(invalid.value)
     for problem in ["host must be", "port must be", "password must be",
-                    "inbound_dir must be", "host_key must be an OpenSSH public key line"]:
+                    "inbound_dir must be", "host_key must be one or more OpenSSH public key lines"]:
         assert problem in message
     assert is_permanent_failure(invalid.value)

@@ -4,14 +4,18 @@ then what the supplier received and what the database says."""
 
 from __future__ import annotations
 
+import json
 import re
 from decimal import Decimal
+
+import asyncssh
 
 from herald import db
 from herald.demo.sftp_server import SftpTestServer, start_sftp_server
 from herald.queue import JobState, running_worker
 from herald.settings import get_settings
 from models.purchasing import DispatchStatus, Supplier, transition_dispatch
+from providers.sftp import openssh_key_line
 from providers.x12 import parse_envelope
 from tests.purchasing.conftest import make_item, make_supplier, place_order
 from tests.support.purchasing.dispatching import (
@@ -24,6 +28,8 @@ from tests.support.purchasing.dispatching import (
     order_row,
     supplier_row,
 )
+from tests.support.row_locks import held_elsewhere, lock_waiters
+from tests.support.waiting import wait_for
 
 QUEUES = ["supplier-dispatch"]
 
@@ -160,6 +166,39 @@ def test_the_first_host_key_seen_is_recorded_and_required_from_then_on(
         assert files_under(impostor.root) == []
     finally:
         impostor.stop()
+
+
+def test_a_host_key_another_session_recorded_meanwhile_stops_the_upload(
+        purchasing: str, sftp: SftpTestServer) -> None:
+    # Given a Sysco supplier trusting its server's first key, and an order for it
+    sysco = make_supplier("sysco", sftp=sftp, trust_on_first_use=True)
+    item = make_item("Flour", mappings=[(sysco, "SY-FLOUR", True)])
+    placed = place_order([(item, 1)], order_number="PO-1")
+    # and another session that records another key while this dispatch is connecting:
+    # it holds the supplier's row, updated, until the dispatch waits to record its own
+    other_key = openssh_key_line(
+        asyncssh.generate_private_key("ssh-ed25519").convert_to_public())
+    before = supplier_row(sysco).sftp
+    assert before is not None and before.get("host_key") is None
+    recorded = json.dumps({**before, "host_key": other_key})
+    with held_elsewhere(("UPDATE suppliers SET sftp = CAST(:sftp AS json) WHERE id = :id",
+                         {"sftp": recorded, "id": sysco})) as release, \
+            running_worker(QUEUES):
+        job_id = enqueue_dispatch(placed, sysco).job_id
+        wait_for(lambda: lock_waiters("%FOR UPDATE%") == 1,
+                 what="the dispatch to wait for the supplier's row to record its key")
+        release.set()
+        job = ended(job_id)
+
+    # Then the session that lost the race uploaded nothing, the key recorded is the other
+    # session's, and the retry, which requires it, failed the dispatch for good
+    assert files_under(sftp.root) == []
+    after = supplier_row(sysco).sftp
+    assert after is not None and after["host_key"] == other_key
+    assert (job.state, job.attempts_made) == (JobState.FAILED, 2)
+    dispatch = dispatch_row(placed.dispatch_by_supplier[sysco])
+    assert (dispatch.status, dispatch.attempt) == ("failed", 2)
+    assert "host key does not match" in (dispatch.failure_reason or "")
 
 
 def test_an_already_submitted_or_confirmed_dispatch_is_skipped_without_sending(

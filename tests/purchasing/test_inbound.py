@@ -5,11 +5,14 @@ the reprocessing route."""
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import asyncssh
 import pytest
 import redis
 from fastapi.testclient import TestClient
@@ -41,8 +44,10 @@ from models.purchasing import (
     transition_dispatch,
 )
 from providers.mock import MockProvider
+from providers.sftp import openssh_key_line
 from tests.purchasing.conftest import Placed, make_item, make_supplier, place_order
 from tests.support.queue_app import install_queue_app
+from tests.support.row_locks import held_elsewhere, lock_waiters
 from tests.support.waiting import wait_for
 
 REROUTE = "backorder-reroute"
@@ -174,6 +179,40 @@ def test_a_poll_applies_and_archives_an_855_and_a_997_and_reroutes_the_backorder
     assert (sysco.server.sessions_opened, sysco.server.sessions_open) == (1, 0)
     assert supplier is not None and supplier.sftp is not None
     assert supplier.sftp["host_key"] == sysco.server.host_key_line
+
+
+def test_a_poll_whose_first_host_key_another_session_recorded_meanwhile_reads_nothing(
+        sysco: Sysco) -> None:
+    # Given an 855 waiting for a supplier with no recorded host key
+    sysco.drop("855_0001.edi", ack_855("PO-2001", [["IA"], ["IA"], ["IA"]]))
+    # and another session that records another key while the poll is connecting: it
+    # holds the supplier's row, updated, until the poll waits to record its own
+    with db.session() as session:
+        row = session.get(Supplier, sysco.id)
+        assert row is not None and row.sftp is not None and not row.sftp.get("host_key")
+        other_key = openssh_key_line(
+            asyncssh.generate_private_key("ssh-ed25519").convert_to_public())
+        recorded = json.dumps({**row.sftp, "host_key": other_key})
+    with held_elsewhere(("UPDATE suppliers SET sftp = CAST(:sftp AS json) WHERE id = :id",
+                         {"sftp": recorded, "id": sysco.id})) as release, \
+            ThreadPoolExecutor(1) as pool:
+        polling = pool.submit(only_poll, sysco)
+        wait_for(lambda: lock_waiters("%FOR UPDATE%") == 1,
+                 what="the poll to wait for the supplier's row to record its key")
+        release.set()
+        report = polling.result(timeout=30)
+
+    # Then the poll stopped before reading: the file is where it was, nothing applied,
+    # and the key recorded is the other session's
+    assert report["error"] and "was not recorded" in report["error"]
+    assert (report["candidates"], report["processed"]) == (0, 0)
+    assert sysco.files("inbound") == ["855_0001.edi"]
+    assert sysco.files("archive") == []
+    assert statuses() == dict.fromkeys(sysco.lines, "submitted")
+    with db.session() as session:
+        supplier = session.get(Supplier, sysco.id)
+    assert supplier is not None and supplier.sftp is not None
+    assert supplier.sftp["host_key"] == other_key
 
 
 def test_an_unparsable_file_goes_to_failed_with_an_alert_and_is_not_systemic(

@@ -4,7 +4,8 @@
   reroute) is a 422 ``control_character`` naming the field, with no row written anywhere;
   multi-line text (delivery notes, an event's data) may hold tab, LF and CRLF.
 - A Sysco order the X12 850 cannot carry is refused when it is placed, not failed later.
-- A Sysco supplier needs ``sftp.host_key`` or an explicit ``trust_on_first_use``.
+- A Sysco supplier needs ``sftp.host_key`` or an explicit ``trust_on_first_use``; its
+  ``host_key`` takes several key lines as ``ssh-keyscan`` prints them.
 
 Against the app on PostgreSQL + Redis (the ``purchasing`` fixture), over its HTTP interface.
 """
@@ -113,9 +114,10 @@ ROUTES: list[tuple[str, str, dict[str, Any], list[tuple[Any, ...]]]] = [
      {"alternate_supplier_id": "sup-2", "reason": "out of stock"},
      [("alternate_supplier_id",), ("reason",)]),
 ]
-#: Text over lines, where a line feed is allowed (herald/text.py).
+#: Text over lines, where a line feed is allowed (herald/text.py); a Sysco supplier's
+#: ``host_key`` holds one OpenSSH key per line.
 MULTI_LINE = {("delivery_notes",), ("data", "note"), ("data", "get_started_url"),
-              ("events", 0, "data", "get_started_url")}
+              ("events", 0, "data", "get_started_url"), ("sftp", "host_key")}
 #: JSON objects checked whole: the field named is the object, then the path inside it.
 JSON_OBJECTS = {"sftp", "data"}
 FIELDS = [pytest.param(method, path, body, field,
@@ -283,3 +285,30 @@ def test_a_sysco_supplier_without_a_host_key_needs_trust_on_first_use(
     assert trusting.json()["sftp"]["trust_on_first_use"] is True
     assert trusting.json()["sftp"]["host_key"] is None
     assert keyed.json()["sftp"]["host_key"] == HOST_KEY
+
+
+def test_a_host_key_takes_every_line_ssh_keyscan_prints_and_a_line_that_is_no_key_is_named(
+        client: TestClient) -> None:
+    # Given a server's keys as `ssh-keyscan -p 2222 sftp.sysco.test` prints them: three
+    # types, host names in front, a comment line from its stderr
+    keys = [openssh_key_line(asyncssh.generate_private_key(algorithm).convert_to_public())
+            for algorithm in ("ssh-ed25519", "ecdsa-sha2-nistp256", "ssh-rsa")]
+    scanned = "# sftp.sysco.test:2222 SSH-2.0-OpenSSH_9.2p1\n" + "".join(
+        f"[sftp.sysco.test]:2222 {key}\r\n" for key in keys)
+    # When a Sysco supplier is created with them
+    created = client.post("/v1/suppliers", json={
+        "name": "Sysco", "type": "sysco", "sftp": {**SFTP, "host_key": scanned}})
+    # Then it is created with the lines as given
+    assert created.status_code == 201, created.text
+    assert created.json()["sftp"]["host_key"] == scanned
+    # and a line that is not a key is refused by its number, writing nothing
+    before = every_row_count()
+    garbled = client.post("/v1/suppliers", json={
+        "name": "Sysco", "type": "sysco",
+        "sftp": {**SFTP, "host_key": f"{keys[0]}\nsftp.sysco.test ssh-ed25519 AAAA-not-a-key\n"}})
+    assert garbled.status_code == 422, garbled.text
+    error = garbled.json()["error"]
+    assert error["code"] == "invalid_supplier"
+    assert "host_key must be one or more OpenSSH public key lines" in error["message"]
+    assert "line 2 is not one" in error["message"]
+    assert every_row_count() == before

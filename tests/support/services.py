@@ -57,10 +57,12 @@ _START_TIMEOUT = 60.0
 _POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
 _DEBIAN_PACKAGES = {"redis": "redis-server", "rabbitmq": "rabbitmq-server",
                     "postgres": "postgresql", "curl": "curl", "jq": "jq",
-                    "openssl": "openssl", "chromium": "chromium"}  # fmt: skip
+                    "openssl": "openssl", "chromium": "chromium",
+                    "sshd": "openssh-server"}  # fmt: skip
 #: Command-line tools the tests run (the curl examples of README.md and docs/; the console's browser
-#: test drives Debian's chromium through Playwright): installed like servers.
-TEST_TOOLS = ("curl", "jq", "openssl", "chromium")
+#: test drives Debian's chromium through Playwright; the SFTP tests run a real sshd,
+#: tests/support/sshd.py): installed like servers.
+TEST_TOOLS = ("curl", "jq", "openssl", "chromium", "sshd")
 #: Set to make every start-up under way give up at once (Ctrl-C, or a failed parallel start).
 _CANCEL = threading.Event()
 
@@ -345,6 +347,8 @@ _FINDERS: dict[str, Callable[[], object]] = {
     "rabbitmq": rabbitmq_scripts_dir,
     "postgres": postgres_bindir,
     **{tool: functools.partial(shutil.which, tool) for tool in TEST_TOOLS},
+    # in /usr/sbin, which a user's PATH may leave out
+    "sshd": lambda: shutil.which("sshd") or shutil.which("sshd", path=_SYSTEM_PATH),
 }
 _APT_LOCK = threading.Lock()
 

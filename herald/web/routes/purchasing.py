@@ -26,7 +26,7 @@ from sqlmodel import Session, col, select
 from actors.purchasing import place_and_relay
 from herald import db
 from herald.settings import email_address_problem
-from herald.text import JSON_LINE, MULTI_LINE, SINGLE_LINE, SingleLine
+from herald.text import MULTI_LINE, SINGLE_LINE, SingleLine, json_line_except
 from herald.web.auth import protected_router
 from herald.web.errors import api_error, found
 from models.purchasing import (
@@ -73,7 +73,8 @@ class SupplierIn(_Body):
     #: Empty or null: none (the email transports then fail such a dispatch permanently).
     email: SingleLine | None = Field(default=None, max_length=320)
     cc: list[EmailAddress] = Field(default_factory=list, max_length=MAX_CC)
-    sftp: Annotated[dict[str, Any], JSON_LINE] | None = None
+    #: Every string on one line, but ``host_key``: one OpenSSH key per line.
+    sftp: Annotated[dict[str, Any], json_line_except("host_key")] | None = None
     active: bool = True
 
 
