@@ -181,8 +181,9 @@ class Settings(BaseSettings):
     #: notification queues start (``actors.lifecycle``).
     sms_fallback_after_s: str = ""
     #: Outbound webhooks (docs/api.md#webhooks): ``http://`` endpoint URLs allowed beside
-    #: ``https://``; hosts that resolve to loopback, private, link-local or metadata
-    #: addresses allowed. Both off: a customer's URL cannot reach an internal service.
+    #: ``https://``; hosts that resolve to special-purpose addresses (loopback, private,
+    #: link-local, metadata… providers/webhook_special_addresses.py) allowed. Both off: a
+    #: customer's URL cannot reach an internal service.
     webhook_allow_http: bool = False
     webhook_allow_private: bool = False
     #: Seconds an endpoint may fail every attempt before it is disabled (5 days).

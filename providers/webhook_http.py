@@ -8,6 +8,12 @@ resolving the host again, so a DNS answer changed since the check cannot redirec
 while TLS still verifies the certificate against the host name (SNI) and the ``Host``
 header names it. Redirects are not followed: a 3xx is a failed attempt like any other
 non-2xx answer.
+
+An attempt is given :data:`SEND_TIMEOUT_S` in all (connect, TLS, send, answer) and reads
+at most :data:`MAX_ANSWER_BYTES` of the answer (status line, headers and body); beyond
+either it is a failure (``timeout``, ``answer_too_large``) and the connection is closed,
+so a receiver that trickles or streams without end holds neither a worker's slot for
+long nor its memory.
 """
 
 from __future__ import annotations
@@ -22,11 +28,19 @@ import time
 from datetime import UTC, datetime
 from urllib.parse import quote, urlsplit
 
-from providers.webhook_connections import Connections
+from providers.webhook_connections import AnswerTooLarge, Connections
 from providers.webhook_target import Target
 
-#: Seconds a receiver has to answer; a slower answer is a failed attempt.
+#: Seconds one attempt has in all, from connecting to the answer's last byte; a slower
+#: one is a failed attempt (``timeout``).
 SEND_TIMEOUT_S = 15.0
+#: Bytes of an answer read at most (status line, headers and body together); a longer
+#: answer is a failed attempt (``answer_too_large``). Only its status counts; the
+#: budget leaves room for any error page.
+MAX_ANSWER_BYTES = 64 * 1024
+#: The size of each read of an answer's body: http.client allocates what it is asked
+#: for, so never a length the receiver announced.
+_READ_SIZE = 16 * 1024
 #: The longest Retry-After honoured (a receiver cannot park a message for a week).
 MAX_RETRY_AFTER_S = 86_400.0
 _SECRET_PREFIX = "whsec_"
@@ -57,7 +71,8 @@ class Attempt:
 
     @property
     def ok(self) -> bool:
-        """A 2xx within :data:`SEND_TIMEOUT_S`."""
+        """A 2xx answer, read whole within :data:`SEND_TIMEOUT_S` and
+        :data:`MAX_ANSWER_BYTES`."""
         return self.error is None
 
 
@@ -82,32 +97,53 @@ def retry_after_s(value: str | None, now: datetime | None = None) -> float | Non
 def post_message(connections: Connections, target: Target, *, msg_id: str, timestamp: int,
                  body: bytes, secrets: list[str]) -> Attempt:
     """POST ``body`` to ``target`` with the Standard Webhooks headers, on a connection of
-    ``connections``; never raises for what the network or the receiver does: the outcome
-    is in the :class:`Attempt`."""
+    ``connections``, within :data:`SEND_TIMEOUT_S` in all and reading at most
+    :data:`MAX_ANSWER_BYTES` of the answer (past either: a failed attempt, the connection
+    closed); never raises for what the network or the receiver does: the outcome is in
+    the :class:`Attempt` (its status code whenever the answer's status line was read)."""
     headers = {"content-type": "application/json", "user-agent": "herald-webhooks/1",
                "host": _host_header(target), "webhook-id": msg_id,
                "webhook-timestamp": str(timestamp),
                "webhook-signature": signature_header(secrets, msg_id, timestamp, body)}
+    timeout_s = SEND_TIMEOUT_S  # read now: a test shortens it
     started = time.monotonic()
+    response: http.client.HTTPResponse | None = None
     try:
-        connection = connections.get(target, SEND_TIMEOUT_S)
+        connection = connections.get(target, deadline=started + timeout_s,
+                                     max_answer_bytes=MAX_ANSWER_BYTES)
         connection.request("POST", _path(target.url), body=body, headers=headers)
         response = connection.getresponse()
-        response.read()  # the whole answer, so that the connection can carry the next
+        _read_answer(response)  # all of it, so that the connection can carry the next
     except TimeoutError:
         connections.discard(target)
-        return Attempt(None, _ms(started), f"no answer within {SEND_TIMEOUT_S:g} s")
+        return Attempt(_status(response), _ms(started),
+                       f"timeout: no complete answer within {timeout_s:g} s")
+    except AnswerTooLarge:
+        connections.discard(target)
+        return Attempt(_status(response), _ms(started),
+                       f"answer_too_large: the answer went past {MAX_ANSWER_BYTES // 1024} KiB")
     except (OSError, http.client.HTTPException) as error:
         connections.discard(target)
-        return Attempt(None, _ms(started), f"{type(error).__name__}: {error}"[:500])
+        return Attempt(_status(response), _ms(started), f"{type(error).__name__}: {error}"[:500])
     duration, status = _ms(started), response.status
-    if duration > SEND_TIMEOUT_S * 1000:
-        return Attempt(status, duration, f"answered after {SEND_TIMEOUT_S:g} s")
     if 200 <= status < 300:
         return Attempt(status, duration, None)
     wait = (retry_after_s(response.getheader("retry-after"))
             if status in (429, 503) else None)
     return Attempt(status, duration, f"HTTP {status}", wait)
+
+
+def _read_answer(response: http.client.HTTPResponse) -> None:
+    """Read the answer's body to its end, in reads of :data:`_READ_SIZE`; an announced
+    length past :data:`MAX_ANSWER_BYTES` is refused before any of it is read."""
+    if response.length is not None and response.length > MAX_ANSWER_BYTES:
+        raise AnswerTooLarge(f"the answer announced {response.length} bytes")
+    while response.read(_READ_SIZE):
+        pass
+
+
+def _status(response: http.client.HTTPResponse | None) -> int | None:
+    return None if response is None else response.status
 
 
 def _host_header(target: Target) -> str:

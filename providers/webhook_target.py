@@ -2,9 +2,11 @@
 (docs/api.md#webhooks, docs/configuration.md).
 
 A customer's URL must be ``https://`` (``http://`` too with WEBHOOK_ALLOW_HTTP) and every
-address its host resolves to must be a public one: not loopback, private, link-local,
-unique-local, multicast, unspecified, reserved or a cloud metadata address (unless
-WEBHOOK_ALLOW_PRIVATE). :func:`check_target` runs when an endpoint is created or changed
+address its host resolves to must be a public one: in none of the special-purpose ranges
+of :mod:`providers.webhook_special_addresses` (loopback, private-use, link-local,
+unique-local, multicast, documentation, reserved, cloud metadata… an explicit table of
+IANA's registries, not the running Python's :mod:`ipaddress` flags), unless
+WEBHOOK_ALLOW_PRIVATE. :func:`check_target` runs when an endpoint is created or changed
 and again before each send, and returns the address it checked: the send connects to
 that address, never resolving the name a second time, so a DNS answer that changes in
 between (DNS rebinding) cannot point the send at an internal service.
@@ -17,11 +19,7 @@ import ipaddress
 import socket
 from urllib.parse import urlsplit
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-#: The cloud metadata services' addresses (AWS, GCP, Azure, OpenStack; AWS's IPv6 one).
-METADATA_ADDRESSES = frozenset({ipaddress.ip_address("169.254.169.254"),
-                                ipaddress.ip_address("fd00:ec2::254")})
+from providers.webhook_special_addresses import IPAddress, special_range
 
 
 class UnsafeTarget(ValueError):
@@ -40,30 +38,19 @@ class Target:
 
 
 def address_problem(address: IPAddress) -> str | None:
-    """Why a send must not go to ``address`` (None: a public address). An IPv4 address
-    mapped or embedded in IPv6 is judged as the IPv4 address it carries."""
-    if isinstance(address, ipaddress.IPv6Address):
-        embedded = address.ipv4_mapped or address.sixtofour
-        if embedded is not None:
-            return address_problem(embedded)
-    if address in METADATA_ADDRESSES:
-        return "a cloud metadata address"
-    for flag, what in (("is_loopback", "a loopback address"),
-                       ("is_unspecified", "the unspecified address"),
-                       ("is_link_local", "a link-local address"),
-                       ("is_multicast", "a multicast address"),
-                       ("is_private", "a private address"),
-                       ("is_reserved", "a reserved address")):
-        if getattr(address, flag):
-            return what
-    if isinstance(address, ipaddress.IPv6Address) and address in _UNIQUE_LOCAL:
-        return "a unique-local address"
-    if not address.is_global:
-        return "not a public address"
-    return None
+    """Why a send must not go to ``address`` (None: a public address): the special-purpose
+    range it falls in, by name and RFC. An IPv4-mapped or NAT64 address is judged as the
+    IPv4 address it carries."""
+    special = special_range(address)
+    if special is None:
+        return None
+    if special.kind == "metadata":
+        return METADATA
+    return f"a special-purpose address: {special.name} ({special.rfc})"
 
 
-_UNIQUE_LOCAL = ipaddress.ip_network("fc00::/7")
+#: What a refusal says of a cloud metadata address: nothing more (no setting named).
+METADATA = "a cloud metadata address"
 
 
 def resolve(host: str, port: int) -> list[IPAddress]:
@@ -106,7 +93,10 @@ def check_target(url: str, *, allow_http: bool, allow_private: bool) -> Target:
         for address in addresses:
             problem = address_problem(address)
             if problem is not None:
+                # a metadata address is refused without naming the setting that allows
+                # private addresses: the customer reading this is told no way to it
+                hint = "" if problem == METADATA else " (WEBHOOK_ALLOW_PRIVATE allows it)"
                 raise UnsafeTarget(f"the host {parts.hostname!r} resolves to {address}, "
-                                   f"{problem} (WEBHOOK_ALLOW_PRIVATE allows it)")
+                                   f"{problem}{hint}")
     return Target(url=url, scheme=scheme, host=parts.hostname, port=port,
                   address=addresses[0])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -24,7 +25,7 @@ from models.webhooks import WebhookEndpoint, WebhookMessage
 from providers import webhook_http
 from tests.support.processes import spawn_herald
 from tests.support.waiting import wait_for
-from tests.webhooks.receiver import Receiver, running_receiver
+from tests.webhooks.receiver import Framing, Receiver, running_receiver
 
 BODY = {"type": "delivery.sent", "timestamp": "2026-12-05T03:00:00+00:00",
         "data": {"id": "d1", "outcome": "sent"}}
@@ -146,10 +147,64 @@ def test_an_answer_slower_than_the_send_timeout_is_a_failed_attempt_retried_unde
     # the receiver saw the message twice under one webhook-id (its duplicate to drop)
     assert isinstance(row, WebhookMessage) and row.status == "delivered"
     assert codes(row) == [None, 200]
-    assert row.attempts[0]["error"] == "no answer within 2 s"
+    assert row.attempts[0]["error"] == "timeout: no complete answer within 2 s"
     assert row.attempts[0]["duration_ms"] >= 2_000
     assert [got.headers["webhook-id"] for got in receiver.received] == [message_id] * 2
     assert all(got.verified_by for got in receiver.received)
+
+
+@pytest.mark.parametrize("framing", ["close", "chunked", "length"])
+def test_an_endless_answer_fails_the_attempt_and_closes_the_connection(
+        receiver: Receiver, framing: Framing) -> None:
+    # Given a receiver that answers 200 with a body streamed without end (64 MiB here, so
+    # that a sender reading it all would still end): until the connection closes, in
+    # chunks, or with a content-length that announces it
+    stream = receiver.stream(framing)
+    message_id = message(endpoint(receiver), enqueue=False)
+    # When the relay attempts the message
+    assert relay.attempt_message(message_id)["retry_in_s"] is not None
+    # Then the attempt failed as too large an answer, to be retried
+    (attempt,) = read(message_id).attempts
+    assert (attempt["status_code"], attempt["error"]) == (
+        200, "answer_too_large: the answer went past 64 KiB")
+    # and the connection was closed: the receiver's writing broke off, having written
+    # no more than the 64 KiB read and what the two sockets' buffers held (a few MiB on
+    # loopback), nowhere near the stream
+    wait_for(lambda: stream.ended is not None, timeout=10, what="the receiver's writing to end")
+    assert stream.ended != "done"
+    assert stream.written < 16 * 1024 * 1024, stream.written
+
+
+TRICKLED = {
+    # the status line and headers a byte a second
+    "head": (b"", b"HTTP/1.0 200 OK\r\n\r\n", None),
+    # the head at once, then the body a byte a second
+    "body": (b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n", b"0123456789", 200),
+}
+
+
+@pytest.mark.parametrize("part", TRICKLED)
+def test_an_answer_trickled_a_byte_a_second_ends_the_attempt_at_its_deadline(
+        receiver: Receiver, monkeypatch: pytest.MonkeyPatch, part: str) -> None:
+    # Given the attempt's deadline (15 s in all), here 2 s so that the test waits less,
+    # and a receiver that trickles its answer a byte a second (each read gets a byte in
+    # far less than the deadline)
+    monkeypatch.setattr(webhook_http, "SEND_TIMEOUT_S", 2.0)
+    at_once, trickled, status = TRICKLED[part]
+    stream = receiver.trickle(trickled, every_s=1.0, at_once=at_once)
+    message_id = message(endpoint(receiver), enqueue=False)
+    # When the relay attempts the message
+    started = time.monotonic()
+    assert relay.attempt_message(message_id)["retry_in_s"] is not None
+    took = time.monotonic() - started
+    # Then the attempt failed at its deadline, recorded as a timeout
+    (attempt,) = read(message_id).attempts
+    assert (attempt["status_code"], attempt["error"]) == (
+        status, "timeout: no complete answer within 2 s")
+    assert 2_000 <= attempt["duration_ms"] <= 2_500 and took < 3.5, (attempt, took)
+    # and the connection was closed: the receiver's next bytes met it closed
+    wait_for(lambda: stream.ended is not None, timeout=5, what="the receiver's writing to end")
+    assert stream.ended != "done"
 
 
 def test_queue_time_walks_the_whole_retry_schedule(receiver: Receiver) -> None:

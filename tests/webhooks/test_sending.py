@@ -17,9 +17,11 @@ from urllib.parse import urlsplit
 import pytest
 
 from models.webhooks import new_secret
+from providers import webhook_http
 from providers.webhook_connections import Connections
 from providers.webhook_http import Attempt, post_message, retry_after_s
 from providers.webhook_target import Target, check_target
+from tests.support.waiting import wait_for
 from tests.webhooks.receiver import Receiver, running_receiver
 
 BODY = json.dumps({"type": "delivery.sent", "timestamp": "2026-12-05T03:00:00Z",
@@ -85,34 +87,74 @@ def test_the_send_goes_to_the_checked_address_not_a_new_resolution(
     assert receiver.received[0].headers["host"] == f"hooks.invalid:{port}"
 
 
-def test_https_goes_to_the_checked_address_and_verifies_the_host_name(
-        tmp_path: Path) -> None:
-    # Given a TLS receiver whose certificate names hooks.test only, trusted as a root
+def tls_contexts(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A server context whose certificate names hooks.test only, and a client context
+    trusting that certificate as a root."""
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
                     "-subj", "/CN=hooks.test", "-addext", "subjectAltName=DNS:hooks.test",
                     "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
     served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     served.load_cert_chain(cert, key)
-    trusted = ssl.create_default_context(cafile=str(cert))
+    return served, ssl.create_default_context(cafile=str(cert))
+
+
+def pinned(receiver: Receiver, host: str) -> Target:
+    """``host``'s URL on the receiver's port, checked as resolving to 127.0.0.1."""
+    parts = urlsplit(receiver.url)
+    port = parts.port or 443
+    return Target(url=f"{parts.scheme}://{host}:{port}/hooks", scheme=parts.scheme,
+                  host=host, port=port, address=ipaddress.ip_address("127.0.0.1"))
+
+
+def test_https_goes_to_the_checked_address_and_verifies_the_host_name(
+        tmp_path: Path) -> None:
+    # Given a TLS receiver whose certificate names hooks.test only, trusted as a root
+    served, trusted = tls_contexts(tmp_path)
     with running_receiver(tls=served) as receiver:
         port = urlsplit(receiver.url).port or 443
-
-        def pinned(host: str) -> Target:
-            return Target(url=f"https://{host}:{port}/hooks", scheme="https", host=host,
-                          port=port, address=ipaddress.ip_address("127.0.0.1"))
-
         connections = Connections(trusted)
         # When a message is sent to hooks.test, pinned to the receiver's address
-        attempt = send(connections, pinned("hooks.test"), [new_secret()])
+        attempt = send(connections, pinned(receiver, "hooks.test"), [new_secret()])
         # Then it arrived over TLS, naming its host
         assert attempt.ok, attempt.error
         assert receiver.received[0].headers["host"] == f"hooks.test:{port}"
         # And a host name the certificate does not carry is refused before any request
-        refused = send(connections, pinned("other.test"), [new_secret()])
+        refused = send(connections, pinned(receiver, "other.test"), [new_secret()])
         assert (refused.ok, refused.status_code) == (False, None)
         assert refused.error is not None and "certificate" in refused.error.lower()
         assert len(receiver.received) == 1
+    connections.close()
+
+
+def test_over_tls_too_an_attempt_reads_64_kib_and_lasts_its_deadline_at_most(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a TLS receiver that streams an endless body, then trickles a body a byte a
+    # second, and the attempt's deadline made 2 s
+    monkeypatch.setattr(webhook_http, "SEND_TIMEOUT_S", 2.0)
+    served, trusted = tls_contexts(tmp_path)
+    connections = Connections(trusted)
+    with running_receiver(tls=served) as receiver:
+        target = pinned(receiver, "hooks.test")
+        endless = receiver.stream("close")
+        trickled = receiver.trickle(b"0123456789", every_s=1.0, at_once=(
+            b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n"))
+        # When a message is sent to each
+        too_large = send(connections, target, [new_secret()])
+        started = time.monotonic()
+        too_slow = send(connections, target, [new_secret()])
+        took = time.monotonic() - started
+        # Then the first stopped at 64 KiB, the second at its deadline, each connection
+        # closed under the receiver's writing
+        assert (too_large.status_code, too_large.error) == (
+            200, "answer_too_large: the answer went past 64 KiB")
+        assert (too_slow.status_code, too_slow.error) == (
+            200, "timeout: no complete answer within 2 s")
+        assert too_slow.duration_ms <= 2_500 and took < 3.5
+        wait_for(lambda: endless.ended is not None and trickled.ended is not None,
+                 timeout=10, what="the receiver's writing to end")
+        assert endless.ended != "done" and trickled.ended != "done"
+        assert endless.written < 16 * 1024 * 1024
     connections.close()
 
 
