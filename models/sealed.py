@@ -17,6 +17,7 @@ encryption) seals them, and re-seals every sealed value under the newest key.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -152,7 +153,7 @@ def reseal_all(connection: Connection, box: Box | None = None) -> dict[str, Rese
     for label, stored, keys, columns in _KINDS:
         counts = done[label] = Resealed()
         _rewrite(connection, stored, keys, columns,
-                 lambda value, counts=counts: _reseal(box, value, counts))
+                 functools.partial(_reseal, box, counts=counts))
     return done
 
 
