@@ -15,6 +15,7 @@
     herald sweep [NAME…]              run the sweeps once (``handoffs``)
     herald clean [--import M]… [QUEUE…]  apply retention now
     herald retry [--import M]… QUEUE…    run the queues' failed jobs again, once each
+    herald secrets rotate             encrypt every stored secret with SECRETS_KEY's newest key
 
 Every command reads the settings first, so an invalid environment variable stops it
 with a message naming the variable (exit code 1), and configures logging (to stderr;
@@ -48,6 +49,7 @@ HANDLERS = {
     "sweep": "herald.commands.tools:cmd_sweep",
     "clean": "herald.commands.tools:cmd_clean",
     "retry": "herald.commands.tools:cmd_retry",
+    "secrets": "herald.commands.secrets:cmd_secrets",
 }
 #: The commands whose start ends in :func:`herald.process.tune_garbage_collector`, which
 #: collects once and sets the collector's thresholds again: until then their start runs
@@ -256,6 +258,14 @@ def build_parser() -> argparse.ArgumentParser:
     _imports_option(retry, "queues")
     retry.add_argument("queues", nargs="+", metavar="QUEUE",
                        help="queues whose failed jobs to retry")
+
+    secrets = _command(commands, "secrets", "encrypt the stored secrets with SECRETS_KEY's "
+                       "newest key",
+                       "rotate: encrypt every secret herald stores (webhook signing "
+                       "secrets, SFTP passwords, idempotent answers) with the first key of "
+                       "SECRETS_KEY: those stored in clear, and those encrypted with an "
+                       "older key. Safe to run again. Prints the counts per kind.")
+    secrets.add_argument("action", choices=["rotate"], help="what to do (rotate)")
     return parser
 
 

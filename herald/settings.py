@@ -8,7 +8,11 @@ variable (:func:`load_settings`).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
+import hashlib
+import hmac
 import re
 from pathlib import Path
 from typing import Literal
@@ -43,6 +47,43 @@ _EMAIL_ADDRESS = re.compile(
 EMAIL_ADDRESS_MAX_CHARS = 254
 #: Longest validity of a presigned S3 URL (S3 refuses a longer one): 7 days.
 S3_URL_TTL_MAX_S = 7 * 24 * 3600
+
+
+#: A SECRETS_KEY entry as app.json's ``generator: secret`` makes it: 64 hexadecimal digits.
+_HEX_KEY = re.compile(r"[0-9a-fA-F]{64}")
+#: HKDF's ``info`` when a Fernet key is derived from 64 hexadecimal digits.
+_DERIVED_KEY_INFO = b"herald SECRETS_KEY"
+
+
+def fernet_keys(value: str) -> list[bytes]:
+    """The Fernet keys of a SECRETS_KEY value, newest first (docs/configuration.md#secrets_key).
+
+    Each comma-separated entry is a Fernet key (32 bytes in URL-safe base64, as
+    ``Fernet.generate_key()`` prints it), or 64 hexadecimal digits (32 random bytes, as
+    app.json generates a secret), from which the key is derived with HKDF-SHA256 (no salt,
+    info ``herald SECRETS_KEY``). ValueError naming the bad entry by its position only
+    (never its value); an empty value is no key."""
+    keys = []
+    entries = [entry.strip() for entry in value.split(",")] if value.strip() else []
+    for position, entry in enumerate(entries, start=1):
+        if _HEX_KEY.fullmatch(entry):
+            keys.append(base64.urlsafe_b64encode(_hkdf_sha256(bytes.fromhex(entry))))
+            continue
+        try:
+            raw = base64.urlsafe_b64decode(entry.encode("ascii"))
+        except (binascii.Error, UnicodeEncodeError, ValueError):
+            raw = b""
+        if len(raw) != 32 or len(entry) != 44:
+            raise ValueError(f"key {position} is neither a Fernet key (44 URL-safe base64 "
+                             f"characters) nor 64 hexadecimal digits")
+        keys.append(entry.encode("ascii"))
+    return keys
+
+
+def _hkdf_sha256(secret: bytes) -> bytes:
+    """32 bytes of HKDF-SHA256 (RFC 5869) of ``secret``: no salt, :data:`_DERIVED_KEY_INFO`."""
+    pseudo_random = hmac.new(b"\0" * 32, secret, hashlib.sha256).digest()
+    return hmac.new(pseudo_random, _DERIVED_KEY_INFO + b"\x01", hashlib.sha256).digest()
 
 
 def email_address_problem(value: str) -> str | None:
@@ -286,6 +327,11 @@ class Settings(BaseSettings):
     #: mode, docs/api.md "Routes"), unless HERALD_OPEN_API opens ``/v1`` on purpose.
     api_token: str = ""
     herald_open_api: bool = False
+    #: The keys that encrypt the secrets herald stores (webhook signing secrets, SFTP
+    #: passwords, idempotent answers): Fernet keys or 64 hex digits, comma-separated,
+    #: newest first (docs/configuration.md#secrets_key). Empty: on the embedded default a
+    #: key kept in .herald/secrets.key; elsewhere no secret can be stored.
+    secrets_key: str = Field(default="", repr=False)
     #: ``/openapi.json`` and ``/docs`` open to anyone (by default they are guarded as
     #: ``/v1`` is).
     docs_public: bool = False
@@ -323,6 +369,12 @@ class Settings(BaseSettings):
         if value and not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return value.rstrip("/")
+
+    @field_validator("secrets_key")
+    @classmethod
+    def _secrets_key(cls, value: str) -> str:
+        fernet_keys(value)
+        return value.strip()
 
     @field_validator("database_url")
     @classmethod
@@ -496,6 +548,11 @@ class Settings(BaseSettings):
         chained = {name for channel in PROVIDER_CHANNELS
                    for name in self.provider_chain_names(channel)}
         return bool({"mock", *self.mock_instance_names} & (chained | esim))
+
+    @property
+    def embedded_database(self) -> bool:
+        """True on the embedded default's database (DATABASE_URL unset)."""
+        return self.database_url == EMBEDDED_DATABASE_URL
 
     @property
     def embedded_redis(self) -> bool:

@@ -22,11 +22,12 @@ import json
 import uuid
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, LargeBinary, delete, select, tuple_, update
+from sqlalchemy import Connection, delete, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Field, SQLModel
 
 from models.base import UtcDateTime, table_of, utcnow
+from models.sealed import SealedBytes
 
 #: How long a key's answer is replayed; older rows are taken over as new, and swept.
 KEY_TTL = timedelta(hours=24)
@@ -56,7 +57,8 @@ class IdempotencyKey(SQLModel, table=True):
     status: int | None = Field(default=None, nullable=True)
     #: The answer's headers as a JSON list of ``[name, value]`` pairs.
     headers: str | None = Field(default=None, nullable=True)
-    body: bytes | None = Field(default=None, sa_type=LargeBinary, nullable=True)
+    #: Stored encrypted (:class:`models.sealed.SealedBytes`): some answers carry a secret.
+    body: bytes | None = Field(default=None, sa_type=SealedBytes, nullable=True)
 
 
 #: The scope of requests that carry no bearer token (API_TOKEN unset).

@@ -37,6 +37,7 @@ from sqlmodel import Field, Session, SQLModel, col
 from sqlmodel import select as sqlmodel_select
 
 from models.base import UtcDateTime, id_field, new_id, table_of, timestamp_field, utcnow
+from models.sealed import SealedFields
 from models.supplier_jobs import SupplierDispatchJob, dispatch_dedup_id
 from models.webhooks import write_event_messages
 
@@ -115,9 +116,10 @@ class Supplier(SQLModel, table=True):
     email: str | None = Field(default=None, max_length=320)
     cc: list[str] = Field(default_factory=list, sa_type=JSON)
     #: Sysco's SFTP settings (host, port, username, password, directories, host_key);
-    #: the password is never returned by the API.
-    sftp: dict[str, Any] | None = Field(default=None, sa_type=JSON(none_as_null=True),
-                                        nullable=True)
+    #: the password is never returned by the API, and stored encrypted
+    #: (:class:`models.sealed.SealedFields`).
+    sftp: dict[str, Any] | None = Field(
+        default=None, sa_type=SealedFields(("password",), none_as_null=True), nullable=True)
     active: bool = Field(default=True)
     created_at: datetime = timestamp_field()
     updated_at: datetime = timestamp_field()

@@ -46,6 +46,7 @@ from sqlmodel import Field, Session, SQLModel
 
 from herald.db import Prepared
 from models.base import UtcDateTime, id_field, table_of, timestamp_field, utcnow
+from models.sealed import SealedText, require_sealing
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,10 @@ class MessageStatus(StrEnum):
 
 
 def new_secret() -> str:
-    """A fresh signing secret: ``whsec_`` and the base64 of 32 random bytes."""
+    """A fresh signing secret: ``whsec_`` and the base64 of 32 random bytes.
+    :class:`~herald.secrets_box.SecretsKeyMissing` when it could not be stored encrypted
+    (no key: docs/configuration.md#secrets_key), before any is made."""
+    require_sealing()
     return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
@@ -87,9 +91,10 @@ class WebhookEndpoint(SQLModel, table=True):
     events: list[str] = Field(default_factory=list, sa_type=JSON)
     description: str = Field(default="", max_length=500)
     disabled: bool = Field(default=False)
-    secret: str = Field(default_factory=new_secret, max_length=64)
+    #: Stored encrypted (:class:`models.sealed.SealedText`), read in clear.
+    secret: str = Field(default_factory=new_secret, sa_type=SealedText)
     #: The secret a rotation replaced, still signing until ``previous_secret_until``.
-    previous_secret: str | None = Field(default=None, max_length=64, nullable=True)
+    previous_secret: str | None = Field(default=None, sa_type=SealedText, nullable=True)
     previous_secret_until: datetime | None = Field(default=None, sa_type=UtcDateTime,
                                                    nullable=True)
     #: Since when every attempt to it has failed (null: the last one succeeded).

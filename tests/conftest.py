@@ -14,10 +14,18 @@ on free ports, and stops it at the end of the session. The fixtures never change
 
 Every test of the session shares each server: use unique key prefixes, queue names and
 tables, or clean up after yourself.
+
+Secrets
+-------
+Outside the embedded default herald stores no secret without ``SECRETS_KEY``
+(docs/configuration.md#secrets_key): the suite runs as a deployment does, with one
+(:data:`TEST_SECRETS_KEY`, unless the environment sets its own), which every herald
+process it starts inherits.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +34,10 @@ import pytest
 from sqlalchemy import create_engine, make_url
 
 from tests.support.services import ServiceSet, start_redis
+
+#: The suite's SECRETS_KEY (a Fernet key made for it, secret to nobody).
+TEST_SECRETS_KEY = "0VTxJGAQwV1qKcD7uvDUUbImbf-h5o9WyEEBSJ2Btao="
+os.environ.setdefault("SECRETS_KEY", TEST_SECRETS_KEY)
 
 
 @pytest.fixture(scope="session")

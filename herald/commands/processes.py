@@ -97,8 +97,14 @@ def cmd_clock(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
-    """``herald migrate``: bring the database to the newest schema (idempotent)."""
+    """``herald migrate``: bring the database to the newest schema (idempotent). Exit code
+    1, and nothing changed, when secrets stored in clear must be encrypted and there is
+    no key to encrypt them with (docs/configuration.md#secrets_key)."""
     from herald.db import migrate
+    from herald.secrets_box import SecretsKeyMissing
 
-    migrate()
+    try:
+        migrate()
+    except SecretsKeyMissing as error:
+        return fail(str(error))
     return 0

@@ -24,6 +24,7 @@ from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 
+from herald.secrets_box import SecretsKeyMissing
 from herald.text import ERROR_TYPE as CONTROL_CHARACTER
 
 log = logging.getLogger("herald.web")
@@ -207,6 +208,13 @@ def unavailable(dependency: str, exc: Exception) -> Response:
                         status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
+async def _secrets_key_missing(_request: Request, exc: Exception) -> Response:
+    # a configuration the operator must fix, not a bug: the request made nothing (a secret
+    # is refused before it is made), and as a 5xx its Idempotency-Key is not kept
+    log.error("a secret cannot be stored: SECRETS_KEY is not set")
+    return JSONResponse(error_body("secrets_key_unset", str(exc)), status_code=503)
+
+
 async def _unexpected(_request: Request, exc: Exception) -> Response:
     # No logging here: Starlette re-raises after responding and the server logs the trace.
     return JSONResponse(error_body("internal_error", "internal error"), status_code=500)
@@ -218,6 +226,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(DBAPIError, _database_error)
     app.add_exception_handler(PoolTimeout, _pool_timeout)
+    app.add_exception_handler(SecretsKeyMissing, _secrets_key_missing)
     app.add_exception_handler(RedisConnectionError, _redis_error)
     app.add_exception_handler(RedisTimeoutError, _redis_error)
     app.add_exception_handler(Exception, _unexpected)

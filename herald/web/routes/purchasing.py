@@ -40,6 +40,7 @@ from models.purchasing import (
     SupplierMapping,
     purchase_order_view,
 )
+from models.sealed import require_sealing
 from models.supplier_jobs import EmailAddress, SupplierTypeName
 from providers.sftp import SftpSettings
 from providers.suppliers import SftpConfigError, SupplierType
@@ -130,9 +131,11 @@ def supplier_view(supplier: Supplier) -> dict[str, Any]:
 def create_supplier(body: SupplierIn) -> dict[str, Any]:
     """201 with the supplier (its password never echoed); 422 for a sysco supplier
     without valid SFTP settings or an address that is not one."""
+    sftp = _sftp_settings(body)
+    if sftp is not None:
+        require_sealing()  # its password is stored encrypted: a 503 without a key
     supplier = Supplier(name=body.name, type=body.type, email=body.email,
-                        cc=list(dict.fromkeys(body.cc)), sftp=_sftp_settings(body),
-                        active=body.active)
+                        cc=list(dict.fromkeys(body.cc)), sftp=sftp, active=body.active)
     with db.session() as session:
         session.add(supplier)
     return supplier_view(supplier)
