@@ -306,9 +306,13 @@ class _HealthHTTPServer(ThreadingHTTPServer):
         if not admitted:
             try:  # never blocks the accepting thread: what does not fit is dropped
                 request.setblocking(False)
-                request.send(_BUSY)
+                # what the client already sent is read first: closing a socket with
+                # unread bytes resets it, and the client would lose the answer
+                request.recv(65536)
             except OSError:
                 pass
+            with contextlib.suppress(OSError):
+                request.send(_BUSY)
             self.shutdown_request(request)
             return
         super().process_request(request, client_address)

@@ -240,3 +240,42 @@ def test_the_worker_health_server_drops_half_sent_requests_and_answers_probes() 
                  what="the server to close every half-sent request")
         for connection in [*stalled, trickler]:
             connection.close()
+
+
+def test_a_connection_over_the_cap_while_each_is_answered_gets_a_503_at_once(
+        configure: Configure) -> None:
+    # Given a database that accepts connections and never says a word, so that each
+    # readiness check takes its whole bound
+    with socket.socket() as silent, serve_worker_health(0, host="127.0.0.1") as server:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(MAX_CONNECTIONS)
+        configure(DATABASE_URL=f"postgresql://postgres@127.0.0.1:{silent.getsockname()[1]}/h")
+        # and as many readiness requests being answered as the server holds connections
+        asked = []
+        for _ in range(MAX_CONNECTIONS):
+            connection = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            connection.sendall(b"GET /readyz HTTP/1.0\r\n\r\n")
+            asked.append(connection)
+
+        # When one more client connects, then it is told 503 at once, not queued (a
+        # client that connected while one of those requests was still arriving took its
+        # place instead: it is closed, and the next one tries)
+        def turned_away() -> bytes:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=5) as probe:
+                probe.settimeout(0.3)
+                try:
+                    return probe.recv(4096)
+                except TimeoutError:
+                    return b""  # admitted, waiting for its request
+
+        answer = wait_for(turned_away, timeout=2, every=0, what="a 503 to a connection "
+                                                                 "over the cap")
+        assert isinstance(answer, bytes)
+        assert answer.startswith(b"HTTP/1.0 503 ") and b'"code": "busy"' in answer
+
+        # And once those are answered, a probe is answered again
+        for connection in asked:
+            connection.recv(4096)  # the answer's start, or end of file
+            connection.close()
+        probe = httpx.get(f"http://127.0.0.1:{server.port}/healthz", timeout=5)
+        assert probe.json() == {"status": "ok"}
