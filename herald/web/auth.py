@@ -84,8 +84,9 @@ def log_protection(settings: Settings) -> None:
         log.warning("HERALD_OPEN_API is on and API_TOKEN is unset: /v1 answers every client "
                     "that reaches this port, with no token")
     else:
-        log.info("API_TOKEN is unset: /v1 answers loopback clients only (set API_TOKEN to "
-                 "serve other hosts)")
+        log.info("API_TOKEN is unset: /v1 answers loopback clients only (not through a "
+                 "proxy, naming Host localhost, 127.0.0.1, [::1] or one of ALLOWED_HOSTS; "
+                 "set API_TOKEN to serve other hosts)")
 
 
 def check_admin_token(request: Request) -> None:
