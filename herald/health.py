@@ -284,7 +284,6 @@ class _HealthHTTPServer(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int],
                  queues: Callable[[], str] | None) -> None:
-        super().__init__(address, _HealthHandler)
         #: The worker's own queues check (``/readyz``), or None.
         self.queues = queues
         self._lock = threading.Condition()
@@ -293,6 +292,8 @@ class _HealthHTTPServer(ThreadingHTTPServer):
         self._closed = False
         self._deadlines = threading.Thread(target=self._cut_late_connections, daemon=True,
                                            name="herald-worker-health-deadlines")
+        # binds, or calls server_close and raises: what that reads must exist by then
+        super().__init__(address, _HealthHandler)
         self._deadlines.start()
 
     def process_request(self, request: Any, client_address: Any) -> None:
@@ -338,7 +339,8 @@ class _HealthHTTPServer(ThreadingHTTPServer):
             for request in list(self._open):
                 self._cut(request)
             self._lock.notify_all()
-        self._deadlines.join()
+        if self._deadlines.ident is not None:  # started: the port was bound
+            self._deadlines.join()
         super().server_close()  # closes the listening socket, joins the threads
 
     def handle_error(self, request: Any, client_address: Any) -> None:
