@@ -8,25 +8,33 @@
   (which may name a host or port) only for a caller with the API token, or on loopback
   while it is unset (:func:`readiness_report`).
 - **Metrics** (``/metrics``) is :func:`metrics_text`: the process's metrics
-  and the ledger's queue metrics, as Prometheus text.
+  and the ledger's queue metrics, as Prometheus text (behind METRICS_TOKEN while it is
+  set).
+
+A worker serves them on WORKER_PORT (:func:`serve_worker_health`), each connection given
+:data:`REQUEST_TIMEOUT_S` and at most :data:`MAX_CONNECTIONS` at once.
 
 The web process serves the same three routes through FastAPI (:mod:`herald.web`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import json
 import logging
+import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
-from herald.access import has_api_access
+from herald.access import has_api_access, has_metrics_access
 from herald.db import check_database
 from herald.queue import METRICS_CONTENT_TYPE, current_app, installed_app, metrics_exposition
 from herald.settings import get_settings
@@ -47,6 +55,11 @@ READINESS_TIMEOUT_S = 3.0
 RABBITMQ_TIMEOUT_S = 2.0
 #: Longest failure reason reported, so a driver's essay does not become the body.
 REASON_MAX_CHARS = 120
+#: Seconds a worker health connection stays open from its accept, answered or not: a
+#: client that sends half a request is dropped then. Readiness answers within 3 s.
+REQUEST_TIMEOUT_S = 5.0
+#: Connections the worker health server holds at once (a thread each); docs/deployment.md.
+MAX_CONNECTIONS = 32
 
 
 def _reason(error: BaseException) -> str:
@@ -187,33 +200,56 @@ def _run_concurrently(checks: dict[str, Callable[[], None]], timeout_s: float) -
 
 class _HealthHandler(BaseHTTPRequestHandler):
     server_version = "herald-worker"
+    # Each socket read or write gives up after this long; the whole request's deadline
+    # is _HealthHTTPServer's (a client could trickle one byte per read).
+    timeout = REQUEST_TIMEOUT_S
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()
+        if parsed:  # the request is in: no longer one to drop for a newcomer
+            self._server.answering(self.request)
+        return parsed
+
+    @property
+    def _server(self) -> _HealthHTTPServer:
+        return cast(_HealthHTTPServer, self.server)
 
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
+        settings = get_settings()
         if path == "/healthz":
             self._send_json(200, {"status": OK})
         elif path == "/readyz":
             checks = check_readiness()
-            queues = getattr(self.server, "queues", None)
+            queues = self._server.queues
             if queues is not None:
                 checks["queues"] = queues()
-            detailed = has_api_access(get_settings(), self.headers.get("Authorization"),
-                                      self.client_address[0])
+            detailed = has_api_access(settings, self.headers, self.client_address[0])
             self._send_json(200 if is_ready(checks) else 503,
                             readiness_report(checks, detailed=detailed))
         elif path == "/metrics":
-            self._send(200, metrics_text(), CONTENT_TYPE)
+            if has_metrics_access(settings, self.headers):
+                self._send(200, metrics_text(), CONTENT_TYPE)
+            else:
+                self._send_json(401, {"error": {
+                    "code": "unauthorized",
+                    "message": "a valid bearer token is required (Authorization: Bearer "
+                               "<token>)"}}, {"WWW-Authenticate": "Bearer"})
         else:
             self._send_json(404, {"error": {"code": "not_found",
                                             "message": f"not found: GET {path}"}})
 
-    def _send_json(self, status: int, body: dict[str, Any]) -> None:
-        self._send(status, json.dumps(body).encode(), "application/json")
+    def _send_json(self, status: int, body: dict[str, Any],
+                   headers: dict[str, str] | None = None) -> None:
+        self._send(status, json.dumps(body).encode(), "application/json", headers)
 
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
+    def _send(self, status: int, body: bytes, content_type: str,
+              headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(body)
 
@@ -222,10 +258,131 @@ class _HealthHandler(BaseHTTPRequestHandler):
         log.debug("health request " + format, *args)
 
 
+@dataclass
+class _Connection:
+    deadline: float
+    answering: bool = False
+
+
+#: What a connection beyond the cap gets when every connection held is being answered.
+_BUSY = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+         b"Connection: close\r\nContent-Length: 73\r\n\r\n"
+         b'{"error": {"code": "busy", "message": "too many connections, try again"}}')
+
+
+class _HealthHTTPServer(ThreadingHTTPServer):
+    """A thread per connection, at most :data:`MAX_CONNECTIONS` of them, each cut off
+    :data:`REQUEST_TIMEOUT_S` after it was accepted (one request per connection: HTTP/1.0).
+
+    A connection beyond the cap takes the place of the oldest one still sending its
+    request (which is closed): a client that opens connections and never finishes a
+    request cannot keep a probe out. When every connection held is being answered, the
+    newcomer gets a 503 and is closed at once."""
+
+    daemon_threads = True
+    request_queue_size = MAX_CONNECTIONS
+
+    def __init__(self, address: tuple[str, int],
+                 queues: Callable[[], str] | None) -> None:
+        #: The worker's own queues check (``/readyz``), or None.
+        self.queues = queues
+        self._lock = threading.Condition()
+        # oldest first (insertion order)
+        self._open: dict[socket.socket, _Connection] = {}
+        self._closed = False
+        self._deadlines = threading.Thread(target=self._cut_late_connections, daemon=True,
+                                           name="herald-worker-health-deadlines")
+        # binds, or calls server_close and raises: what that reads must exist by then
+        super().__init__(address, _HealthHandler)
+        self._deadlines.start()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Start answering ``request`` under its deadline, or turn it away (see the
+        class)."""
+        with self._lock:
+            admitted = len(self._open) < MAX_CONNECTIONS or self._cut_oldest_unread()
+            if admitted:
+                self._open[request] = _Connection(time.monotonic() + REQUEST_TIMEOUT_S)
+                self._lock.notify_all()
+        if not admitted:
+            try:  # never blocks the accepting thread: what does not fit is dropped
+                request.setblocking(False)
+                # what the client already sent is read first: closing a socket with
+                # unread bytes resets it, and the client would lose the answer
+                request.recv(65536)
+            except OSError:
+                pass
+            with contextlib.suppress(OSError):
+                request.send(_BUSY)
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def answering(self, request: socket.socket) -> None:
+        """Mark ``request``'s request read: it is answered, not dropped for a newcomer."""
+        with self._lock:
+            connection = self._open.get(request)
+            if connection is not None:
+                connection.answering = True
+
+    def shutdown_request(self, request: Any) -> None:
+        """Close ``request``'s connection (its thread ends) and free its place."""
+        with self._lock:  # under the lock: _cut never shuts a socket closed here
+            self._open.pop(request, None)
+        super().shutdown_request(request)
+
+    def server_close(self) -> None:
+        """Cut every open connection, stop the deadline thread, stop listening; returns
+        once every connection's thread has ended."""
+        with self._lock:
+            self._closed = True
+            for request in list(self._open):
+                self._cut(request)
+            self._lock.notify_all()
+        if self._deadlines.ident is not None:  # started: the port was bound
+            self._deadlines.join()
+        super().server_close()  # closes the listening socket, joins the threads
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Log a request that failed: a connection cut or gone (``OSError``) at DEBUG, a
+        bug with its traceback (the stdlib prints it to stderr)."""
+        if isinstance(sys.exc_info()[1], OSError):
+            log.debug("worker health connection ended early", exc_info=True)
+        else:
+            log.exception("worker health request failed")
+
+    def _cut_oldest_unread(self) -> bool:
+        # the lock is held
+        for request, connection in self._open.items():
+            if not connection.answering:
+                self._cut(request)
+                return True
+        return False
+
+    def _cut(self, request: socket.socket) -> None:
+        # the lock is held. Shutting the socket down wakes its thread blocked reading or
+        # writing; the thread then closes it (shutdown_request).
+        self._open.pop(request, None)
+        with contextlib.suppress(OSError):
+            request.shutdown(socket.SHUT_RDWR)
+
+    def _cut_late_connections(self) -> None:
+        with self._lock:
+            while not self._closed:
+                now = time.monotonic()
+                for request in [request for request, connection in self._open.items()
+                                if connection.deadline <= now]:
+                    log.debug("worker health connection cut at its deadline")
+                    self._cut(request)
+                next_deadline = min((connection.deadline for connection
+                                     in self._open.values()), default=None)
+                self._lock.wait(None if next_deadline is None else next_deadline - now)
+
+
 class HealthServer:
     """A running worker health server; :meth:`stop` shuts it down and frees the port."""
 
-    def __init__(self, server: ThreadingHTTPServer, thread: threading.Thread) -> None:
+    def __init__(self, server: _HealthHTTPServer, thread: threading.Thread) -> None:
         self._server = server
         self._thread = thread
 
@@ -264,15 +421,17 @@ def serve_worker_health(port: int, host: str = "0.0.0.0", *,
     bound otherwise. Liveness answers even while every dependency is down. ``queues``
     (the worker's own state, read from memory) adds a ``queues`` check to ``/readyz``:
     ``"ok"``, or ``"error: …"`` naming the queues whose start failed.
+
+    Each connection (one request) is closed :data:`REQUEST_TIMEOUT_S` after it was
+    accepted, answered or not, and at most :data:`MAX_CONNECTIONS` are held at once
+    (:class:`_HealthHTTPServer`). ``/metrics`` asks for METRICS_TOKEN while it is set.
     """
     try:
-        server = ThreadingHTTPServer((host, port), _HealthHandler)
+        server = _HealthHTTPServer((host, port), queues)
     except OSError as error:
         if error.errno == errno.EADDRINUSE:
             raise PortInUse(port) from None
         raise
-    server.daemon_threads = True
-    server.queues = queues  # type: ignore[attr-defined]  # the handler reads it with getattr
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
                               name="herald-worker-health", daemon=True)
     thread.start()

@@ -13,6 +13,7 @@ import binascii
 import functools
 import hashlib
 import hmac
+import ipaddress
 import re
 from pathlib import Path
 from typing import Literal
@@ -94,6 +95,25 @@ def email_address_problem(value: str) -> str | None:
     if not _EMAIL_ADDRESS.fullmatch(value):
         return "not an email address like user@example.com"
     return None
+
+
+#: A host name: dot-separated labels of letters, digits, ``-`` and ``_`` (a container's
+#: name may have one), or an IPv4 address, which has that shape too.
+_HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*")
+
+
+def host_name_of(value: str) -> str | None:
+    """``value`` (a name, an IPv4 address, an IPv6 address bare or in brackets) as a
+    ``Host`` header names it, lower-case, an IPv6 address in brackets; None when it is
+    none of these (a port, a scheme, a path, a wildcard)."""
+    value = value.strip().lower()
+    bare = value[1:-1] if value.startswith("[") and value.endswith("]") else value
+    if ":" in bare:
+        try:
+            return f"[{ipaddress.IPv6Address(bare).compressed}]"
+        except ValueError:
+            return None
+    return value if _HOST_NAME.fullmatch(value) and len(value) <= 253 else None
 
 
 class Settings(BaseSettings):
@@ -335,6 +355,12 @@ class Settings(BaseSettings):
     #: ``/openapi.json`` and ``/docs`` open to anyone (by default they are guarded as
     #: ``/v1`` is).
     docs_public: bool = False
+    #: Host names (comma-separated, no port) that protected mode answers besides
+    #: ``localhost``, ``127.0.0.1`` and ``[::1]``: any other ``Host`` is refused, so a web
+    #: page cannot rebind its own name to this machine and read ``/v1`` (docs/api.md).
+    allowed_hosts: str = ""
+    #: The bearer token ``/metrics`` asks for (web and worker ports); empty: open.
+    metrics_token: str = ""
     #: Largest request body the web app reads, in bytes; a larger one is answered 413
     #: before any route sees it. A batch of 10,000 account ids is about 400 KB.
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
@@ -395,6 +421,18 @@ class Settings(BaseSettings):
             if not host or not port.isdigit():
                 raise ValueError(f"entry {entry!r} is not host:port")
         return value
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_list(cls, value: str) -> str:
+        names = []
+        for entry in filter(None, (part.strip() for part in value.split(","))):
+            name = host_name_of(entry)
+            if name is None:
+                raise ValueError(f"{entry!r} is not a host name or address (give the name "
+                                 "alone: no scheme, port, path or wildcard)")
+            names.append(name)
+        return ",".join(names)
 
     @field_validator("mock_channels")
     @classmethod
@@ -511,6 +549,11 @@ class Settings(BaseSettings):
             host, _, port = entry.rpartition(":")
             hosts.append((host, int(port)))
         return hosts
+
+    @property
+    def allowed_host_names(self) -> frozenset[str]:
+        """The ALLOWED_HOSTS names, lower-case, an IPv6 address in brackets."""
+        return frozenset(name for name in self.allowed_hosts.split(",") if name)
 
     @property
     def fx_currency_codes(self) -> list[str]:

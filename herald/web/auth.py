@@ -2,11 +2,15 @@
 nothing about the body's schema).
 
 * ``Authorization: Bearer $API_TOKEN`` on the ``/v1`` routes. While API_TOKEN is unset they
-  answer loopback clients only (protected mode, as Redis has it): any other client gets a
-  403 ``api_token_required``, unless HERALD_OPEN_API opens ``/v1`` on purpose
-  (docs/api.md, "Routes").
+  answer loopback clients only (protected mode, as Redis has it): any other client, and a
+  request a proxy forwarded (``X-Forwarded-For``, ``Forwarded``), gets a 403
+  ``api_token_required``, and a loopback request naming another ``Host`` than localhost,
+  127.0.0.1, [::1] or ALLOWED_HOSTS a 403 ``host_not_allowed`` (DNS rebinding), unless
+  HERALD_OPEN_API opens ``/v1`` on purpose (docs/api.md, "Routes";
+  :mod:`herald.access` decides).
 * ``Authorization: Bearer $ADMIN_TOKEN`` on the ``/admin`` routes (the operator console);
   while ADMIN_TOKEN is unset the console is off (404), never open.
+* ``Authorization: Bearer $METRICS_TOKEN`` on ``/metrics`` while METRICS_TOKEN is set.
 """
 
 from __future__ import annotations
@@ -32,28 +36,43 @@ def check_bearer_token(request: Request) -> None:
 
     With API_TOKEN set: a 401 (with ``WWW-Authenticate: Bearer``) unless the request
     carries ``Authorization: Bearer <API_TOKEN>`` (scheme in any case, a bare token
-    refused). With API_TOKEN unset: a 403 ``api_token_required`` for a client that is not
-    on loopback, unless HERALD_OPEN_API is on."""
-    if has_api_access(request):
+    refused). With API_TOKEN unset and HERALD_OPEN_API off: a 403 ``api_token_required``
+    unless the socket's peer is on loopback and no proxy header says otherwise, then a
+    403 ``host_not_allowed`` unless ``Host`` names localhost, 127.0.0.1, [::1] or a name
+    of ALLOWED_HOSTS."""
+    refusal = access.api_refusal(get_settings(), request.headers, _peer(request))
+    if refusal is None:
         return
-    if get_settings().api_token:
+    if refusal == "unauthorized":
         raise _unauthorized()
+    if refusal == "host_not_allowed":
+        raise api_error(403, "host_not_allowed",
+                        "API_TOKEN is unset, so only a request naming Host localhost, "
+                        "127.0.0.1 or [::1] (any port) or a name of ALLOWED_HOSTS gets in: "
+                        "add the name clients use to ALLOWED_HOSTS, or set API_TOKEN")
     raise api_error(403, "api_token_required",
-                    "API_TOKEN is unset, so /v1 answers loopback clients only: set "
+                    "API_TOKEN is unset, so /v1 answers loopback clients only (a request a "
+                    "proxy forwarded, with X-Forwarded-For or Forwarded, is not one): set "
                     "API_TOKEN (and send Authorization: Bearer <token>), or set "
                     "HERALD_OPEN_API=1 to open /v1 to every client on purpose")
 
 
-def require_api_token(request: Request) -> None:
-    """A 401 (with ``WWW-Authenticate: Bearer``) unless the request carries
-    ``Authorization: Bearer <API_TOKEN>``; API_TOKEN must be set."""
-    _require_token(request.headers.get("authorization"), get_settings().api_token)
-
-
 def has_api_access(request: Request) -> bool:
     """True when :func:`check_bearer_token` would let the request through."""
-    return access.has_api_access(get_settings(), request.headers.get("authorization"),
-                                 request.client.host if request.client else None)
+    return access.has_api_access(get_settings(), request.headers, _peer(request))
+
+
+def check_metrics_token(request: Request) -> None:
+    """A 401 (with ``WWW-Authenticate: Bearer``) while METRICS_TOKEN is set, unless the
+    request carries ``Authorization: Bearer <METRICS_TOKEN>``."""
+    if not access.has_metrics_access(get_settings(), request.headers):
+        raise _unauthorized()
+
+
+def _peer(request: Request) -> str | None:
+    # uvicorn's proxy-header support may have replaced the peer's address with the one
+    # X-Forwarded-For claims; herald.access never trusts it when that header is there.
+    return request.client.host if request.client else None
 
 
 def log_protection(settings: Settings) -> None:
@@ -65,8 +84,9 @@ def log_protection(settings: Settings) -> None:
         log.warning("HERALD_OPEN_API is on and API_TOKEN is unset: /v1 answers every client "
                     "that reaches this port, with no token")
     else:
-        log.info("API_TOKEN is unset: /v1 answers loopback clients only (set API_TOKEN to "
-                 "serve other hosts)")
+        log.info("API_TOKEN is unset: /v1 answers loopback clients only (not through a "
+                 "proxy, naming Host localhost, 127.0.0.1, [::1] or one of ALLOWED_HOSTS; "
+                 "set API_TOKEN to serve other hosts)")
 
 
 def check_admin_token(request: Request) -> None:
@@ -122,7 +142,13 @@ class AdminRoute(BearerRoute):
 #: Declares the bearer scheme in OpenAPI; the check itself is :class:`BearerRoute`'s.
 bearer_scheme = HTTPBearer(auto_error=False,
                            description="API_TOKEN; while it is unset, loopback clients only "
-                                       "(403 api_token_required to others)")
+                                       "(403 api_token_required to others, 403 "
+                                       "host_not_allowed to a Host not allowed)")
+
+
+#: Declares the ``/metrics`` bearer scheme in OpenAPI; :func:`check_metrics_token` checks.
+metrics_scheme = HTTPBearer(auto_error=False, scheme_name="MetricsToken",
+                            description="METRICS_TOKEN, while it is set")
 
 
 #: Declares the admin bearer scheme in OpenAPI; the check itself is :class:`AdminRoute`'s.

@@ -1,7 +1,8 @@
 """The API's own documentation: ``/openapi.json``, ``/docs`` (Swagger UI) and ``/redoc``.
 
-While API_TOKEN is set they need it as ``/v1`` does (``Authorization: Bearer``): the schema
-maps every route an attacker could try. ``DOCS_PUBLIC=1`` opens them (docs/api.md,
+They are behind ``/v1``'s door (:func:`herald.web.auth.check_bearer_token`): the API token
+while it is set, else protected mode's loopback and ``Host`` checks (or HERALD_OPEN_API):
+the schema maps every route an attacker could try. ``DOCS_PUBLIC=1`` opens them (docs/api.md,
 "Routes"). FastAPI's stock routes cannot be guarded, so the app is built without them and
 these take their place.
 """
@@ -13,18 +14,18 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from herald.settings import get_settings
-from herald.web.auth import require_api_token
+from herald.web.auth import check_bearer_token
 
 #: Where the schema is served.
 OPENAPI_URL = "/openapi.json"
 
 
 def check_docs_access(request: Request) -> None:
-    """A 401 unless the docs are public here: API_TOKEN unset, DOCS_PUBLIC on, or the
-    request carries ``Authorization: Bearer <API_TOKEN>``."""
-    settings = get_settings()
-    if settings.api_token and not settings.docs_public:
-        require_api_token(request)
+    """Let the request read the docs, or raise as ``/v1``'s door does (401, or 403
+    ``api_token_required`` / ``host_not_allowed`` in protected mode); DOCS_PUBLIC lets
+    every request read them."""
+    if not get_settings().docs_public:
+        check_bearer_token(request)
 
 
 def install_docs(app: FastAPI) -> None:

@@ -15,9 +15,9 @@ database round trip, no body read. With it, for one API token (:func:`token_scop
   runs: 409 ``idempotency_key_in_use``; a key that is not 1–255 printable ASCII: 422
   ``invalid_idempotency_key``.
 
-The door is checked first (the token, or a loopback client while API_TOKEN is unset,
-:func:`herald.access.has_api_access`): a request it would refuse passes through untouched
-(the route answers 401 or 403) and claims nothing.
+The door is checked first (the token, or a local request naming an allowed ``Host`` while
+API_TOKEN is unset, :func:`herald.access.has_api_access`): a request it would refuse passes
+through untouched (the route answers 401 or 403) and claims nothing.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from herald import db
@@ -108,10 +109,10 @@ class IdempotencyKeys:
         if not keys or not _ROUTES.fullmatch(scope["path"]):
             await self.app(scope, receive, send)
             return
-        headers = {name: value for name, value in scope["headers"]}
-        authorization = headers.get(b"authorization", b"").decode("latin-1") or None
+        headers = Headers(scope=scope)
+        authorization = headers.get("authorization")
         client = scope.get("client")
-        if not has_api_access(get_settings(), authorization, client[0] if client else None):
+        if not has_api_access(get_settings(), headers, client[0] if client else None):
             # the route answers 401 or 403: a caller the door refuses claims nothing
             await self.app(scope, receive, send)
             return

@@ -98,7 +98,9 @@ def protected_mode(monkeypatch: pytest.MonkeyPatch, pipeline: None) -> None:
 @pytest.mark.parametrize("address", ["127.0.0.1", "127.3.4.5", "::1", "::ffff:127.0.0.1"])
 def test_without_a_token_v1_answers_loopback_clients(protected_mode: None,
                                                      address: str) -> None:
-    with TestClient(create_app(), client=(address, 50000)) as local:
+    # (naming this machine as a loopback client does: Host 127.0.0.1)
+    with TestClient(create_app(), base_url="http://127.0.0.1",
+                    client=(address, 50000)) as local:
         assert local.post("/v1/accounts", json=ACCOUNT).status_code == 201
         # a header of any kind changes nothing then
         assert local.post("/v1/accounts", json=ACCOUNT,

@@ -1,12 +1,12 @@
 """``/healthz`` (liveness, no I/O), ``/readyz`` (database, Redis, broker: ``ok`` or
-``down``, the reasons only for a caller with the token) and ``/metrics`` (Prometheus) of
-the web process."""
+``down``, the reasons only for a caller with the token) and ``/metrics`` (Prometheus,
+behind METRICS_TOKEN while it is set) of the web process."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
@@ -18,7 +18,7 @@ from herald.health import (
     metrics_text,
     readiness_report,
 )
-from herald.web.auth import has_api_access
+from herald.web.auth import check_metrics_token, has_api_access, metrics_scheme
 
 router = APIRouter(tags=["health"])
 
@@ -62,9 +62,11 @@ def readyz(request: Request) -> JSONResponse:
 
 
 @router.get("/metrics", summary="Prometheus metrics, the queues' included",
-            response_class=Response)
-def metrics() -> Response:
+            response_class=Response, dependencies=[Depends(metrics_scheme)])
+def metrics(request: Request) -> Response:
     """This process's metrics and every registry queue's counts (``queue_depth`` by queue
     and state, ``queue_jobs_total`` by outcome) in the Prometheus text format: the same
-    text a worker's health port serves."""
+    text a worker's health port serves. A 401 without ``Authorization: Bearer
+    <METRICS_TOKEN>`` while METRICS_TOKEN is set."""
+    check_metrics_token(request)
     return Response(metrics_text(), media_type=CONTENT_TYPE)
