@@ -298,6 +298,23 @@ def _current_directory_first(args: argparse.Namespace) -> None:
         sys.path.insert(0, cwd)
 
 
+def _missing_module(args: argparse.Namespace) -> str | None:
+    """The first module named by ``--app``/``--import`` that is nowhere to be found (in the
+    current directory or on the path), else None."""
+    import importlib.util
+
+    app = getattr(args, "app", None)
+    names = [*getattr(args, "imports", []), *([app.partition(":")[0]] if app else [])]
+    for name in names:
+        try:
+            found = importlib.util.find_spec(name)
+        except ModuleNotFoundError:  # a parent package of it is missing
+            found = None
+        if found is None:
+            return str(name)
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``herald`` console script; returns the exit code."""
     # No automatic collection while the command starts: its imports build some hundred
@@ -314,6 +331,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         quiet_known_warnings()  # before any command imports asyncssh
         args = build_parser().parse_args(argv)
         _current_directory_first(args)
+        missing = _missing_module(args)
+        if missing is not None:
+            print(f"herald: no module named {missing!r} in the current directory "
+                  f"({os.getcwd()}) or on the Python path", file=sys.stderr)
+            return 2  # a usage mistake, as argparse's own
         settings = load_settings()  # SettingsError (a SystemExit) names the bad variable
         _configure_logging(settings)
         module, _, function = HANDLERS[args.command].partition(":")

@@ -101,7 +101,7 @@ def _install_app(target: str) -> None:
     from herald.queue import App
 
     module_name, _, attribute = target.partition(":")
-    app = getattr(importlib.import_module(module_name), attribute or "app")
+    app = getattr(importlib.import_module(module_name), attribute or "app", None)
     if not isinstance(app, App):
         raise SystemExit(f"herald: {target} is not a herald.queue App")
     app.install()

@@ -109,6 +109,19 @@ def test_a_worker_of_an_app_in_the_current_directory_starts(tmp_path: Path,
     assert code == 0, log.read_text()[-3000:]
 
 
+@pytest.mark.parametrize("args", [["worker", "--app", "shop:app"],
+                                  ["queues", "--import", "shop"]])
+def test_a_module_that_is_nowhere_is_named_in_one_line(tmp_path: Path, args: list[str]) -> None:
+    # When a command is told to import a module the current directory does not hold
+    result = herald(*args, cwd=tmp_path,
+                    env=herald_env(REDIS_URL="redis://127.0.0.1:1/0", SHOP_PREFIX="unused"))
+
+    # Then it stops with one line naming the module and where it looked
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (f"herald: no module named 'shop' in the current directory "
+                             f"({tmp_path}) or on the Python path\n")
+
+
 def test_a_command_prints_no_warning_of_its_dependencies(tmp_path: Path) -> None:
     # Given the libraries herald imports, of which asyncssh warns (through cryptography)
     # that DSA is deprecated as it is imported
