@@ -2,6 +2,7 @@
 
 ::
 
+    herald --version                  the installed herald's version
     herald demo [--jobs N] [--events N] [--batch-size N] [--failover-events N] [--orders N]
                 [--purchase-orders N] [--digest-events N]
                                       push jobs, notifications and eSIM orders through the
@@ -22,6 +23,9 @@ with a message naming the variable (exit code 1), and configures logging (to std
 a command's own output goes to stdout). This module parses the arguments and hands them
 to the command's function (:mod:`herald.commands`), importing only that command's module:
 a worker's start pays for no other command's imports (docs/queue.md#the-queue-table).
+
+A command told to import an application's modules (``--app MODULE:ATTR``, ``--import
+MODULE``) finds them in the current directory first, as ``dramatiq`` and ``python -m`` do.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import argparse
 import gc
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -156,10 +161,31 @@ class _SweepHelp(argparse.Action):
         parser.exit()
 
 
+class _Version(argparse.Action):
+    """``herald --version``: the installed distribution's version (read only when asked:
+    no other command pays for the metadata lookup)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None,
+                 ) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            installed = version("herald")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            installed = "unknown (not installed)"
+        print(f"herald {installed}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(
         prog="herald", description="herald: a durable notification and fulfillment pipeline")
+    parser.add_argument("--version", action=_Version, help="print herald's version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = _command(commands, "demo", "push jobs, notifications and eSIM orders through "
@@ -269,6 +295,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _current_directory_first(args: argparse.Namespace) -> None:
+    """When the command imports an application's modules (``--app``, ``--import``), put
+    the current directory first on ``sys.path``, as ``dramatiq`` does: ``herald worker
+    --app examples.standalone.app:app`` then finds ``examples`` from the repository root.
+    A console script's path starts at its own bin directory, not at the current one
+    (``python -m herald.cli`` already has it; it is not added twice)."""
+    if not (getattr(args, "app", None) or getattr(args, "imports", None)):
+        return
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+
+
+def _missing_module(args: argparse.Namespace) -> str | None:
+    """The first module named by ``--app``/``--import`` that is nowhere to be found (in the
+    current directory or on the path), else None."""
+    import importlib.util
+
+    app = getattr(args, "app", None)
+    names = [*getattr(args, "imports", []), *([app.partition(":")[0]] if app else [])]
+    for name in names:
+        try:
+            found = importlib.util.find_spec(name)
+        except ModuleNotFoundError:  # a parent package of it is missing
+            found = None
+        if found is None:
+            return str(name)
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``herald`` console script; returns the exit code."""
     # No automatic collection while the command starts: its imports build some hundred
@@ -279,9 +335,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     thresholds = gc.get_threshold()
     gc.set_threshold(0)
     try:
+        from herald.process import quiet_known_warnings
         from herald.settings import load_settings
 
+        quiet_known_warnings()  # before any command imports asyncssh
         args = build_parser().parse_args(argv)
+        _current_directory_first(args)
+        missing = _missing_module(args)
+        if missing is not None:
+            print(f"herald: no module named {missing!r} in the current directory "
+                  f"({os.getcwd()}) or on the Python path", file=sys.stderr)
+            return 2  # a usage mistake, as argparse's own
         settings = load_settings()  # SettingsError (a SystemExit) names the bad variable
         _configure_logging(settings)
         module, _, function = HANDLERS[args.command].partition(":")

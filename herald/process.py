@@ -1,12 +1,15 @@
 """Process-wide tuning for herald's long-running processes (``herald web``'s and
-``herald worker``'s): the garbage collector's pace, and the worker's CPU scheduling policy
-(bench/README.md, "Tuning the processes")."""
+``herald worker``'s): the garbage collector's pace, the worker's CPU scheduling policy
+(bench/README.md, "Tuning the processes"), and the dependencies' warnings every start
+would print."""
 
 from __future__ import annotations
 
 import gc
 import logging
 import os
+import sys
+import warnings
 
 log = logging.getLogger("herald.process")
 
@@ -56,3 +59,23 @@ def schedule_as_batch() -> bool:
         log.info("batch scheduling not applied: %s", error)
         return False
     return True
+
+
+def quiet_known_warnings() -> None:
+    """Silence the warnings herald's dependencies print on every start that tell an
+    operator nothing they can act on — asyncssh touching cryptography's deprecated DSA
+    classes as it is imported (five ``CryptographyDeprecationWarning: DSA is deprecated``
+    lines). Only that category, that message, from asyncssh's modules; every other
+    warning still shows. Call it at a process's start, before asyncssh is imported.
+
+    A process started with ``-W`` or ``PYTHONWARNINGS`` keeps exactly the filters it was
+    given: whoever asks for warnings sees them all.
+    """
+    if sys.warnoptions:
+        return
+    try:
+        from cryptography.utils import CryptographyDeprecationWarning
+    except ImportError:  # pragma: no cover - asyncssh requires cryptography
+        return
+    warnings.filterwarnings("ignore", message="DSA is deprecated",
+                            category=CryptographyDeprecationWarning, module=r"asyncssh\.")

@@ -2,21 +2,37 @@
 and the App that wires them.
 
 Nothing of herald but its queue library is used: no herald settings, no database. The
-only configuration read is ``REDIS_URL``. Run it under Dramatiq's own CLI::
+only configuration read is ``REDIS_URL``. From the repository root, run it under
+Dramatiq's own CLI::
 
     REDIS_URL=redis://localhost:6379/0 dramatiq examples.standalone.app
 
 or under herald's worker::
 
     REDIS_URL=redis://localhost:6379/0 herald worker --app examples.standalone.app:app
+
+then add its jobs (``python -m examples.standalone.produce``) and fire its schedule
+(``python -m examples.standalone.clock``, which logs each tick it fires).
+
+No Redis on localhost:6379? ``herald up`` run in the repository root with no
+``REDIS_URL`` set starts herald's embedded Redis, on the unix socket
+``.herald/redis.sock``; while it runs, point every process of this example at it (its keys
+all start with ``standalone:``, apart from herald's)::
+
+    REDIS_URL=unix://$PWD/.herald/redis.sock herald worker --app examples.standalone.app:app
+
+A process that adds or fires jobs stops at once with one line when Redis does not answer
+(:func:`require_redis`); a worker keeps trying, as Dramatiq's workers do.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from datetime import timedelta
 
+import redis
 from pydantic import BaseModel
 
 from herald.queue import (
@@ -78,5 +94,18 @@ def build_report(job: Report) -> dict[str, str]:
 registry.schedule(Schedule(name="every-second-report", actor=build_report,
                            payload={"kind": "every-second"}, every=timedelta(seconds=1)))
 
+if not os.environ.get("REDIS_URL"):
+    sys.exit("examples.standalone: set REDIS_URL to the application's Redis "
+             "(see examples/standalone/app.py)")
 #: The process's wiring; installing it makes its broker Dramatiq's global one.
 app = App(QueueConfig(redis_url=os.environ["REDIS_URL"], prefix=PREFIX), registry).install()
+
+
+def require_redis() -> None:
+    """Return when the application's Redis answers; otherwise stop the process with one
+    line saying so (a producer or a clock can do nothing without it)."""
+    try:
+        app.client.ping()
+    except redis.RedisError as error:
+        sys.exit(f"examples.standalone: Redis (REDIS_URL) does not answer: {error} "
+                 "(see examples/standalone/app.py for herald's embedded one)")

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 
-from examples.standalone.app import build_report, make_thumbnail
+from examples.standalone.app import build_report, make_thumbnail, require_redis
 from herald.queue import enqueue
 
 
 def main() -> None:
     """Add a thumbnail twice under one dedup id, one that fails once, and a report."""
+    require_redis()
     adds = {
         "first": enqueue(make_thumbnail, {"image_id": 1}, dedup_id="image-1"),
         # the same image while the first job is live: the dedup id holds

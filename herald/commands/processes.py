@@ -4,8 +4,10 @@ release process, ``herald migrate``."""
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import signal
+import socket
 from typing import TYPE_CHECKING
 
 from herald.commands.shared import USAGE_ERROR, check_queues, fail, load_actor_modules
@@ -18,11 +20,34 @@ def _exit_normally(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
+def _cannot_listen(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on, as one line for the operator, or None
+    when it can. Binds a socket as uvicorn does (``SO_REUSEADDR``), then closes it."""
+    if port == 0:  # any free port
+        return None
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                return (f"port {port} is already in use, by another herald web perhaps; "
+                        "set PORT (or --port) to a free port")
+            return f"cannot listen on {host} port {port} (PORT, --host/--port): {error.strerror}"
+    return None
+
+
 def cmd_web(args: argparse.Namespace, settings: Settings) -> int:
     """``herald web``: the HTTP app under uvicorn; a graceful stop (SIGTERM or SIGINT)
-    ends the process with 0, as the other processes do."""
+    ends the process with 0, as the other processes do. A port it cannot listen on (taken,
+    or not allowed) stops it at start with one line naming the port (exit code 1)."""
     from herald.web import serve
 
+    # uvicorn would say only "[Errno 98] Address already in use", naming no port
+    problem = _cannot_listen(args.host, settings.port if args.port is None else args.port)
+    if problem is not None:
+        return fail(problem)
     # uvicorn drains on SIGTERM, then restores the handler it found and raises the signal
     # again: with the default one the process would die of it (-15) after a clean stop
     signal.signal(signal.SIGTERM, _exit_normally)
@@ -76,7 +101,7 @@ def _install_app(target: str) -> None:
     from herald.queue import App
 
     module_name, _, attribute = target.partition(":")
-    app = getattr(importlib.import_module(module_name), attribute or "app")
+    app = getattr(importlib.import_module(module_name), attribute or "app", None)
     if not isinstance(app, App):
         raise SystemExit(f"herald: {target} is not a herald.queue App")
     app.install()

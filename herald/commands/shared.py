@@ -4,6 +4,7 @@ and the actor modules that fill the queue registry."""
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -18,17 +19,19 @@ if TYPE_CHECKING:
 
 #: Exit code of a usage mistake (argparse's own, also used for unknown queue names).
 USAGE_ERROR = 2
-#: Width of tables written to a pipe or file (a terminal uses its own width).
+#: Width of tables written to a pipe or file (a terminal uses its own width), unless
+#: ``COLUMNS`` says otherwise.
 PIPE_WIDTH = 240
 
 
 def console(max_width: int | None = None) -> Console:
-    """The console of a command's output: the terminal's width (at most ``max_width``),
-    or :data:`PIPE_WIDTH` (else ``max_width``) for a pipe or file."""
+    """The console of a command's output: ``COLUMNS`` when set, else the terminal's width,
+    else :data:`PIPE_WIDTH` (else ``max_width``) for a pipe or file; never wider than
+    ``max_width``."""
     from rich.console import Console
 
-    default = Console()
-    if not default.is_terminal:
+    default = Console()  # reads COLUMNS itself, else asks the terminal
+    if not default.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
         return Console(width=max_width or PIPE_WIDTH)
     if max_width is not None and default.width > max_width:
         return Console(width=max_width)

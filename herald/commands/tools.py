@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Any
 from herald.commands.shared import USAGE_ERROR, check_queues, console, fail, load_actor_modules
 
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
     from herald.queue import Keep, Queue, QueueSpec
     from herald.settings import Settings
 
@@ -19,6 +22,14 @@ log = logging.getLogger(__name__)
 
 #: How long ``herald queues`` waits for Redis before leaving the live counts out.
 QUEUES_REDIS_TIMEOUT = timedelta(seconds=1)
+#: The columns ``herald queues`` leaves out, first to last, while its table is wider than
+#: the output (``COLUMNS``, else the terminal; docs/queue.md#the-queue-table): the queue
+#: and its live counts always stay.
+LEFT_OUT_WHEN_NARROW = ("retention", "lock", "backoff", "rate limit", "attempts",
+                        "concurrency")
+#: The right-aligned columns of ``herald queues``.
+NUMERIC_COLUMNS = frozenset({"concurrency", "attempts", "waiting", "active", "delayed",
+                             "failed"})
 
 
 def format_span(span: timedelta) -> str:
@@ -99,7 +110,6 @@ def _redis_reachable(settings: Settings) -> bool:
 def cmd_queues(args: argparse.Namespace, settings: Settings) -> int:
     """``herald queues``: the registry as a table, with live counts when Redis answers."""
     import redis
-    from rich.table import Table
 
     from herald.queue import queue
     from herald.queue_app import describe_redis, start_queue_app
@@ -117,23 +127,60 @@ def cmd_queues(args: argparse.Namespace, settings: Settings) -> int:
     live_states = ("waiting", "active", "delayed", "failed")
     caption = (f"live counts from Redis at {where}" if counts is not None
                else f"Redis at {where} not reachable: live counts left out")
-    table = Table(title=f"herald queues ({len(specs)})", caption=caption)
-    for column in describe_spec(specs[0]) if specs else ():
-        numeric = column in ("concurrency", "attempts")
-        table.add_column(column, no_wrap=column in ("queue", "rate limit", "backoff"),
-                         justify="right" if numeric else "left")
-    if counts is not None:
-        for state in live_states:
-            table.add_column(state, justify="right")
+    rows = []
     for spec in specs:
-        row = list(describe_spec(spec).values())
+        row = describe_spec(spec)
         if counts is not None:
             live = counts[spec.name]
-            row += [f"{live['paused']} paused" if state == "waiting" and live["paused"]
-                    else str(live[state]) for state in live_states]
-        table.add_row(*row)
-    console().print(table)
+            row.update({state: f"{live['paused']} paused"
+                        if state == "waiting" and live["paused"] else str(live[state])
+                        for state in live_states})
+        rows.append(row)
+    out = console()
+    every = list(rows[0]) if rows else []
+    left_out: list[str] = []
+
+    def fits(columns: list[str]) -> bool:
+        return _natural_width(out, _queues_table(specs, columns, rows, caption)) <= out.width
+
+    # narrower than the table: leave out the least needed columns, one at a time, until
+    # it fits (the queue and its live counts always stay); then take back, most needed
+    # first, any of them that fits in what is left
+    for column in LEFT_OUT_WHEN_NARROW:
+        if fits([c for c in every if c not in left_out]):
+            break
+        left_out.append(column)
+    for column in reversed(list(left_out)):
+        if fits([c for c in every if c not in left_out or c == column]):
+            left_out.remove(column)
+    table = _queues_table(specs, [c for c in every if c not in left_out], rows, caption)
+    if left_out:
+        full = _natural_width(out, _queues_table(specs, every, rows, caption))
+        table.caption = (f"{caption}; left out to fit {out.width} columns: "
+                         f"{', '.join(left_out)} (COLUMNS={full} shows them)")
+    out.print(table)
     return 0
+
+
+def _queues_table(specs: list[QueueSpec], columns: list[str], rows: list[dict[str, str]],
+                  caption: str) -> Table:
+    """The ``herald queues`` table of ``columns`` (of ``rows``, one per queue)."""
+    from rich.table import Table
+
+    table = Table(title=f"herald queues ({len(specs)})", caption=caption)
+    for column in columns:
+        numeric = column in NUMERIC_COLUMNS
+        # only the retention wraps (at its words): every other value reads whole or not at all
+        table.add_column(column, no_wrap=column != "retention",
+                         justify="right" if numeric else "left")
+    for row in rows:
+        table.add_row(*(row[column] for column in columns))
+    return table
+
+
+def _natural_width(out: Console, table: Table) -> int:
+    """How wide ``table`` is with nothing wrapped."""
+    return out.measure(table, options=out.options.update_width(10_000)).maximum
 
 
 def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:

@@ -103,9 +103,12 @@ def create_served_app() -> FastAPI:
     then the process's queue App installed. Each of ``herald web``'s processes builds its
     own (uvicorn imports this factory)."""
     from herald.logs import configure_logging
-    from herald.process import tune_garbage_collector
+    from herald.process import quiet_known_warnings, tune_garbage_collector
     from herald.queue_app import start_queue_app
 
+    # a process of its own (spawned), whose routes import asyncssh: herald/cli.py's
+    # filter is not inherited
+    quiet_known_warnings()
     _end_with_supervisor()
     settings = get_settings()
     configure_logging(settings)

@@ -55,7 +55,9 @@ def herald_command() -> list[str]:
 
 def herald_env(**overrides: str) -> dict[str, str]:
     """This process's environment without connection variables, plus ``overrides``."""
-    env = {k: v for k, v in os.environ.items() if k not in CONNECTION_VARIABLES}
+    # COLUMNS too: a table written to the pipe is PIPE_WIDTH wide unless it is set
+    env = {k: v for k, v in os.environ.items()
+           if k not in CONNECTION_VARIABLES and k != "COLUMNS"}
     env.update({"PYTHONIOENCODING": "utf-8", "LOG_LEVEL": "WARNING", "NO_COLOR": "1"})
     env.update(overrides)
     return env

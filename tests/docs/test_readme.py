@@ -513,13 +513,20 @@ def test_the_command_table_matches_each_commands_help(
         capsys: pytest.CaptureFixture[str]) -> None:
     from herald.cli import build_parser, main
 
-    # Given the table of commands
+    # Given the table of commands (and of herald's own options: `herald --version`)
     rows = {ticked(row[0])[0].split()[1]: ticked(row[0])[0]
             for row in table_rows(section(DOCS / "deployment.md", "The `herald` command"))}
+    options = {row for row in rows if row.startswith("--")}
     subcommands = next(action.choices for action in build_parser()._actions
                        if isinstance(action, argparse._SubParsersAction))
 
-    # Then it lists every subcommand, and each option it shows is one `--help` lists
+    # Then each option it shows is one `herald --help` lists
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    helped = capsys.readouterr().out
+    assert all(option in helped for option in options), helped
+    # and it lists every subcommand, and each option it shows is one `--help` lists
+    rows = {name: usage for name, usage in rows.items() if name not in options}
     assert set(rows) == set(subcommands)
     for name, usage in rows.items():
         with pytest.raises(SystemExit) as ended:

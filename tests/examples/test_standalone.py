@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from herald.queue import JobState, Ledger, LedgerQueries
+from tests.support.services import find_free_port
 from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,11 +29,12 @@ RETRY_AFTER_MS = 2000
 #: at least once a second.
 RETRY_SLACK_MS = 1500
 
-#: The two ways to run the application's worker; each runs from the checkout (``-m``:
-#: the working directory comes first on the path).
+#: The two ways to run the application's worker, each from the checkout's root as its
+#: docstring says: Dramatiq's CLI, and the installed ``herald`` console script (not
+#: ``python -m herald.cli``, whose path starts at the working directory anyway).
 WORKERS = {
     "dramatiq": [sys.executable, "-m", "dramatiq", APP, "--processes", "1", "--threads", "2"],
-    "herald": [sys.executable, "-m", "herald.cli", "worker", "--app", f"{APP}:app"],
+    "herald": [str(Path(sys.executable).parent / "herald"), "worker", "--app", f"{APP}:app"],
 }
 
 
@@ -109,6 +111,25 @@ def test_the_standalone_app_runs_its_jobs_with_nothing_but_a_redis_url(
     finally:
         clock_stderr = stop(clock)
     assert "Traceback" not in clock_stderr, clock_stderr[-3000:]
+    # and the clock said what it fired, naming the schedule and the job
+    assert f"schedule fired schedule=every-second-report job_id={tick.id}" in clock_stderr, \
+        clock_stderr[-3000:]
+
+
+@pytest.mark.parametrize("program", ["produce", "clock"])
+def test_without_redis_the_app_says_so_in_one_line(program: str) -> None:
+    # Given a REDIS_URL where no Redis answers
+    env = only_redis_env(f"redis://127.0.0.1:{find_free_port()}/0")
+
+    # When the application's producer or clock is started
+    result = subprocess.run([sys.executable, "-m", f"examples.standalone.{program}"],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=30)
+
+    # Then it stops at once with one line saying Redis does not answer, no traceback
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "Redis (REDIS_URL) does not answer" in result.stderr
+    assert "Connection refused" in result.stderr
 
 
 def _completed(ledger: LedgerQueries, queue: str, job_id: str) -> object:

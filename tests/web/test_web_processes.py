@@ -97,6 +97,8 @@ def test_sigterm_stops_every_process_with_exit_code_0(
 
     # Then it exits 0 once each of its processes has finished, and none is left behind
     assert process.wait(timeout=60) == 0, log.read_text()[-2000:]
+    # and none of its processes (each imports asyncssh) wrote its dependencies' warnings
+    assert "DeprecationWarning" not in log.read_text(), log.read_text()[-3000:]
     wait_for(lambda: not any(server.is_running() and server.status() != psutil.STATUS_ZOMBIE
                              for server in servers), timeout=10, what="the processes' exit")
 
