@@ -55,8 +55,20 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from actors.currencies import known_currency
 from herald.settings import get_settings
 from models.digests import DigestMode
+
+
+def _currency(value: str) -> str:
+    try:
+        return known_currency(value)
+    except ValueError as error:  # pydantic would prefix "Value error, "
+        raise PydanticCustomError("unknown_currency", str(error)) from None
+
+
+#: An ISO 4217 code herald knows (:mod:`actors.currencies`), any case, kept upper case.
+Currency = Annotated[str, AfterValidator(_currency)]
 
 
 def _not_blank(value: str) -> str:
@@ -94,7 +106,7 @@ class ReceiptData(EventData):
     """``payment.receipt``: what was paid, in which currency, for which order."""
 
     amount: Amount
-    currency: Annotated[str, StringConstraints(pattern=r"^[A-Za-z]{3}$")]
+    currency: Currency
     order_id: Annotated[str, StringConstraints(max_length=128), NOT_BLANK]
     description: Annotated[str | None, StringConstraints(max_length=500)] = None
     paid_at: Annotated[str | None, StringConstraints(max_length=64)] = None

@@ -30,13 +30,13 @@ from sqlmodel import Session, select
 
 from actors.event_catalogue import EVENT_TYPES, event_type, validate_event_data
 from actors.locales import SUPPORTED_LOCALES
-from actors.quiet_hours import check_quiet_hours, check_timezone
+from actors.quiet_hours import Release, check_quiet_hours, check_timezone, release_holds
 from actors.render import template_channel
 from herald.db import session as db_session
 from herald.queue import NORMAL_PRIORITY, URGENT_PRIORITY
 from herald.settings import email_address_problem, get_settings
 from herald.write_behind import WriteBehind
-from models.base import FieldReader, new_id, snapshot, utcnow
+from models.base import FieldReader, new_id, queue_now, snapshot, utcnow
 from models.notifications import (
     CHANNEL_ORDER,
     Account,
@@ -112,8 +112,13 @@ def create_account(**fields: Any) -> Account:
 
 
 def update_account(account_id: str, **changes: Any) -> Account:
-    """Change an account's fields; AccountNotFound when it does not exist."""
+    """Change an account's fields; AccountNotFound when it does not exist.
+
+    A change of quiet hours or time zone releases the account's held deliveries it no
+    longer holds (:func:`actors.quiet_hours.release_holds`): their new ``not_before`` is
+    committed with the change, then each one's delayed job is brought forward to it."""
     check_account_fields(changes)
+    released: list[Release] = []
     with db_session() as session:
         account = session.get(Account, account_id)
         if account is None:
@@ -123,8 +128,34 @@ def update_account(account_id: str, **changes: Any) -> Account:
         account.updated_at = utcnow()
         session.add(account)
         session.flush()
+        if {"quiet_hours", "timezone"} & changes.keys():
+            released = release_holds(session, account)
         session.refresh(account)
-        return account
+    for release in released:
+        _bring_forward(release)
+    return account
+
+
+def _bring_forward(release: Release) -> None:
+    """Move a released delivery's delayed job to its new time: the job is removed (only
+    while not running) and added again with the delivery's id, so one job at most runs it,
+    and the claim it takes fences the send. Whatever fails here leaves the delivery late,
+    never lost or doubled: the old job still runs at the old end, or, removed, the
+    handoff sweep adds it again at the committed ``not_before`` (docs/sweeps.md)."""
+    from actors.notifications import CHANNEL_QUEUES, enqueue_delivery
+    from herald.queue import queue
+
+    delivery = release.delivery
+    try:
+        if not queue(CHANNEL_QUEUES[delivery.channel]).remove(delivery.id):
+            job = queue(CHANNEL_QUEUES[delivery.channel]).get(delivery.id)
+            if job is not None:  # running now: its claim reads the new settings
+                return
+        delay = None if release.not_before is None else release.not_before - queue_now()
+        enqueue_delivery(delivery, NORMAL_PRIORITY, delay=delay)
+    except Exception as error:  # committed: the sweep or the old job still sends it
+        log.warning("held delivery not brought forward: %s", type(error).__name__,
+                    extra={"delivery_id": delivery.id})
 
 
 # -- events -----------------------------------------------------------------------------

@@ -142,6 +142,16 @@ def parse_amount(text: str) -> Decimal:
     return amount
 
 
+def price_mismatch(currency: str, price: str, order_currency: str) -> str:
+    """Why a payment is refused for not being the order's price, naming the field at
+    fault and the values to send: the currency when it is not the order's (whatever the
+    amount), else the amount."""
+    if currency != order_currency:
+        return (f'currency: the order is priced in {order_currency}, not {currency}; send '
+                f'"currency": "{order_currency}" with "amount": "{price}"')
+    return f'amount: the order costs {price} {order_currency}; send "amount": "{price}"'
+
+
 def _for_order(session: Session, order_id: str, amount: Decimal, currency: str) -> str:
     """Check (with the order row locked) that the order can be paid this amount; its
     account's id."""
@@ -152,7 +162,7 @@ def _for_order(session: Session, order_id: str, amount: Decimal, currency: str) 
     if order.status != OrderStatus.PENDING_PAYMENT:
         raise PaymentConflict(f"order {order_id} is {order.status}, not pending_payment")
     if (amount, currency) != (order.amount, order.currency):
-        raise InvalidPayment(f"amount: the order costs {money(order.amount)} {order.currency}")
+        raise InvalidPayment(price_mismatch(currency, money(order.amount), order.currency))
     _no_live_payment(session, col(Payment.order_id) == order_id, f"order {order_id}")
     return order.account_id
 
@@ -226,7 +236,9 @@ def _create_for_order(order_id: str, amount: Decimal, currency: str, gateway: st
     if found == "status":
         raise PaymentConflict(f"order {order_id} is {detail}, not pending_payment")
     if found == "price":
-        raise InvalidPayment(f"amount: the order costs {detail}")
+        assert detail is not None
+        price, _, order_currency = detail.partition(" ")
+        raise InvalidPayment(price_mismatch(currency, price, order_currency))
     if found == "live":
         raise PaymentConflict(f"order {order_id} already has payment {detail}")
     return payment

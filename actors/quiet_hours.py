@@ -29,10 +29,13 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo, available_timezones
 
+from sqlalchemy import update
+from sqlmodel import Session, col, select
+
 from actors.event_catalogue import EVENT_TYPES
 from herald.queue import Defer
 from models.base import queue_now
-from models.notifications import Db, hold_delivery
+from models.notifications import Account, Db, Delivery, Notification, Outcome, hold_delivery
 
 log = logging.getLogger("herald.quiet_hours")
 
@@ -273,3 +276,55 @@ def hold_if_quiet(db: Db, delivery_id: str, token: datetime, recipient: Recipien
     # a hold is no attempt: its start is given back, so holds never use up the job's
     # max_started_attempts (docs/queue.md#permanent-and-defer)
     raise Defer(until - now, reason="quiet hours", count_start=False)
+
+
+# -- releasing holds the account no longer wants ------------------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class _HeldRecipient:
+    """What :func:`held_until` reads, for a held delivery of an account being changed."""
+
+    type: str
+    urgency: str
+    timezone: str | None
+    quiet_hours: dict[str, Any] | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Release:
+    """A held delivery whose hold an account change shortened: ``not_before`` is its new
+    end (None: it may go now)."""
+
+    delivery: Delivery
+    not_before: datetime | None
+
+
+def release_holds(session: Session, account: Account) -> list[Release]:
+    """In the transaction that changes the account's quiet hours or time zone (flushed,
+    not committed): each of its deliveries held past now whose hold the new settings end
+    sooner — no window covers it any more, or the window it is in ends earlier — gets
+    that new ``not_before`` (NULL: now), written by a conditional UPDATE that only moves
+    a delivery still held as it was read (never one a worker has claimed since). Returns
+    those deliveries: their delayed jobs must be brought forward once this commits. A
+    hold the new settings make longer is left alone: its job runs at the old end and the
+    worker holds it again."""
+    now = queue_now()
+    rows = session.exec(
+        select(Delivery, Notification.type, Notification.urgency)
+        .join(Notification, col(Notification.id) == col(Delivery.notification_id))
+        .where(col(Notification.account_id) == account.id,
+               col(Delivery.outcome) == Outcome.QUEUED.value,
+               col(Delivery.not_before) > now)).all()
+    released = []
+    for delivery, type_name, urgency in rows:
+        held = delivery.not_before
+        assert held is not None  # selected held past now
+        until = held_until(_HeldRecipient(type_name, urgency, account.timezone,
+                                          account.quiet_hours), delivery.channel, now)
+        if until is not None and until >= held:
+            continue
+        moved = session.exec(update(Delivery).where(
+            col(Delivery.id) == delivery.id, col(Delivery.outcome) == Outcome.QUEUED.value,
+            col(Delivery.not_before) == held).values(not_before=until)).rowcount
+        if moved:
+            released.append(Release(delivery, until))
+    return released

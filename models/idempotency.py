@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
+from collections.abc import Collection
 from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, delete, select, tuple_, update
@@ -47,8 +48,8 @@ class IdempotencyKey(SQLModel, table=True):
     #: SHA-256 (hex) of the bearer token used, or :data:`ANONYMOUS` without one.
     scope: str = Field(primary_key=True, max_length=64)
     key: str = Field(primary_key=True, max_length=255)
-    #: SHA-256 (hex) of the method, path, query and body: the same key for another
-    #: request is refused.
+    #: SHA-256 (hex) of the method, path, query and body (a JSON body as parsed:
+    #: herald.web.idempotency.fingerprint): the same key for another request is refused.
     fingerprint: str = Field(max_length=64)
     #: Random per claim: only the request that claimed the row may answer or release it.
     claim: str = Field(max_length=36)
@@ -98,15 +99,20 @@ _keys = table_of(IdempotencyKey)
 
 
 def claim_key(connection: Connection, scope: str, key: str, fingerprint: str, *,
-              now: datetime | None = None) -> ClaimOutcome:
+              now: datetime | None = None, earlier: Collection[str] = ()) -> ClaimOutcome:
     """Claim ``key`` for the request ``fingerprint`` names, or say why not.
 
     Each statement commits alone (``connection`` is an autocommit one): the claim is the
     INSERT of the key's row, refused by its primary key when the row exists, so of any
     number of concurrent requests exactly one gets :class:`Claimed`. A row past
     :data:`KEY_TTL`, or a claim without an answer past :data:`CLAIM_LEASE`, is taken over
-    by a conditional UPDATE (again at most one winner)."""
+    by a conditional UPDATE (again at most one winner).
+
+    ``earlier``: fingerprints the same request had under an earlier way of computing
+    them; a row holding one of them is this request too (a retry across an upgrade is
+    replayed, not refused). A claim always stores ``fingerprint``."""
     now = now or utcnow()
+    same = {fingerprint, *earlier}
     claim = str(uuid.uuid4())
     for _ in range(3):  # a row deleted between our INSERT and SELECT: try the INSERT again
         values = {"scope": scope, "key": key, "fingerprint": fingerprint, "claim": claim,
@@ -123,14 +129,14 @@ def claim_key(connection: Connection, scope: str, key: str, fingerprint: str, *,
             continue
         stale = (row.claimed_at < now - KEY_TTL
                  or (row.status is None and row.claimed_at < now - CLAIM_LEASE))
-        if stale and (row.fingerprint == fingerprint or row.claimed_at < now - KEY_TTL):
+        if stale and (row.fingerprint in same or row.claimed_at < now - KEY_TTL):
             taken = connection.execute(
                 update(_keys).where(_keys.c.scope == scope, _keys.c.key == key,
                                     _keys.c.claim == row.claim).values(**values)).rowcount
             if taken:
                 return Claimed(claim)
             continue  # another request took it over first: read it again
-        if row.fingerprint != fingerprint:
+        if row.fingerprint not in same:
             return Reused()
         if row.status is None:
             return InUse()

@@ -381,7 +381,15 @@ def roll_up_order(session: Session, order_id: str) -> PurchaseOrderStatus:
     """Recompute the order's status from its dispatches (:func:`order_status_of`) and
     write it when it changed; a change to ``completed``, ``partial`` or ``failed``
     writes its webhook messages (:data:`ORDER_EVENTS`) in the caller's transaction,
-    handed to the relay after it commits. Does not commit."""
+    handed to the relay after it commits. Does not commit.
+
+    Exact under concurrent roll-ups of one order: the order row is locked first (``FOR
+    NO KEY UPDATE``, which the audit events' foreign keys do not conflict with), so the
+    roll-ups of one order run one after another, and each reads the dispatches after the
+    previous one committed (a new snapshot per statement): the last to run sees every
+    dispatch committed before it began, never writing back a status read earlier."""
+    session.execute(select(_orders.c.id).where(_orders.c.id == order_id)
+                    .with_for_update(key_share=True))
     statuses = [row[0] for row in session.execute(
         select(_dispatches.c.status).where(_dispatches.c.order_id == order_id))]
     status = order_status_of(statuses)

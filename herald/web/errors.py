@@ -169,8 +169,32 @@ def validation_error_body(errors: Sequence[Any], exc: RequestValidationError | N
     return error_body(code, message, details=problems[:MAX_VALIDATION_DETAILS])
 
 
-async def _validation_error(_request: Request, exc: Exception) -> Response:
+#: The 415 message of a body that is not sent as JSON.
+NOT_JSON = ("the body must be JSON, sent with Content-Type: application/json (this "
+            "request's Content-Type is {content_type})")
+
+
+def _not_sent_as_json(request: Request, exc: RequestValidationError) -> str | None:
+    """The request's content type when its body was refused for not being sent as JSON:
+    FastAPI hands a route's model the raw bytes of a body of any other content type
+    (a form, text/plain), which then fails as "not a valid dictionary"."""
+    content_type = request.headers.get("content-type")
+    if not content_type:
+        return None  # read as JSON: a body that does not parse is json_invalid
+    for error in exc.errors():
+        if tuple(error.get("loc", ())) == ("body",) and isinstance(
+                error.get("input"), bytes | bytearray):
+            return content_type.partition(";")[0].strip()[:100] or content_type[:100]
+    return None
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
+    content_type = _not_sent_as_json(request, exc)
+    if content_type is not None:
+        return JSONResponse(error_body("unsupported_media_type",
+                                       NOT_JSON.format(content_type=content_type)),
+                            status_code=415)
     return JSONResponse(validation_error_body(exc.errors(), exc), status_code=422)
 
 

@@ -8,7 +8,8 @@ database round trip, no body read. With it, for one API token (:func:`token_scop
 - a first request claims the key (:func:`models.idempotency.claim_key`, one INSERT that
   exactly one of any concurrent requests wins), runs, and its answer is kept unless it is
   a 5xx — then the claim is released and a retry runs again;
-- the same key and the same request (method, path, query, body) within 24 h gets the
+- the same key and the same request (method, path, query, and the body's parsed JSON:
+  key order and whitespace do not matter, :func:`fingerprint`) within 24 h gets the
   kept answer — status, headers, body — with ``Idempotent-Replayed: true``, and nothing
   runs;
 - the same key for another request: 422 ``idempotency_key_reused``; while the first still
@@ -23,6 +24,7 @@ through untouched (the route answers 401 or 403) and claims nothing.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 from collections.abc import Callable
@@ -83,13 +85,50 @@ def token_scope(authorization: str | None) -> str:
 
 
 def fingerprint(scope: Scope, body: bytes) -> str:
-    """What makes two requests "the same" for one key: method, path, query and body."""
+    """What makes two requests "the same" for one key: method, path, query and the body
+    the route reads. A JSON body (the content type FastAPI parses as JSON) counts by its
+    parsed value, so the same JSON with other whitespace or key order is the same
+    request; any other body counts by its bytes."""
+    canonical = _canonical_json(scope, body)
+    if canonical is None:
+        return _digest(scope, body)
+    # a fifth part marks the parsed JSON: never the same as a body read as bytes
+    return _digest(scope, canonical, b"json")
+
+
+def byte_fingerprint(scope: Scope, body: bytes) -> str:
+    """The fingerprint of method, path, query and the body's exact bytes: what keys
+    claimed before bodies were compared parsed hold, matched until they expire (24 h)."""
+    return _digest(scope, body)
+
+
+def _digest(scope: Scope, body: bytes, *more: bytes) -> str:
     digest = hashlib.sha256()
     for part in (scope["method"].encode(), scope["path"].encode(),
-                 scope.get("query_string", b""), body):
+                 scope.get("query_string", b""), body, *more):
         digest.update(len(part).to_bytes(8, "big"))  # no two splits hash alike
         digest.update(part)
     return digest.hexdigest()
+
+
+def _canonical_json(scope: Scope, body: bytes) -> bytes | None:
+    """The body's JSON value written one way (keys sorted, no spaces), or None when the
+    route would not read it as JSON: another content type, or not JSON at all. Parsed
+    as the route parses it (``json.loads``), so what compares equal here is one request
+    to the route."""
+    content_type = next((value for name, value in scope["headers"]
+                         if name == b"content-type"), b"").decode("latin-1")
+    media = content_type.partition(";")[0].strip().lower()
+    # FastAPI reads a body without a content type, and application/json or */*+json, as JSON
+    if media and media != "application/json" and not (
+            media.startswith("application/") and media.endswith("+json")):
+        return None
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError):  # not JSON the route reads: compare bytes
+        return None
+    return json.dumps(value, sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False).encode()
 
 
 class IdempotencyKeys:
@@ -126,7 +165,7 @@ class IdempotencyKeys:
             return
         key, owner = keys[0].decode("ascii"), token_scope(authorization)
         try:
-            outcome = await run_in_threadpool(_claim, owner, key, fingerprint(scope, body))
+            outcome = await run_in_threadpool(_claim, owner, key, scope, body)
         except (OperationalError, PoolTimeout, DBAPIError) as error:
             if isinstance(error, DBAPIError) and not (
                     isinstance(error, OperationalError) or error.connection_invalidated):
@@ -184,9 +223,12 @@ class IdempotencyKeys:
         await send({"type": "http.response.body", "body": body})
 
 
-def _claim(owner: str, key: str, request: str) -> ClaimOutcome:
+def _claim(owner: str, key: str, scope: Scope, body: bytes) -> ClaimOutcome:
+    # parsed here, on a worker thread: a large JSON body does not hold up the event loop
+    request = fingerprint(scope, body)
     with db.autocommit() as connection:
-        return claim_key(connection, owner, key, request)
+        return claim_key(connection, owner, key, request,
+                         earlier=(byte_fingerprint(scope, body),))
 
 
 async def _settle(step: Callable[..., bool], owner: str, key: str, claim: str,

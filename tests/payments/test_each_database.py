@@ -112,3 +112,32 @@ def test_a_settlement_of_an_order_no_longer_waiting_changes_nothing(
     # and neither the payment nor the order moved
     assert payment(client, created["id"]) == completed
     assert order_status(order_id) == "cancelled"
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ({"currency": "USD"}, 'currency: the order is priced in SAR, not USD; send "currency": '
+                          '"SAR" with "amount": "50.00"'),
+    ({"currency": "USD", "amount": "13.33"},
+     'currency: the order is priced in SAR, not USD; send "currency": "SAR" with '
+     '"amount": "50.00"'),
+    ({"amount": "49.99"}, 'amount: the order costs 50.00 SAR; send "amount": "50.00"'),
+    ({"amount": 4.6}, 'amount: must be a decimal string, like "4.60", not a JSON number'),
+    ({"amount": 50}, 'amount: must be a decimal string, like "4.60", not a JSON number'),
+], ids=["another-currency", "another-currency-and-amount", "not-the-price", "float-amount",
+        "integer-amount"])
+def test_a_payment_that_is_not_the_orders_price_says_which_field_and_what_to_send(
+        on_each_database: str, body: dict[str, Any], message: str) -> None:
+    client = TestClient(create_app())
+    # Given an order of 50.00 SAR
+    order_id = store_order(account(client))
+    # When a payment of another currency or amount, or an amount as a JSON number, is sent
+    response = client.post("/v1/payments", json={"order_id": order_id, "amount": "50.00",
+                                                  "currency": "SAR", **body})
+    # Then 422 names the field at fault and says what to send instead
+    error = response.json()["error"]
+    code = "validation_error" if not isinstance(body.get("amount", ""), str) else \
+        "invalid_payment"
+    assert (response.status_code, error["code"], error["message"]) == (422, code, message)
+    # and nothing was written: no payment, the order still waits for one
+    assert payments_count() == 0
+    assert order_status(order_id) == "pending_payment"

@@ -185,6 +185,8 @@ BAD_DATA = {
     "an amount past any float": ("payment.receipt", '{**, "amount": 1e999}', "amount"),
     "an amount that is true": ("payment.receipt", '{**, "amount": true}', "amount"),
     "a currency that is no code": ("payment.receipt", '{**, "currency": "S A R"}', "currency"),
+    "a currency that is no ISO 4217 code": ("payment.receipt", '{**, "currency": "XYZ"}',
+                                            "currency"),
     "a headline over 200 characters": ("promo.offer", '{**, "headline": "' + "x" * 201 + '"}',
                                        "headline"),
     "a blank code": ("promo.offer", '{**, "code": "  "}', "code"),
@@ -264,6 +266,44 @@ def test_every_route_refuses_a_body_over_the_limit_declared_or_chunked(
     assert client.post("/v1/accounts", content=iter([small[:10], small[10:]]),
                        headers={"content-type": "application/json"}).status_code == 201
     assert rows(Account) == 2
+
+
+def test_a_receipt_in_a_currency_herald_does_not_know_says_what_to_send(
+        client: TestClient) -> None:
+    account_id = new_account(client)
+    # When a receipt names a currency that is no ISO 4217 code
+    error = refused(post_event(client, account_id, "payment.receipt",
+                               data={**RECEIPT, "currency": "XYZ"}))
+    # Then the 422 names the field and says what to send; nothing is sent
+    assert error["code"] == "invalid_event"
+    assert error["message"] == (
+        'data: payment.receipt event data: currency: not an ISO 4217 currency code herald '
+        'knows; send the three-letter code, like "SAR", "EUR" or "USD"')
+    assert_nothing_sent()
+    # and a known code, in any case, is taken
+    assert post_event(client, account_id, "payment.receipt",
+                      data={**RECEIPT, "currency": "jpy"}).status_code == 202
+
+
+@pytest.mark.parametrize(("content_type", "body"), [
+    ("application/x-www-form-urlencoded", b"email=amal%40example.com&phone=%2B966501234567"),
+    ("text/plain", b'{"email": "amal@example.com", "phone": "+966501234567"}'),
+    ("text/plain; charset=utf-8", b'{"email": "amal@example.com"}'),
+])
+def test_a_body_not_sent_as_json_is_a_415_saying_to_send_json(
+        client: TestClient, content_type: str, body: bytes) -> None:
+    # When an account is posted as a form, or as JSON labelled text/plain
+    response = client.post("/v1/accounts", content=body,
+                           headers={"content-type": content_type})
+    # Then 415 says to send JSON with its content type, naming the one sent
+    error = refused(response, 415)
+    assert error["code"] == "unsupported_media_type"
+    sent = content_type.partition(";")[0]
+    assert error["message"] == (
+        "the body must be JSON, sent with Content-Type: application/json (this request's "
+        f"Content-Type is {sent})")
+    # and nothing was written
+    assert rows(Account) == 0
 
 
 def test_malformed_json_says_at_which_byte(client: TestClient) -> None:

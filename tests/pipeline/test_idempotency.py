@@ -107,6 +107,57 @@ def test_a_refused_request_is_replayed_as_refused(client: TestClient) -> None:
     assert again.headers["idempotent-replayed"] == "true"
 
 
+def test_the_same_json_with_other_whitespace_or_key_order_is_the_same_request(
+        client: TestClient) -> None:
+    # Given an account created with a key, its JSON written compactly
+    first = client.post("/v1/accounts", content=b'{"email":"amal@example.com",'
+                        b'"phone":"+966501234567"}',
+                        headers={**keyed("reordered"), "Content-Type": "application/json"})
+    assert first.status_code == 201, first.text
+
+    # When the client retries with the same JSON, keys swapped and spaced out
+    again = client.post("/v1/accounts", content=b'{\n  "phone" : "+966501234567",\n'
+                        b'  "email": "amal@example.com"\n}\n',
+                        headers={**keyed("reordered"),
+                                 "Content-Type": "application/json; charset=utf-8"})
+
+    # Then it is the same request: the first answer again, and one account
+    assert again.status_code == 201, again.text
+    assert again.content == first.content
+    assert again.headers["idempotent-replayed"] == "true"
+    assert count(Account) == 1
+
+
+def test_a_key_kept_with_the_bodys_bytes_is_replayed_to_the_same_bytes(
+        client: TestClient) -> None:
+    # Given a key whose fingerprint is of the body's exact bytes (as keys claimed by
+    # earlier versions of herald hold, until they expire)
+    body = b'{"phone": "+966501234567", "email": "amal@example.com"}'
+    headers = {**keyed("kept-by-bytes"), "Content-Type": "application/json"}
+    first = client.post("/v1/accounts", content=body, headers=headers)
+    assert first.status_code == 201, first.text
+    digest = hashlib.sha256()
+    for part in (b"POST", b"/v1/accounts", b"", body):
+        digest.update(len(part).to_bytes(8, "big"))
+        digest.update(part)
+    with db.get_engine().begin() as connection:
+        connection.execute(text("UPDATE idempotency_keys SET fingerprint = :f"),
+                           {"f": digest.hexdigest()})
+
+    # When the client retries with the same bytes, then with the same JSON spaced out
+    again = client.post("/v1/accounts", content=body, headers=headers)
+    respaced = client.post("/v1/accounts", content=body.replace(b": ", b":"),
+                           headers=headers)
+
+    # Then the byte-identical retry is replayed; the other is the same JSON, but the key
+    # knows only the bytes: refused as another request, never run
+    assert (again.status_code, again.content) == (201, first.content)
+    assert again.headers["idempotent-replayed"] == "true"
+    assert respaced.status_code == 422
+    assert respaced.json()["error"]["code"] == "idempotency_key_reused"
+    assert count(Account) == 1
+
+
 def test_a_request_without_the_header_keeps_nothing(client: TestClient) -> None:
     for _ in range(2):
         assert client.post("/v1/accounts", json=ACCOUNT).status_code == 201
@@ -123,8 +174,12 @@ def test_the_same_key_for_another_body_or_route_is_422_and_runs_nothing(
     other_body = client.post("/v1/accounts", json={**ACCOUNT, "email": "b@example.com"},
                              headers=keyed("k-1"))
     other_route = client.post("/v1/batches", json={}, headers=keyed("k-1"))
+    # the same characters, but a body the route does not read as JSON
+    other_type = client.post(
+        "/v1/accounts", content=b'{"email":"amal@example.com","phone":"+966501234567"}',
+        headers={**keyed("k-1"), "Content-Type": "text/plain"})
 
-    for response in (other_body, other_route):
+    for response in (other_body, other_route, other_type):
         assert response.status_code == 422, response.text
         assert response.json()["error"]["code"] == "idempotency_key_reused"
         assert "idempotent-replayed" not in response.headers

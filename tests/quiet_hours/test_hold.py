@@ -302,3 +302,78 @@ def test_a_hold_is_fenced_by_the_claim_and_never_over_a_final_outcome(
                                        outcome=Outcome.SENT, provider="mock")
         assert not hold_delivery(session, delivery_id, final.token, later)
     assert delivery(client, delivery_id)["outcome"] == "sent"
+
+
+def test_clearing_quiet_hours_sends_the_held_deliveries_at_once_and_once(
+        client: TestClient) -> None:
+    # Given an email and an SMS held at 23:00 Riyadh until 07:00
+    night = next_weekday_at(3, 20)
+    move_queue_time_to(night)
+    account_id = account(client, timezone=RIYADH, quiet_hours=NIGHTS)
+    with running_worker([EMAIL, SMS]):
+        created = event(client, account_id)
+        ids = by_channel(created)
+        for channel, queue_name in (("email", EMAIL), ("sms", SMS)):
+            held(client, ids[channel], queue_name)
+        # When the account clears its quiet hours (queue time does not move)
+        response = client.patch(f"/v1/accounts/{account_id}", json={"quiet_hours": None})
+        assert response.status_code == 200, response.text
+        # Then both are sent now, not at 07:00
+        wait_for(lambda: settled(client, created["id"]), timeout=30, what="the sends")
+        # and a handoff sweep afterwards sends nothing more
+        flush_handoff_stamps()
+        reconcile_handoffs(age=timedelta(milliseconds=1))
+        barrier(client, EMAIL)
+        barrier(client, SMS)
+    for channel, address in (("email", "amal@example.com"), ("sms", "+966501234567")):
+        shown = delivery(client, ids[channel])
+        assert (shown["outcome"], shown["not_before"], shown["attempts"]) == ("sent", None, 1)
+        assert len(sends_to(address)) == 1
+
+
+def test_quiet_hours_that_end_sooner_release_the_held_delivery_at_the_new_end(
+        client: TestClient) -> None:
+    # Given an email held at 23:00 Riyadh (20:00 UTC) until 07:00
+    night = next_weekday_at(4, 20)
+    move_queue_time_to(night)
+    account_id = account(client, timezone=RIYADH, quiet_hours=NIGHTS)
+    with running_worker([EMAIL]):
+        created = event(client, account_id, channels=["email"])
+        email = by_channel(created)["email"]
+        held(client, email, EMAIL)
+        # When the window is changed to end at midnight Riyadh (21:00 UTC)
+        response = client.patch(f"/v1/accounts/{account_id}",
+                                json={"quiet_hours": {"start": "22:00", "end": "00:00"}})
+        assert response.status_code == 200, response.text
+        # Then the delivery is held until midnight, its job delayed to then
+        shown = held(client, email, EMAIL)
+        assert datetime.fromisoformat(shown["not_before"]) == night.replace(hour=21)
+        # and nothing goes before it
+        move_queue_time_to(night.replace(hour=21) - timedelta(minutes=1))
+        barrier(client, EMAIL)
+        assert sends_to("amal@example.com") == []
+        # then it is sent once, after midnight and hours before 07:00
+        move_queue_time_to(night.replace(hour=21) + timedelta(seconds=1))
+        wait_for(lambda: settled(client, created["id"]), timeout=30, what="the send")
+    assert delivery(client, email)["outcome"] == "sent"
+    assert len(sends_to("amal@example.com")) == 1
+
+
+def test_a_window_moved_away_from_now_releases_the_held_delivery_at_once(
+        client: TestClient) -> None:
+    # Given an SMS held at 23:00 Riyadh until 07:00
+    night = next_weekday_at(6, 20)
+    move_queue_time_to(night)
+    account_id = account(client, timezone=RIYADH, quiet_hours=NIGHTS)
+    with running_worker([SMS]):
+        created = event(client, account_id, channels=["sms"])
+        sms = by_channel(created)["sms"]
+        held(client, sms, SMS)
+        # When the quiet hours become 01:00–05:00, which 23:00 is outside of
+        response = client.patch(f"/v1/accounts/{account_id}",
+                                json={"quiet_hours": {"start": "01:00", "end": "05:00"}})
+        assert response.status_code == 200, response.text
+        # Then it is sent now, once
+        wait_for(lambda: settled(client, created["id"]), timeout=30, what="the send")
+    assert delivery(client, sms)["outcome"] == "sent"
+    assert len(sends_to("+966501234567")) == 1

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from actors import payments
 from herald.text import SingleLine
@@ -25,9 +26,18 @@ class PaymentIn(BaseModel):
     order_id: SingleLine | None = Field(default=None, min_length=1, max_length=36)
     activation_id: SingleLine | None = Field(default=None, min_length=1, max_length=36)
     #: A decimal string, like "50.00".
-    amount: SingleLine = Field(min_length=1, max_length=32)
+    amount: SingleLine = Field(min_length=1, max_length=32, examples=["50.00"])
     currency: SingleLine = Field(pattern=r"^[A-Z]{3}$")
     gateway: SingleLine = Field(default="mock", max_length=32)
+
+    @field_validator("amount", mode="before")
+    @classmethod
+    def _amount_as_text(cls, value: Any) -> Any:
+        # a JSON number would be read as a binary float (4.6 is 4.5999…): say what to send
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            raise PydanticCustomError(
+                "decimal_string", 'must be a decimal string, like "4.60", not a JSON number')
+        return value
 
 
 def _translated(error: Exception) -> Exception:
