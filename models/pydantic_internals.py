@@ -28,15 +28,15 @@ M = TypeVar("M", bound=SQLModel)
 
 #: The pydantic versions whose internals this module was checked against (the same range
 #: as the package's dependency).
-SUPPORTED_PYDANTIC = (">=2.6", "<2.15")
+SUPPORTED_PYDANTIC = (">=2.14", "<2.15")
 #: The SQLModel versions likewise. SQLModel's versions are all 0.0.x, its API not declared
 #: stable: any 0.0.x release may change what ``construct`` skips, so the range stops at
 #: the next one checked, 0.1.
-SUPPORTED_SQLMODEL = (">=0.0.22", "<0.1")
+SUPPORTED_SQLMODEL = (">=0.0.50", "<0.1")
 
 #: The SQLAlchemy versions likewise: its instrumented attributes read a value present in
 #: the instance's ``__dict__`` before its ORM state (which ``construct`` leaves out).
-SUPPORTED_SQLALCHEMY = (">=2.0", "<2.2")
+SUPPORTED_SQLALCHEMY = (">=2.1", "<2.2")
 
 #: What pydantic's BaseModel keeps on an instance (its ``__slots__``): ``construct`` sets
 #: every one of them; a pydantic that adds one fails the fence's test.

@@ -22,7 +22,7 @@ from psycopg.adapt import PyFormat, Transformer
 
 #: The psycopg versions whose internals this module was checked against (the same range
 #: as the package's dependency).
-SUPPORTED_PSYCOPG = (">=3.2", "<3.4")
+SUPPORTED_PSYCOPG = (">=3.3", "<3.4")
 
 #: SQLSTATE of "prepared statement does not exist": something ran DEALLOCATE ALL or
 #: DISCARD ALL on the connection.

@@ -21,7 +21,7 @@ M = TypeVar("M", bound=BaseModel)
 
 #: The pydantic versions whose internals this module was checked against (the same range
 #: as the package's dependency).
-SUPPORTED_PYDANTIC = (">=2.6", "<2.15")
+SUPPORTED_PYDANTIC = (">=2.14", "<2.15")
 
 
 def validate(model_type: type[M], payload: Any) -> M:
