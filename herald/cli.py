@@ -83,7 +83,10 @@ def _at_least(low: int, high: int | None = None) -> Callable[[str], int]:
     return parse
 
 
-_positive = _at_least(1)
+def _demo_jobs(text: str) -> int:
+    from herald.demo.jobs import MAX_DEMO_JOBS
+
+    return _at_least(0, MAX_DEMO_JOBS)(text)
 
 
 def _batch_size(text: str) -> int:
@@ -168,8 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "ended. Exit code 0 only when everything ended as planned.")
     # the default is the demo's own (herald.demo.DEFAULT_JOBS), not imported here: the
     # demo's module loads rich, which no other command's start should pay for
-    demo.add_argument("--jobs", type=_positive,
-                      help="jobs to run through the demo queue (default 3000)")
+    demo.add_argument("--jobs", type=_demo_jobs,
+                      help="jobs to run through the demo queue (default 3000; 0 skips the "
+                           "job phase)")
     demo.add_argument("--events", type=_at_least(0),
                       help="domain events to fire (default 200; 0 skips the notification "
                            "phase)")
