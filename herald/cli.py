@@ -30,6 +30,7 @@ import gc
 import importlib
 import logging
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -272,6 +273,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # thresholds back before it runs.
     thresholds = gc.get_threshold()
     gc.set_threshold(0)
+    # asyncssh (the SFTP suppliers) still names cryptography's DSA key types, which
+    # cryptography deprecates: five warnings at its import, in every command that loads
+    # the supplier code (`make demo` among them), about a key type herald never uses
+    warnings.filterwarnings("ignore", message="DSA is deprecated", module=r"asyncssh\.")
     try:
         from herald.settings import load_settings
 
