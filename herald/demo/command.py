@@ -140,10 +140,7 @@ def run(jobs: int = DEFAULT_JOBS, *, events: int | None = None, batch_size: int 
         except DemoDatabaseError as error:
             console.print(f"[red]✗ {error}[/]")
             return 2
-        if not database.removed:
-            return code or 1
-        console.print(f"[dim]removed the demo's rows ({database.where})[/]")
-        return code
+        return code if database.removed else code or 1
     finally:
         close_installed_app()
         if started_embedded:

@@ -179,6 +179,7 @@ def own_database(console: Console) -> Iterator[DemoDatabase]:
                 with _shielded():
                     _remove(user_url)
                 database.removed = True
+                console.print(f"[dim]removed the demo's rows ({database.where})[/]")
             except Exception as error:  # reported, and the block's own outcome kept
                 console.print(f"[red]✗ could not remove the demo's database "
                               f"({database.where}): {error}; the next herald demo removes "

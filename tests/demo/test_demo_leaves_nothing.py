@@ -1,7 +1,7 @@
 """``herald demo`` leaves nothing behind in the configuration it ran on: the user's
 database holds exactly the user's rows afterwards (no demo account, supplier or webhook
 endpoint), nothing of the demo's stays queued in the user's Redis, and the same holds
-when the demo is stopped with Ctrl-C in the middle of a phase."""
+when the demo is stopped with Ctrl-C or SIGTERM in the middle of a phase."""
 
 from __future__ import annotations
 
@@ -190,15 +190,19 @@ def _collect(stream: IO[str], into: list[str]) -> None:
 
 
 @pytest.mark.timeout(DEMO_S + 60)
-def test_a_demo_stopped_with_ctrl_c_leaves_the_users_database_and_queues_as_they_were(
-        tmp_path: Path, user_env: dict[str, str], redis_url: str) -> None:
+@pytest.mark.parametrize(("stop", "exit_code", "said"), [
+    (signal.SIGINT, 130, "demo stopped (Ctrl-C)"),
+    (signal.SIGTERM, 143, "demo stopped (SIGTERM)")])
+def test_a_demo_stopped_mid_phase_leaves_the_users_database_and_queues_as_they_were(
+        tmp_path: Path, user_env: dict[str, str], redis_url: str, stop: signal.Signals,
+        exit_code: int, said: str) -> None:
     # Given a user's herald.db with one account of the user's own
     make_user_account(tmp_path, user_env)
     engine = create_engine(f"sqlite:///{tmp_path / 'herald.db'}")
     before = snapshot(engine)
 
-    # When the demo is interrupted with Ctrl-C (SIGINT) once its notification phase has
-    # made its accounts and fired its events, while its workers run
+    # When the demo is stopped with Ctrl-C (SIGINT) or SIGTERM once its notification phase
+    # has made its accounts and fired its events, while its workers run
     process = subprocess.Popen(
         [*herald_command(), "demo", "--jobs", "5", "--events", "400", "--failover-events",
          "0", "--orders", "0", "--purchase-orders", "0", "--digest-events", "5"],
@@ -212,7 +216,7 @@ def test_a_demo_stopped_with_ctrl_c_leaves_the_users_database_and_queues_as_they
                  or process.poll() is not None, timeout=DEMO_S, every=0.1,
                  what="the notification phase to fire its events")
         assert process.poll() is None, "".join(lines)
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stop)
         code = process.wait(timeout=QUICK_S)
     finally:
         if process.poll() is None:
@@ -220,10 +224,12 @@ def test_a_demo_stopped_with_ctrl_c_leaves_the_users_database_and_queues_as_they
             process.wait()
     reader.join(timeout=10)
 
-    # Then it exits without claiming success, and leaves nothing: the user's database
-    # holds exactly the user's rows, nothing of the demo's is queued
-    assert code != 0, "".join(lines)
-    assert "deliveries by channel" not in "".join(lines)  # it did stop mid-phase
+    # Then it says it stopped and exits 128 + the signal, and leaves nothing: the user's
+    # database holds exactly the user's rows, nothing of the demo's is queued
+    output = "".join(lines)
+    assert code == exit_code, output
+    assert said in output and "Traceback" not in output, output
+    assert "deliveries by channel" not in output  # it did stop mid-phase
     assert_nothing_left(tmp_path, engine, before, user_env, redis_url)
     engine.dispose()
 
