@@ -169,7 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "Run herald's own demo end to end on this machine's herald (the embedded "
                     "default when nothing is set): jobs, notification events, eSIM orders and "
                     "purchase orders through the real workers, then a summary of how each "
-                    "ended. Exit code 0 only when everything ended as planned.")
+                    "ended. Its rows live in a database of its own (.herald/demo/herald.db, "
+                    "or the herald_demo schema on PostgreSQL), removed when it ends, on "
+                    "Ctrl-C and SIGTERM too. Exit code 0 only when everything ended as "
+                    "planned; 130 on Ctrl-C, 143 on SIGTERM.")
     # the default is the demo's own (herald.demo.DEFAULT_JOBS), not imported here: the
     # demo's module loads rich, which no other command's start should pay for
     demo.add_argument("--jobs", type=_demo_jobs,
