@@ -31,6 +31,7 @@ from types import FrameType
 
 from rich.console import Console
 from sqlalchemy import Connection, make_url, text
+from sqlalchemy.exc import SQLAlchemyError
 
 from herald.settings import EMBEDDED_DIR
 
@@ -166,8 +167,12 @@ def own_database(console: Console) -> Iterator[DemoDatabase]:
     main_thread = threading.current_thread() is threading.main_thread()
     saved_sigterm = signal.signal(signal.SIGTERM, _stop_on_sigterm) if main_thread else None
     try:
-        with _shielded():
-            _remove(user_url, create=True)  # and what a killed run left
+        try:
+            with _shielded():
+                _remove(user_url, create=True)  # and what a killed run left
+        except (SQLAlchemyError, OSError) as error:
+            raise DemoDatabaseError(f"could not make the demo's own database "
+                                    f"({database.where}): {error}") from error
         try:
             reset_engine()
             with environment(DATABASE_URL=url):
