@@ -90,7 +90,10 @@ def _at_least(low: int, high: int | None = None) -> Callable[[str], int]:
     return parse
 
 
-_positive = _at_least(1)
+def _demo_jobs(text: str) -> int:
+    from herald.demo.jobs import MAX_DEMO_JOBS
+
+    return _at_least(0, MAX_DEMO_JOBS)(text)
 
 
 def _batch_size(text: str) -> int:
@@ -193,11 +196,15 @@ def build_parser() -> argparse.ArgumentParser:
                     "Run herald's own demo end to end on this machine's herald (the embedded "
                     "default when nothing is set): jobs, notification events, eSIM orders and "
                     "purchase orders through the real workers, then a summary of how each "
-                    "ended. Exit code 0 only when everything ended as planned.")
+                    "ended. Its rows live in a database of its own (.herald/demo/herald.db, "
+                    "or the herald_demo schema on PostgreSQL), removed when it ends, on "
+                    "Ctrl-C and SIGTERM too. Exit code 0 only when everything ended as "
+                    "planned; 130 on Ctrl-C, 143 on SIGTERM.")
     # the default is the demo's own (herald.demo.DEFAULT_JOBS), not imported here: the
     # demo's module loads rich, which no other command's start should pay for
-    demo.add_argument("--jobs", type=_positive,
-                      help="jobs to run through the demo queue (default 3000)")
+    demo.add_argument("--jobs", type=_demo_jobs,
+                      help="jobs to run through the demo queue (default 3000; 0 skips the "
+                           "job phase)")
     demo.add_argument("--events", type=_at_least(0),
                       help="domain events to fire (default 200; 0 skips the notification "
                            "phase)")

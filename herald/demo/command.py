@@ -34,6 +34,14 @@ Then the digest and webhooks phase (:mod:`herald.demo.outbound`, ``--digest-even
 0 skips it) collects ``account.activity`` events into one digest and sends its email,
 whose ``delivery.sent`` message reaches a signed webhook endpoint the demo listens on.
 
+Every row the phases make lives in a database of the demo's own
+(:mod:`herald.demo.database`: ``.herald/demo/herald.db``, or the ``herald_demo`` schema
+on PostgreSQL), made empty when the demo starts and removed when it ends, on Ctrl-C and
+SIGTERM too: the user's database never holds a demo account, supplier or webhook
+endpoint.
+
+``--jobs 0`` skips the job phase, as 0 skips each other phase.
+
 The ``demo`` queue is declared by :mod:`herald.demo.jobs`, which only this command
 imports: a production worker or ``herald queues`` never sees it.
 """
@@ -56,6 +64,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from herald.demo.database import DemoDatabaseError, own_database
 from herald.embedded_redis import embedded_redis_running, stop_embedded_redis
 from herald.queue_app import close_installed_app, describe_redis, start_queue_app
 from herald.settings import get_settings
@@ -120,38 +129,18 @@ def run(jobs: int = DEFAULT_JOBS, *, events: int | None = None, batch_size: int 
     started_embedded = settings.embedded_redis and not embedded_redis_running()
     try:
         start_queue_app(settings)
-        code = _run_jobs(jobs, console)
-        if code == 0 and events != 0:
-            from herald.demo.notifications import run_notifications
-
-            with quiet_logs():
-                code = run_notifications(DEFAULT_EVENTS if events is None else events,
-                                         console, batch_size=batch_size)
-        if code == 0 and failover_events != 0:
-            from herald.demo.failover import DEFAULT_FAILOVER_EVENTS, run_failover
-
-            with quiet_logs():
-                code = run_failover(DEFAULT_FAILOVER_EVENTS if failover_events is None
-                                    else failover_events, console)
-        if code == 0 and orders != 0:
-            from herald.demo.orders import DEFAULT_ORDERS, run_orders
-
-            with quiet_logs():
-                code = run_orders(DEFAULT_ORDERS if orders is None else orders, console)
-        if code == 0 and purchase_orders != 0:
-            from herald.demo.purchasing import DEFAULT_PURCHASE_ORDERS, run_purchasing
-
-            with quiet_logs():
-                code = run_purchasing(DEFAULT_PURCHASE_ORDERS if purchase_orders is None
-                                      else purchase_orders, console)
-        if code == 0 and digest_events != 0:
-            # last: with fewer events than a full digest it moves queue time ahead
-            from herald.demo.outbound import DEFAULT_DIGEST_EVENTS, run_outbound
-
-            with quiet_logs():
-                code = run_outbound(DEFAULT_DIGEST_EVENTS if digest_events is None
-                                    else digest_events, console)
-        return code
+        try:
+            with own_database(console) as database:
+                console.print(f"[dim]the demo's rows live in {database.where}, removed when "
+                              "it ends: your own data is never touched[/]")
+                code = _run_phases(jobs, events=events, batch_size=batch_size,
+                                   failover_events=failover_events, orders=orders,
+                                   purchase_orders=purchase_orders,
+                                   digest_events=digest_events, console=console)
+        except DemoDatabaseError as error:
+            console.print(f"[red]✗ {error}[/]")
+            return 2
+        return code if database.removed else code or 1
     finally:
         close_installed_app()
         if started_embedded:
@@ -160,12 +149,51 @@ def run(jobs: int = DEFAULT_JOBS, *, events: int | None = None, batch_size: int 
                           "(its data stays under .herald/)[/]")
 
 
+def _run_phases(jobs: int, *, events: int | None, batch_size: int | None,
+                failover_events: int | None, orders: int | None,
+                purchase_orders: int | None, digest_events: int | None,
+                console: Console) -> int:
+    """Run each phase not skipped, in order, while the ones before it succeeded."""
+    code = _run_jobs(jobs, console) if jobs else 0
+    if code == 0 and events != 0:
+        from herald.demo.notifications import run_notifications
+
+        with quiet_logs():
+            code = run_notifications(DEFAULT_EVENTS if events is None else events,
+                                     console, batch_size=batch_size)
+    if code == 0 and failover_events != 0:
+        from herald.demo.failover import DEFAULT_FAILOVER_EVENTS, run_failover
+
+        with quiet_logs():
+            code = run_failover(DEFAULT_FAILOVER_EVENTS if failover_events is None
+                                else failover_events, console)
+    if code == 0 and orders != 0:
+        from herald.demo.orders import DEFAULT_ORDERS, run_orders
+
+        with quiet_logs():
+            code = run_orders(DEFAULT_ORDERS if orders is None else orders, console)
+    if code == 0 and purchase_orders != 0:
+        from herald.demo.purchasing import DEFAULT_PURCHASE_ORDERS, run_purchasing
+
+        with quiet_logs():
+            code = run_purchasing(DEFAULT_PURCHASE_ORDERS if purchase_orders is None
+                                  else purchase_orders, console)
+    if code == 0 and digest_events != 0:
+        # last: with fewer events than a full digest it moves queue time ahead
+        from herald.demo.outbound import DEFAULT_DIGEST_EVENTS, run_outbound
+
+        with quiet_logs():
+            code = run_outbound(DEFAULT_DIGEST_EVENTS if digest_events is None
+                                else digest_events, console)
+    return code
+
+
 def _run_jobs(jobs: int, console: Console) -> int:
     from herald.demo import jobs as demo
     from herald.queue import enqueue_many, queue, running_worker
 
-    if not 1 <= jobs <= demo.MAX_DEMO_JOBS:
-        console.print(f"[red]--jobs must be between 1 and {demo.MAX_DEMO_JOBS}[/]")
+    if not 1 <= jobs <= demo.MAX_DEMO_JOBS:  # 0 skips the phase before it gets here
+        console.print(f"[red]--jobs must be 0 or between 1 and {demo.MAX_DEMO_JOBS}[/]")
         return 2
     settings = get_settings()
     console.print(f"[bold]herald demo[/]: {jobs} jobs on the [cyan]{demo.DEMO_QUEUE}[/] queue "

@@ -103,8 +103,11 @@ def own_namespace(queues: Sequence[str] = QUEUES) -> Iterator[str]:
     own key prefix (yielded); the queues under the configured prefix are left alone.
 
     ``queues`` of that prefix start empty: a job an earlier, interrupted demo left there
-    is not this run's.
+    is not this run's. They are emptied again when the block ends (on Ctrl-C too): no job
+    or message of the demo's stays queued.
     """
+    import redis
+
     from herald.queue import queue
     from herald.settings import get_settings
     from providers.mock import MockProvider
@@ -114,7 +117,13 @@ def own_namespace(queues: Sequence[str] = QUEUES) -> Iterator[str]:
         for name in queues:
             queue(name).obliterate()
         MockProvider.reset()
-        yield prefix
+        try:
+            yield prefix
+        finally:
+            # a Redis gone by now keeps them until the next run's obliterate above
+            with contextlib.suppress(redis.RedisError):
+                for name in queues:
+                    queue(name).obliterate()
 
 
 def _seed_accounts(run_id: str, count: int) -> list[str]:

@@ -145,8 +145,6 @@ def _notification(client: Any, notification_id: str) -> dict[str, Any]:
 def _run(events: int, console: Console, prefix: str, receiver: Receiver) -> int:
     from herald.db import migrate
     from herald.demo.orders import api_client
-    from herald.queue import current_app, running_worker
-    from models.base import queue_now
 
     migrate()
     client = api_client()
@@ -158,6 +156,18 @@ def _run(events: int, console: Console, prefix: str, receiver: Receiver) -> int:
         "url": receiver.url, "events": ["delivery.sent"],
         "description": f"herald demo {run_id}"}, 201)
     receiver.secret = endpoint["secret"]
+    try:
+        return _send_digest(events, console, client, run_id, endpoint, receiver)
+    finally:
+        # its receiver stops with the demo: nothing may be sent to its URL afterwards
+        client.delete(f"/v1/webhook-endpoints/{endpoint['id']}")
+
+
+def _send_digest(events: int, console: Console, client: Any, run_id: str,
+                 endpoint: dict[str, Any], receiver: Receiver) -> int:
+    from herald.queue import current_app, running_worker
+    from models.base import queue_now
+
     console.print(f"  endpoint {endpoint['id']} subscribed to delivery.sent; its secret "
                   f"{endpoint['secret'][:10]}… shown once")
     person = _post(client, "/v1/accounts", {"email": f"activity.{run_id}@example.com",

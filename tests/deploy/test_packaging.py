@@ -153,6 +153,34 @@ def test_the_build_warns_of_nothing_and_ships_every_template(built: Built) -> No
     assert expected and expected <= shipped, sorted(expected - shipped)
 
 
+#: Builds the editable wheel of the current directory into ``sys.argv[1]`` through
+#: setuptools' PEP 660 hook, as ``pip install -e .`` (``make demo``) does.
+BUILD_EDITABLE = """
+import sys
+from setuptools import build_meta
+print(build_meta.build_editable(sys.argv[1]))
+"""
+
+
+def test_an_editable_install_prints_no_warning_box(tmp_path: Path) -> None:
+    # Given a copy of the checkout
+    source = tmp_path / "source"
+    shutil.copytree(REPO, source, ignore=NOT_SOURCES)
+    # When its editable wheel is built, as make demo's `pip install -e .` builds it
+    build = subprocess.run([sys.executable, "-c", BUILD_EDITABLE, str(tmp_path / "wheel")],
+                           cwd=source, capture_output=True, text=True, timeout=STEP_S,
+                           check=False)
+    # Then it builds, and setuptools printed none of its boxed warnings ("!!" … "!!")
+    assert build.returncode == 0, build.stderr
+    output = build.stdout + build.stderr
+    assert "!!" not in output and "*" * 40 not in output, output
+    # And the install is the project directory on sys.path: the code a user edits runs
+    (wheel,) = (tmp_path / "wheel").glob("herald-*.whl")
+    pth = [name for name in zipfile.ZipFile(wheel).namelist() if name.endswith(".pth")]
+    assert [zipfile.ZipFile(wheel).read(name).decode().strip() for name in pth] == [
+        str(source.resolve())]
+
+
 @pytest.mark.slow
 def test_the_wheel_ships_the_type_marker_of_every_package(built: Built) -> None:
     # Given the wheel built from the checkout
