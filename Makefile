@@ -100,6 +100,7 @@ floors: $(DEV)
 	$(VENV)/bin/uv pip compile --quiet --resolution lowest-direct --python-version 3.11.7 \
 	  pyproject.toml -o $(FLOORS)/floors.txt
 	$(FLOORS)/bin/python -m pip install --quiet --no-deps -r $(FLOORS)/floors.txt
+	$(FLOORS)/bin/python -m pip install --quiet --no-deps -e .
 	@# the test tools come from .venv, behind the floors
 	$(PY) -c 'import site; print(site.getsitepackages()[0])' \
 	  > $$($(FLOORS)/bin/python -c 'import site; print(site.getsitepackages()[0])')/zz-dev.pth
