@@ -14,10 +14,20 @@ on free ports, and stops it at the end of the session. The fixtures never change
 
 Every test of the session shares each server: use unique key prefixes, queue names and
 tables, or clean up after yourself.
+
+The mock as every provider
+--------------------------
+Outside the embedded default (a PostgreSQL ``DATABASE_URL``, as almost every test has) an
+unset ``*_PROVIDER`` turns its channel off. ``mock_providers_by_default`` sets
+``EMAIL_PROVIDER``, ``SMS_PROVIDER``, ``PUSH_PROVIDER`` and ``ESIM_PROVIDERS`` to ``mock``
+for the whole session, each unless the environment sets it already: the tests keep the
+embedded default's providers on PostgreSQL. A test of a channel with no provider removes
+the variable with ``monkeypatch.delenv``.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +36,20 @@ import pytest
 from sqlalchemy import create_engine, make_url
 
 from tests.support.services import ServiceSet, start_redis
+
+#: The variables :func:`mock_providers_by_default` sets to ``mock``.
+MOCK_PROVIDER_VARIABLES = ("EMAIL_PROVIDER", "SMS_PROVIDER", "PUSH_PROVIDER", "ESIM_PROVIDERS")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def mock_providers_by_default() -> Iterator[None]:
+    """The mock as each channel's and the eSIM store's provider, for the session (the
+    embedded default's, which a PostgreSQL database turns off), unless already set."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in MOCK_PROVIDER_VARIABLES:
+            if name not in os.environ:
+                patch.setenv(name, "mock")
+        yield
 
 
 @pytest.fixture(scope="session")
