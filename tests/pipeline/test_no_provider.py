@@ -70,6 +70,7 @@ def test_a_push_delivery_with_no_provider_is_suppressed_no_provider(
     answer = production.get(f"/v1/deliveries/{push['id']}").json()
     assert (answer["outcome"], answer["reason"], answer["provider"]) == (
         "suppressed", "no_provider", None)
-    assert queue("notification-push").get(push["id"]).return_value == {
+    job = queue("notification-push").get(push["id"])
+    assert job is not None and job.return_value == {
         "delivery_id": push["id"], "suppressed": "no_provider"}
     assert MockProvider.sends() == []
