@@ -528,12 +528,6 @@ class Settings(BaseSettings):
         return bool(self.api_token) and self.mock_callback_secret == MOCK_CALLBACK_SECRET_DEFAULT
 
     @property
-    def mock_routes_exist(self) -> bool:
-        """True when the mock's callback and webhook routes answer: the mock is configured
-        (:attr:`mock_provider_configured`) and not refused (:attr:`mock_routes_refused`)."""
-        return self.mock_provider_configured and not self.mock_routes_refused
-
-    @property
     def embedded_default(self) -> bool:
         """True on the embedded default: no DATABASE_URL (or a SQLite one), a database of
         this one machine. Outside it herald is deployed: no mock providers by default, and
