@@ -135,7 +135,7 @@ class Settings(BaseSettings):
     #: The eSIM store: order placement, the catalog syncs and FX refresh (their schedules
     #: are removed from Redis at the clock's start while it is off).
     feature_esim_store: bool = False
-    #: eSIM provider plugins that sync catalogs and issue orders, comma-separated. Empty:
+    #: eSIM provider plugins that sync catalogs and issue orders, comma-separated. Unset:
     #: ``mock`` on the embedded default, none outside it (docs/configuration.md#providers).
     esim_providers: str = ""
     #: Telecom operator adapters for activations and the package sync, comma-separated.
@@ -165,8 +165,8 @@ class Settings(BaseSettings):
     feature_push: bool = False
 
     #: Active provider per channel (docs/pipeline.md#providers); mock sends nowhere real.
-    #: Empty: ``mock`` on the embedded default (no DATABASE_URL); outside it the channel
-    #: has no provider and is off, its deliveries suppressed ``no_provider``.
+    #: Unset: ``mock`` on the embedded default (no DATABASE_URL); outside it, or set empty,
+    #: the channel has no provider and is off, its deliveries suppressed ``no_provider``.
     email_provider: Literal["", "smtp", "onesignal", "mock"] = ""
     sms_provider: Literal["", "taqnyat", "twilio", "onesignal", "mock"] = ""
     push_provider: Literal["", "onesignal", "mock"] = ""
@@ -461,7 +461,7 @@ class Settings(BaseSettings):
         if self.embedded_default:
             for setting in (*(f"{channel}_provider" for channel in PROVIDER_CHANNELS),
                             "esim_providers"):
-                if not getattr(self, setting):
+                if setting not in self.model_fields_set:  # set empty: none, on purpose
                     setattr(self, setting, "mock")
         return self
 
