@@ -166,9 +166,13 @@ def retry_job_id(idempotency_key: str, attempt: int) -> str:
 # -- one send ----------------------------------------------------------------------------------
 def attempt_send(envelope: EmailEnvelope, idempotency_key: str) -> SendResult:
     """One send through the configured email provider, never raising: a provider that
-    cannot carry email is a terminal ``provider_unsupported``, an unexpected error in
+    cannot carry email is a terminal ``provider_unsupported`` (``no_provider`` when none
+    is configured), an unexpected error in
     the provider a transient ``provider_error`` (logged with its stack)."""
     provider = active_provider(Channel.EMAIL)
+    if provider is None and not get_settings().provider_chain_names(Channel.EMAIL):
+        return SendResult.terminal("no_provider", "no email provider is configured "
+                                   "(EMAIL_PROVIDER or EMAIL_PROVIDERS)")
     if provider is None:
         return SendResult.terminal("provider_unsupported",
                                    "the configured email provider cannot send email")

@@ -35,6 +35,7 @@ from herald.queue import (
     enqueue,
     enqueue_many_actors,
 )
+from herald.settings import get_settings
 from models.base import FieldReader
 from models.notifications import (
     ClaimVerdict,
@@ -165,7 +166,10 @@ def deliver(job: DeliveryJob) -> dict[str, Any]:
         channel = Channel(job.channel)
         providers = provider_chain(channel)
         if verdict.reason is None and not providers:
-            verdict = Gate(reason=SuppressionReason.PROVIDER_UNSUPPORTED)
+            # none configured (the channel is off), or none configured can carry it
+            verdict = Gate(reason=SuppressionReason.PROVIDER_UNSUPPORTED
+                           if get_settings().provider_chain_names(channel)
+                           else SuppressionReason.NO_PROVIDER)
         if verdict.reason is not None:
             write(Outcome.SUPPRESSED, reason=verdict.reason.value, error=verdict.detail)
             return {"delivery_id": job.delivery_id, "suppressed": verdict.reason.value}

@@ -19,8 +19,10 @@
     herald secrets rotate             encrypt every stored secret with SECRETS_KEY's newest key
 
 Every command reads the settings first, so an invalid environment variable stops it
-with a message naming the variable (exit code 1), and configures logging (to stderr;
-a command's own output goes to stdout). This module parses the arguments and hands them
+with a message naming the variable (exit code 1), as does a PostgreSQL DATABASE_URL
+with no REDIS_URL / REDIS_SENTINELS (every command but ``queues``); it configures logging
+(to stderr; a command's own output goes to stdout) and warns of each variable that looks
+like a herald setting but is none. This module parses the arguments and hands them
 to the command's function (:mod:`herald.commands`), importing only that command's module:
 a worker's start pays for no other command's imports (docs/queue.md#the-queue-table).
 
@@ -56,6 +58,12 @@ HANDLERS = {
     "retry": "herald.commands.tools:cmd_retry",
     "secrets": "herald.commands.secrets:cmd_secrets",
 }
+#: The commands that need no shared Redis: ``queues`` prints the registry (with counts
+#: only when a Redis answers), ``secrets`` works on the database alone, and ``demo`` is one
+#: process whose jobs live under its own prefix (an embedded Redis serves it anywhere).
+#: Every other one refuses to start outside the embedded default while no Redis is named
+#: (:func:`_check_deployment`).
+WITHOUT_HERALD_REDIS = frozenset({"queues", "secrets", "demo"})
 #: The commands whose start ends in :func:`herald.process.tune_garbage_collector`, which
 #: collects once and sets the collector's thresholds again: until then their start runs
 #: with the collector paused (:func:`main`).
@@ -69,6 +77,25 @@ def _configure_logging(settings: Settings) -> None:
         logging.basicConfig(level=settings.log_level, stream=sys.stderr)
         return
     configure_logging(settings)
+
+
+def _check_deployment(args: argparse.Namespace, settings: Settings) -> None:
+    """Warn of each variable that looks like a herald setting but is none, naming the
+    closest known one; refuse (:class:`~herald.settings.SettingsError`, exit code 1) a
+    command that would use Redis outside the embedded default with no Redis named
+    (:func:`~herald.settings.shared_redis_problem`)."""
+    import os
+
+    from herald.settings import SettingsError, shared_redis_problem, unknown_settings
+
+    for variable, closest in unknown_settings(os.environ):
+        logging.getLogger("herald.settings").warning(
+            "%s is not a herald setting and is ignored; did you mean %s?", variable, closest)
+    if args.command in WITHOUT_HERALD_REDIS or getattr(args, "app", None):
+        return  # the registry table needs no Redis; another App brings its own
+    problem = shared_redis_problem(settings)
+    if problem is not None:
+        raise SettingsError(f"herald {args.command}: {problem}")
 
 
 def _imports_option(command: argparse.ArgumentParser, declares: str) -> None:
@@ -355,6 +382,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2  # a usage mistake, as argparse's own
         settings = load_settings()  # SettingsError (a SystemExit) names the bad variable
         _configure_logging(settings)
+        _check_deployment(args, settings)
         module, _, function = HANDLERS[args.command].partition(":")
         handler: Callable[[argparse.Namespace, Settings], int] = getattr(
             importlib.import_module(module), function)

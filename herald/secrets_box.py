@@ -128,7 +128,7 @@ def current_box(settings: Settings | None = None) -> Box | None:
     settings = settings or get_settings()
     if settings.secrets_key:
         return _box(settings.secrets_key)
-    if settings.embedded_database:
+    if settings.embedded_default:
         return _box(_embedded_key(EMBEDDED_DIR.resolve()))
     return None
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import difflib
 import functools
 import hashlib
 import hmac
 import ipaddress
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -25,6 +27,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 EMBEDDED_DIR = Path(".herald")
 #: The embedded default database.
 EMBEDDED_DATABASE_URL = "sqlite:///./herald.db"
+#: The mock provider's callback secret when MOCK_CALLBACK_SECRET is unset: public (it is
+#: in this file), so fit for the embedded default only.
+MOCK_CALLBACK_SECRET_DEFAULT = "herald-mock-secret"
 #: The channels a provider can carry (``providers.base.Channel``; in-app needs none).
 PROVIDER_CHANNELS = ("email", "sms", "push")
 #: The providers able to carry each channel (``mock`` and its instances carry them all).
@@ -191,8 +196,9 @@ class Settings(BaseSettings):
     #: The eSIM store: order placement, the catalog syncs and FX refresh (their schedules
     #: are removed from Redis at the clock's start while it is off).
     feature_esim_store: bool = False
-    #: eSIM provider plugins that sync catalogs and issue orders, comma-separated.
-    esim_providers: str = "mock"
+    #: eSIM provider plugins that sync catalogs and issue orders, comma-separated. Unset:
+    #: ``mock`` on the embedded default, none outside it (docs/configuration.md#providers).
+    esim_providers: str = ""
     #: Telecom operator adapters for activations and the package sync, comma-separated.
     operators: str = "mock"
     #: How often the clock refreshes exchange rates, and syncs the eSIM and package catalogs.
@@ -220,9 +226,11 @@ class Settings(BaseSettings):
     feature_push: bool = False
 
     #: Active provider per channel (docs/pipeline.md#providers); mock sends nowhere real.
-    email_provider: Literal["smtp", "onesignal", "mock"] = "mock"
-    sms_provider: Literal["taqnyat", "twilio", "onesignal", "mock"] = "mock"
-    push_provider: Literal["onesignal", "mock"] = "mock"
+    #: Unset: ``mock`` on the embedded default (no DATABASE_URL); outside it, or set empty,
+    #: the channel has no provider and is off, its deliveries suppressed ``no_provider``.
+    email_provider: Literal["", "smtp", "onesignal", "mock"] = ""
+    sms_provider: Literal["", "taqnyat", "twilio", "onesignal", "mock"] = ""
+    push_provider: Literal["", "onesignal", "mock"] = ""
     #: Ordered failover chains per channel, comma-separated (docs/pipeline.md#provider-chains);
     #: empty: the single *_PROVIDER above is a chain of one. Provider or mock instance names.
     email_providers: str = ""
@@ -309,7 +317,9 @@ class Settings(BaseSettings):
     esimhub_poll_s: float = Field(default=3.0, ge=0)
     esimhub_timeout_s: float = Field(default=10.0, gt=0)
 
-    mock_callback_secret: str = "herald-mock-secret"
+    #: The mock's callback and webhook signing secret. While it is the public default
+    #: and API_TOKEN is set, the mock's routes do not exist (docs/configuration.md#providers).
+    mock_callback_secret: str = MOCK_CALLBACK_SECRET_DEFAULT
     #: Where the mock provider keeps its send records and scripts (default: REDIS_URL).
     #: A separate Redis keeps them through a FLUSHALL of the job Redis (the crash test).
     mock_store_url: str = ""
@@ -536,6 +546,17 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _mock_on_the_embedded_default(self) -> Settings:
+        # the mock sends nowhere real and its secret is public: a default for trying herald
+        # on one machine, never for a deployment, where an unset provider means none
+        if self.embedded_default:
+            for setting in (*(f"{channel}_provider" for channel in PROVIDER_CHANNELS),
+                            "esim_providers"):
+                if setting not in self.model_fields_set:  # set empty: none, on purpose
+                    setattr(self, setting, "mock")
+        return self
+
+    @model_validator(mode="after")
     def _s3_bucket_when_s3(self) -> Settings:
         if self.supplier_storage == "s3" and not self.s3_bucket.strip():
             raise ValueError("S3_BUCKET must be set when SUPPLIER_STORAGE=s3")
@@ -578,9 +599,13 @@ class Settings(BaseSettings):
 
     def provider_chain_names(self, channel: str) -> tuple[str, ...]:
         """The providers of ``channel``'s chain, in order: ``<CHANNEL>_PROVIDERS``, else the
-        single ``<CHANNEL>_PROVIDER`` as a chain of one."""
+        single ``<CHANNEL>_PROVIDER`` as a chain of one; empty when neither is set outside
+        the embedded default (the channel is off)."""
         chain = getattr(self, f"{channel}_providers")
-        return tuple(chain.split(",")) if chain else (getattr(self, f"{channel}_provider"),)
+        if chain:
+            return tuple(chain.split(","))
+        single: str = getattr(self, f"{channel}_provider")
+        return (single,) if single else ()
 
     @property
     def mock_provider_configured(self) -> bool:
@@ -593,9 +618,17 @@ class Settings(BaseSettings):
         return bool({"mock", *self.mock_instance_names} & (chained | esim))
 
     @property
-    def embedded_database(self) -> bool:
-        """True on the embedded default's database (DATABASE_URL unset)."""
-        return self.database_url == EMBEDDED_DATABASE_URL
+    def mock_routes_refused(self) -> bool:
+        """True while API_TOKEN is set and MOCK_CALLBACK_SECRET is the public default: a
+        deployment's mock routes would take anyone's signature, so they do not exist."""
+        return bool(self.api_token) and self.mock_callback_secret == MOCK_CALLBACK_SECRET_DEFAULT
+
+    @property
+    def embedded_default(self) -> bool:
+        """True on the embedded default: no DATABASE_URL (or a SQLite one), a database of
+        this one machine. Outside it herald is deployed: no mock providers by default, and
+        a Redis must be named (:func:`shared_redis_problem`)."""
+        return self.database_url.startswith("sqlite:")
 
     @property
     def embedded_redis(self) -> bool:
@@ -617,6 +650,37 @@ def _describe(error: ValidationError) -> str:
         name = "_".join(str(part) for part in problem["loc"]).upper() or "settings"
         lines.append(f"{name}: {problem['msg']}")
     return "invalid configuration: " + "; ".join(lines)
+
+
+def shared_redis_problem(settings: Settings) -> str | None:
+    """Why ``settings`` cannot start a process, or None: outside the embedded default (a
+    PostgreSQL DATABASE_URL) a Redis must be named. The embedded Redis lives in the
+    working directory, so each process (each dyno) would hold jobs of its own."""
+    if settings.embedded_default or not settings.embedded_redis:
+        return None
+    return ("REDIS_URL (or REDIS_SENTINELS) is not set: with DATABASE_URL on PostgreSQL "
+            "every process would start an embedded Redis of its own; set REDIS_URL to the "
+            "Redis every herald process shares")
+
+
+#: Prefixes of herald's own variables: an unknown name that starts with one is a typo
+#: (or a platform's own name for a URL) herald would otherwise ignore in silence.
+SETTING_PREFIXES = ("HERALD_", "REDIS_", "SMTP_", "TWILIO_", "TAQNYAT_", "ONESIGNAL_",
+                    "ESIMHUB_", "MOCK_", "EMAIL_", "SMS_", "PUSH_")
+
+
+def unknown_settings(environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """``(variable, closest known setting)`` for each variable of ``environ`` that looks
+    like one of herald's (a :data:`SETTING_PREFIXES` prefix) but is none, sorted."""
+    known = sorted(name.upper() for name in Settings.model_fields)
+    found = []
+    for variable in sorted(environ):
+        upper = variable.upper()
+        if upper in known or not upper.startswith(SETTING_PREFIXES):
+            continue
+        closest = difflib.get_close_matches(upper, known, n=1, cutoff=0.0)
+        found.append((variable, closest[0] if closest else known[0]))
+    return found
 
 
 def load_settings() -> Settings:

@@ -88,6 +88,9 @@ class SuppressionReason(StrEnum):
     OPTED_OUT = "opted_out"
     NO_ADDRESS = "no_address"
     PROVIDER_UNSUPPORTED = "provider_unsupported"
+    #: No provider is configured for the channel (outside the embedded default an unset
+    #: ``<CHANNEL>_PROVIDER`` turns the channel off, docs/configuration.md#providers).
+    NO_PROVIDER = "no_provider"
     #: The account's preferences turn the channel off for this notification; the
     #: delivery's ``last_error`` names the setting (``preference types.promo.offer.sms``).
     PREFERENCE = "preference"

@@ -21,6 +21,15 @@ Outside the embedded default herald stores no secret without ``SECRETS_KEY``
 (docs/configuration.md#secrets_key): the suite runs as a deployment does, with one
 (:data:`TEST_SECRETS_KEY`, unless the environment sets its own), which every herald
 process it starts inherits.
+
+The mock as every provider
+--------------------------
+Outside the embedded default (a PostgreSQL ``DATABASE_URL``, as almost every test has) an
+unset ``*_PROVIDER`` turns its channel off. ``mock_providers_by_default`` sets
+``EMAIL_PROVIDER``, ``SMS_PROVIDER``, ``PUSH_PROVIDER`` and ``ESIM_PROVIDERS`` to ``mock``
+for the whole session, each unless the environment sets it already: the tests keep the
+embedded default's providers on PostgreSQL. A test of a channel with no provider removes
+the variable with ``monkeypatch.delenv``.
 """
 
 from __future__ import annotations
@@ -38,6 +47,21 @@ from tests.support.services import ServiceSet, start_redis
 #: The suite's SECRETS_KEY (a Fernet key made for it, secret to nobody).
 TEST_SECRETS_KEY = "0VTxJGAQwV1qKcD7uvDUUbImbf-h5o9WyEEBSJ2Btao="
 os.environ.setdefault("SECRETS_KEY", TEST_SECRETS_KEY)
+
+
+#: The variables :func:`mock_providers_by_default` sets to ``mock``.
+MOCK_PROVIDER_VARIABLES = ("EMAIL_PROVIDER", "SMS_PROVIDER", "PUSH_PROVIDER", "ESIM_PROVIDERS")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def mock_providers_by_default() -> Iterator[None]:
+    """The mock as each channel's and the eSIM store's provider, for the session (the
+    embedded default's, which a PostgreSQL database turns off), unless already set."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in MOCK_PROVIDER_VARIABLES:
+            if name not in os.environ:
+                patch.setenv(name, "mock")
+        yield
 
 
 @pytest.fixture(scope="session")

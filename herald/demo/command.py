@@ -126,6 +126,12 @@ def run(jobs: int = DEFAULT_JOBS, *, events: int | None = None, batch_size: int 
     default size."""
     console = console or Console()
     settings = get_settings()
+    if settings.mock_routes_refused and (events != 0 or orders != 0):
+        # the demo posts the mock's signed callbacks and webhooks, which do not exist then
+        console.print("[red]✗ API_TOKEN is set and MOCK_CALLBACK_SECRET is the public "
+                      "default, so the mock's callback routes are off: set "
+                      "MOCK_CALLBACK_SECRET too, or unset API_TOKEN[/]")
+        return 1
     started_embedded = settings.embedded_redis and not embedded_redis_running()
     try:
         start_queue_app(settings)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import shutil
 import signal
 import threading
@@ -45,6 +46,24 @@ SCHEMA_MARK = "herald demo: made and dropped by herald demo; holds no user data"
 #: Milliseconds the demo's DROP SCHEMA waits for a lock before giving up (then the next
 #: run drops it): a connection left open mid-transaction must not hang the exit.
 DROP_LOCK_TIMEOUT_MS = 10_000
+
+
+#: The providers the demo's tour runs on (the mock's), where the user named none: outside
+#: the embedded default an unset one would turn its channel off (docs/configuration.md,
+#: "Providers"), and the demo's database is its own anyway.
+MOCK_PROVIDERS = ("EMAIL_PROVIDER", "SMS_PROVIDER", "PUSH_PROVIDER", "ESIM_PROVIDERS")
+
+
+def _throwaway_defaults() -> dict[str, str]:
+    """What the demo's own database needs that the user's configuration may lack: the mock
+    as each unset provider, and a SECRETS_KEY of this run's alone when none is set (its
+    secrets live in a database removed at the end, so they need no key that outlives it)."""
+    from cryptography.fernet import Fernet
+
+    defaults = {name: "mock" for name in MOCK_PROVIDERS if name not in os.environ}
+    if not os.environ.get("SECRETS_KEY"):
+        defaults["SECRETS_KEY"] = Fernet.generate_key().decode()
+    return defaults
 
 
 class DemoDatabaseError(RuntimeError):
@@ -175,7 +194,7 @@ def own_database(console: Console) -> Iterator[DemoDatabase]:
                                     f"({database.where}): {error}") from error
         try:
             reset_engine()
-            with environment(DATABASE_URL=url):
+            with environment(DATABASE_URL=url, **_throwaway_defaults()):
                 reset_engine()
                 yield database
         finally:

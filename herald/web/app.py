@@ -13,6 +13,7 @@ Routers are assembled in :func:`_routers`; a new area of the API adds its router
 from __future__ import annotations
 
 import ctypes
+import logging
 import multiprocessing
 import os
 import signal
@@ -22,7 +23,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import APIRouter, FastAPI
 
-from herald.settings import get_settings
+from herald.settings import Settings, get_settings
 from herald.web.auth import log_protection
 from herald.web.body_limit import BodySizeLimit
 from herald.web.docs import install_docs
@@ -136,6 +137,17 @@ def _end_with_supervisor() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+def log_mock_routes(settings: Settings) -> None:
+    """A WARNING at start when the mock provider is configured but its routes do not
+    exist: API_TOKEN is set (a deployment) and MOCK_CALLBACK_SECRET is the public
+    default, which would let anyone sign the mock's callbacks and webhooks."""
+    if settings.mock_provider_configured and settings.mock_routes_refused:
+        logging.getLogger(__name__).warning(
+            "the mock provider's routes (/v1/callbacks/mock, /v1/store/webhooks/mock) do "
+            "not exist: API_TOKEN is set and MOCK_CALLBACK_SECRET is the public default; "
+            "set MOCK_CALLBACK_SECRET to a secret of your own to use them")
+
+
 def web_processes() -> int:
     """How many processes ``herald web`` runs: ``WEB_CONCURRENCY``, or (when it is 0, the
     default) one per CPU core this process may use."""
@@ -164,6 +176,7 @@ def serve(host: str = "0.0.0.0", port: int | None = None) -> None:
     settings = get_settings()
     configure_logging(settings)
     log_protection(settings)
+    log_mock_routes(settings)
     processes = web_processes()
     uvicorn.run(
         # by name: each child process imports the factory and builds its own app

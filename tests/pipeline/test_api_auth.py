@@ -28,6 +28,8 @@ def client(pipeline: None) -> Iterator[TestClient]:
 @pytest.fixture
 def api_token(monkeypatch: pytest.MonkeyPatch, pipeline: None) -> None:
     monkeypatch.setenv("API_TOKEN", TOKEN)
+    # a secret of its own: with API_TOKEN set, the public default hides the mock's routes
+    monkeypatch.setenv("MOCK_CALLBACK_SECRET", "mock-secret-of-this-deployment")
     settings.reset_settings()
 
 

@@ -229,6 +229,8 @@ def test_the_order_routes_need_the_token_and_the_webhook_its_signature(
     from herald import settings
 
     monkeypatch.setenv("API_TOKEN", "store-token")
+    # a secret of its own: with API_TOKEN set, the public default hides the mock's routes
+    monkeypatch.setenv("MOCK_CALLBACK_SECRET", "store-mock-secret")
     settings.reset_settings()
     buyer = account()
     body = {"account_id": buyer, "product_id": "mock-ok"}

@@ -7,9 +7,9 @@ The work is in ``actors.callbacks``; this module turns its answers into HTTP:
 - 202 ``{"receipt_id", "duplicate": false}``: persisted, queued and stamped
 - 200 ``{"receipt_id", "duplicate": true}``: the event was stored before
 - 401 bad or missing signature, 422 a signed body herald cannot read, 404 an unknown
-  provider (the mock too while no channel has it as its provider: its default secret is
-  public), 413 a body over 64 KiB (:data:`SIGNED_BODY_MAX_BYTES`) — none of them stores
-  anything
+  provider (the mock too while no channel has it as its provider, or while API_TOKEN is
+  set and MOCK_CALLBACK_SECRET is the public default), 413 a body over 64 KiB
+  (:data:`SIGNED_BODY_MAX_BYTES`) — none of them stores anything
 - 503 the database or the queue is unavailable: the sender retries the same event
 """
 
@@ -47,10 +47,15 @@ async def callback_request(provider: str, request: Request) -> CallbackRequest:
 
 def require_mock_configured() -> None:
     """A 404 unless the mock provider is configured (a channel's provider or one of
-    ESIM_PROVIDERS): anyone knows its default secret, so its routes exist only then."""
-    if not get_settings().mock_provider_configured:
+    ESIM_PROVIDERS) and, with API_TOKEN set, signs with a secret of its own: anyone knows
+    its default secret, so its routes exist only then."""
+    settings = get_settings()
+    if not settings.mock_provider_configured:
         raise api_error(404, "unknown_provider", "the mock provider is not configured "
                         "(no channel or ESIM_PROVIDERS names it)")
+    if settings.mock_routes_refused:
+        raise api_error(404, "unknown_provider", "the mock provider's routes are off: "
+                        "API_TOKEN is set and MOCK_CALLBACK_SECRET is the public default")
 
 
 def public_url(request: Request) -> str:

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Query
 
-from herald.settings import Settings, get_settings
+from herald.settings import PROVIDER_CHANNELS, Settings, get_settings
 from herald.web.auth import admin_router
 from herald.web.errors import api_error
 from providers.mock import MockProvider
@@ -21,7 +21,8 @@ router = admin_router(tags=["admin"])
 
 def mock_sends_anything(settings: Settings) -> bool:
     """True when some message herald sends can go through the mock provider."""
-    return ("mock" in (settings.email_provider, settings.sms_provider, settings.push_provider)
+    return (any("mock" in settings.provider_chain_names(channel)
+                for channel in PROVIDER_CHANNELS)
             or mail_goes_to_mock(settings))
 
 
