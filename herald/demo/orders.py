@@ -307,9 +307,9 @@ def api_client() -> Any:
     from herald.web import create_app
 
     token = get_settings().api_token
-    # the demo calls the app in its own process: a loopback client, as protected mode
-    # (API_TOKEN unset) requires
-    return TestClient(create_app(), client=("127.0.0.1", 50000),
+    # the demo calls the app in its own process: a loopback client naming a loopback
+    # Host, as protected mode (API_TOKEN unset) requires
+    return TestClient(create_app(), base_url="http://127.0.0.1", client=("127.0.0.1", 50000),
                       headers={"Authorization": f"Bearer {token}"} if token else {})
 
 
