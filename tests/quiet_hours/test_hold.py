@@ -58,6 +58,21 @@ def held(client: TestClient, delivery_id: str, queue_name: str) -> dict[str, Any
     return shown
 
 
+def account_at_night(client: TestClient, weekday: int) -> tuple[datetime, str]:
+    """Queue time at 23:00 Riyadh (20:00 UTC) on the next ``weekday``, and an account in
+    Riyadh whose quiet hours (22:00–07:00) hold it: that time and the account's id."""
+    night = next_weekday_at(weekday, 20)
+    move_queue_time_to(night)
+    return night, account(client, timezone=RIYADH, quiet_hours=NIGHTS)
+
+
+def set_quiet_hours(client: TestClient, account_id: str, quiet_hours: Any) -> None:
+    """PATCH the account's quiet hours (None clears them); the API must accept it."""
+    response = client.patch(f"/v1/accounts/{account_id}", json={"quiet_hours": quiet_hours})
+    assert response.status_code == 200, response.text
+
+
+
 def sends_to(address: str) -> list[dict[str, Any]]:
     return [s for s in MockProvider.sends() if s["to"] == address]
 
@@ -160,9 +175,7 @@ def test_urgent_events_required_channels_and_in_app_are_not_held(client: TestCli
 
 def test_an_account_deactivated_during_the_hold_is_suppressed_at_its_end(
         client: TestClient) -> None:
-    night = next_weekday_at(4, 20)
-    move_queue_time_to(night)
-    account_id = account(client, timezone=RIYADH, quiet_hours=NIGHTS)
+    night, account_id = account_at_night(client, 4)
     with running_worker([EMAIL]):
         created = event(client, account_id, channels=["email"])
         email = by_channel(created)["email"]
@@ -307,17 +320,14 @@ def test_a_hold_is_fenced_by_the_claim_and_never_over_a_final_outcome(
 def test_clearing_quiet_hours_sends_the_held_deliveries_at_once_and_once(
         client: TestClient) -> None:
     # Given an email and an SMS held at 23:00 Riyadh until 07:00
-    night = next_weekday_at(3, 20)
-    move_queue_time_to(night)
-    account_id = account(client, timezone=RIYADH, quiet_hours=NIGHTS)
+    _, account_id = account_at_night(client, 3)
     with running_worker([EMAIL, SMS]):
         created = event(client, account_id)
         ids = by_channel(created)
         for channel, queue_name in (("email", EMAIL), ("sms", SMS)):
             held(client, ids[channel], queue_name)
         # When the account clears its quiet hours (queue time does not move)
-        response = client.patch(f"/v1/accounts/{account_id}", json={"quiet_hours": None})
-        assert response.status_code == 200, response.text
+        set_quiet_hours(client, account_id, None)
         # Then both are sent now, not at 07:00
         wait_for(lambda: settled(client, created["id"]), timeout=30, what="the sends")
         # and a handoff sweep afterwards sends nothing more
@@ -334,17 +344,13 @@ def test_clearing_quiet_hours_sends_the_held_deliveries_at_once_and_once(
 def test_quiet_hours_that_end_sooner_release_the_held_delivery_at_the_new_end(
         client: TestClient) -> None:
     # Given an email held at 23:00 Riyadh (20:00 UTC) until 07:00
-    night = next_weekday_at(4, 20)
-    move_queue_time_to(night)
-    account_id = account(client, timezone=RIYADH, quiet_hours=NIGHTS)
+    night, account_id = account_at_night(client, 4)
     with running_worker([EMAIL]):
         created = event(client, account_id, channels=["email"])
         email = by_channel(created)["email"]
         held(client, email, EMAIL)
         # When the window is changed to end at midnight Riyadh (21:00 UTC)
-        response = client.patch(f"/v1/accounts/{account_id}",
-                                json={"quiet_hours": {"start": "22:00", "end": "00:00"}})
-        assert response.status_code == 200, response.text
+        set_quiet_hours(client, account_id, {"start": "22:00", "end": "00:00"})
         # Then the delivery is held until midnight, its job delayed to then
         shown = held(client, email, EMAIL)
         assert datetime.fromisoformat(shown["not_before"]) == night.replace(hour=21)
@@ -362,17 +368,13 @@ def test_quiet_hours_that_end_sooner_release_the_held_delivery_at_the_new_end(
 def test_a_window_moved_away_from_now_releases_the_held_delivery_at_once(
         client: TestClient) -> None:
     # Given an SMS held at 23:00 Riyadh until 07:00
-    night = next_weekday_at(6, 20)
-    move_queue_time_to(night)
-    account_id = account(client, timezone=RIYADH, quiet_hours=NIGHTS)
+    _, account_id = account_at_night(client, 6)
     with running_worker([SMS]):
         created = event(client, account_id, channels=["sms"])
         sms = by_channel(created)["sms"]
         held(client, sms, SMS)
         # When the quiet hours become 01:00–05:00, which 23:00 is outside of
-        response = client.patch(f"/v1/accounts/{account_id}",
-                                json={"quiet_hours": {"start": "01:00", "end": "05:00"}})
-        assert response.status_code == 200, response.text
+        set_quiet_hours(client, account_id, {"start": "01:00", "end": "05:00"})
         # Then it is sent now, once
         wait_for(lambda: settled(client, created["id"]), timeout=30, what="the send")
     assert delivery(client, sms)["outcome"] == "sent"

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import httpx
 import uvicorn
@@ -32,13 +33,14 @@ REQUEST_TIMEOUT_S = 15.0
 
 
 @contextmanager
-def serving_app() -> Iterator[str]:
-    """herald's app under uvicorn in a thread of this process on a free port; yields its
-    base URL, stops it afterwards."""
+def serving_app(**options: Any) -> Iterator[str]:
+    """herald's app under uvicorn in a thread of this process on a free port, with these
+    ``uvicorn.Config`` options besides; yields its base URL, stops it afterwards."""
     from herald.web import create_app
 
     config = uvicorn.Config(create_app(), host="127.0.0.1", port=find_free_port(),
-                            log_level="warning", lifespan="off", timeout_graceful_shutdown=2)
+                            log_level="warning", lifespan="off", timeout_graceful_shutdown=2,
+                            **options)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True, name="uvicorn")
     thread.start()

@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 
 from herald import db
 from herald.health import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, serve_worker_health
 from herald.settings import SettingsError, load_settings, reset_settings
 from herald.web import create_app
-from tests.support.services import find_free_port
+from tests.support.event_load import serving_app
 from tests.support.waiting import wait_for
 
 #: ``configure(NAME=value, …)``: those settings on top of the test's database, API_TOKEN,
@@ -55,18 +53,8 @@ def configure(monkeypatch: pytest.MonkeyPatch, migrated_database: str) -> Iterat
 def behind_any_proxy(configure: Configure) -> Iterator[str]:
     """herald's app under a real uvicorn on loopback that trusts every proxy
     (``FORWARDED_ALLOW_IPS='*'``, the usual setting behind a PaaS router); its port."""
-    config = uvicorn.Config(create_app(), host="127.0.0.1", port=find_free_port(),
-                            proxy_headers=True, forwarded_allow_ips="*",
-                            log_level="warning", lifespan="off", timeout_graceful_shutdown=2)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True, name="uvicorn")
-    thread.start()
-    wait_for(lambda: server.started, timeout=20, what="uvicorn to start")
-    try:
-        yield str(config.port)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=20)
+    with serving_app(proxy_headers=True, forwarded_allow_ips="*") as base:
+        yield base.rsplit(":", 1)[1]
 
 
 def request(port: str, method: str, path: str, **headers: str) -> httpx.Response:

@@ -4,21 +4,16 @@ web`` says so at start (docs/configuration.md#providers)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from providers.mock import signed_callback
-from tests.support.processes import REPO
-from tests.support.services import find_free_port
-from tests.support.waiting import wait_for
+from tests.support.web_process import StartWeb, web_processes
 
 DEFAULT_SECRET = "herald-mock-secret"
 
@@ -37,46 +32,17 @@ def post(port: int, path: str, body: bytes, headers: dict[str, str]) -> int:
         return 0
 
 
-def healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as answer:
-            return int(answer.status) == 200
-    except OSError:
-        return False
-
-
 @pytest.fixture
-def start_web(migrated_database: str, redis_url: str, tmp_path: Path
-              ) -> Iterator[Callable[..., tuple[int, Path]]]:
+def start_web(migrated_database: str, redis_url: str, tmp_path: Path) -> Iterator[StartWeb]:
     """``start_web(NAME=value, …)``: ``herald web`` with the mock as every channel's
     provider and those settings; its port and log. Stopped at the end of the test."""
-    processes: list[subprocess.Popen[bytes]] = []
-
-    def start(**settings: str) -> tuple[int, Path]:
-        port = find_free_port()
-        log = tmp_path / f"web-{port}.log"
-        env = {**os.environ, "DATABASE_URL": migrated_database, "REDIS_URL": redis_url,
-               "BROKER": "redis", "QUEUE_PREFIX": f"mr{uuid.uuid4().hex[:8]}",
-               "WEB_CONCURRENCY": "1", "LOG_LEVEL": "INFO", "EMAIL_PROVIDER": "mock",
-               "SMS_PROVIDER": "mock", "PUSH_PROVIDER": "mock", "ESIM_PROVIDERS": "mock",
-               **settings}
-        if "MOCK_CALLBACK_SECRET" not in settings:
-            env.pop("MOCK_CALLBACK_SECRET", None)
-        with log.open("wb") as output:
-            process = subprocess.Popen([sys.executable, "-m", "herald.cli", "web", "--host",
-                                        "127.0.0.1", "--port", str(port)], cwd=REPO,
-                                       env=env, stdout=output, stderr=subprocess.STDOUT)
-        processes.append(process)
-        wait_for(lambda: healthy(port) or process.poll() is not None, timeout=60,
-                 what="herald web")
-        assert process.poll() is None, log.read_text()[-2000:]
-        return port, log
-
-    yield start
-    for process in processes:
-        process.terminate()
-    for process in processes:
-        process.wait(timeout=30)
+    with web_processes(tmp_path, "127.0.0.1", {
+            "DATABASE_URL": migrated_database, "REDIS_URL": redis_url, "BROKER": "redis",
+            "QUEUE_PREFIX": f"mr{uuid.uuid4().hex[:8]}", "WEB_CONCURRENCY": "1",
+            "LOG_LEVEL": "INFO", "EMAIL_PROVIDER": "mock", "SMS_PROVIDER": "mock",
+            "PUSH_PROVIDER": "mock", "ESIM_PROVIDERS": "mock",
+            "MOCK_CALLBACK_SECRET": ""}) as start:
+        yield start
 
 
 def mock_receipt(secret: str) -> tuple[bytes, dict[str, str]]:
@@ -86,7 +52,7 @@ def mock_receipt(secret: str) -> tuple[bytes, dict[str, str]]:
 
 
 def test_with_api_token_and_the_default_secret_the_mock_s_routes_do_not_exist(
-        start_web: Callable[..., tuple[int, Path]]) -> None:
+        start_web: StartWeb) -> None:
     # Given herald web with API_TOKEN set, the mock configured, MOCK_CALLBACK_SECRET unset
     port, log = start_web(API_TOKEN="deployment-token")
     # When anyone posts a receipt signed with the public default secret, or a webhook
@@ -102,7 +68,7 @@ def test_with_api_token_and_the_default_secret_the_mock_s_routes_do_not_exist(
 
 
 def test_with_a_secret_of_its_own_the_mock_s_callback_route_answers(
-        start_web: Callable[..., tuple[int, Path]]) -> None:
+        start_web: StartWeb) -> None:
     # Given API_TOKEN set and MOCK_CALLBACK_SECRET a secret of this deployment
     port, log = start_web(API_TOKEN="deployment-token", MOCK_CALLBACK_SECRET="own-secret")
     # When a receipt signed with it comes, and one signed with the public default

@@ -5,20 +5,15 @@ HERALD_OPEN_API opens ``/v1`` or it sends the API_TOKEN that is set."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
 
 from tests.support import netns
-from tests.support.processes import REPO
-from tests.support.services import find_free_port
-from tests.support.waiting import wait_for
+from tests.support.web_process import StartWeb, web_processes
 
 pytestmark = pytest.mark.skipif(netns.unavailable() is not None,
                                 reason=netns.unavailable() or "")
@@ -35,36 +30,15 @@ def foreign() -> Iterator[netns.ForeignHost]:
 
 
 @pytest.fixture
-def start_web(migrated_database: str, redis_url: str, tmp_path: Path
-              ) -> Iterator[Callable[..., tuple[int, Path]]]:
+def start_web(migrated_database: str, redis_url: str, tmp_path: Path) -> Iterator[StartWeb]:
     """``start_web(NAME=value, …)``: ``herald web --host 0.0.0.0`` with those settings on
     top of the test's database and Redis (API_TOKEN and HERALD_OPEN_API unset unless
     given); its port and log. Stopped at the end of the test."""
-    processes: list[subprocess.Popen[bytes]] = []
-
-    def start(**settings: str) -> tuple[int, Path]:
-        port = find_free_port()
-        log = tmp_path / f"web-{port}.log"
-        env = {**os.environ, "DATABASE_URL": migrated_database, "REDIS_URL": redis_url,
-               "BROKER": "redis", "QUEUE_PREFIX": f"pm{uuid.uuid4().hex[:8]}",
-               "WEB_CONCURRENCY": "1", "LOG_LEVEL": "INFO", "API_TOKEN": "",
-               "HERALD_OPEN_API": "", **settings}
-        env = {name: value for name, value in env.items() if value != ""}
-        with log.open("wb") as output:
-            process = subprocess.Popen([sys.executable, "-m", "herald.cli", "web", "--host",
-                                        "0.0.0.0", "--port", str(port)], cwd=REPO, env=env,
-                                       stdout=output, stderr=subprocess.STDOUT)
-        processes.append(process)
-        wait_for(lambda: local("GET", port, "/healthz")[0] == 200
-                 or process.poll() is not None, timeout=60, what="herald web")
-        assert process.poll() is None, log.read_text()[-2000:]
-        return port, log
-
-    yield start
-    for process in processes:
-        process.terminate()
-    for process in processes:
-        process.wait(timeout=30)
+    with web_processes(tmp_path, "0.0.0.0", {
+            "DATABASE_URL": migrated_database, "REDIS_URL": redis_url, "BROKER": "redis",
+            "QUEUE_PREFIX": f"pm{uuid.uuid4().hex[:8]}", "WEB_CONCURRENCY": "1",
+            "LOG_LEVEL": "INFO", "API_TOKEN": "", "HERALD_OPEN_API": ""}) as start:
+        yield start
 
 
 def local(method: str, port: int, path: str, body: object = None,
@@ -93,7 +67,7 @@ def accounts_with(database_url: str, email: str) -> int:
 
 
 def test_without_a_token_v1_answers_loopback_only(
-        foreign: netns.ForeignHost, start_web: Callable[..., tuple[int, Path]],
+        foreign: netns.ForeignHost, start_web: StartWeb,
         migrated_database: str) -> None:
     # Given herald web on every address, API_TOKEN unset
     port, log = start_web()
@@ -122,7 +96,7 @@ def test_without_a_token_v1_answers_loopback_only(
 
 
 def test_herald_open_api_opens_v1_on_purpose_with_a_warning(
-        foreign: netns.ForeignHost, start_web: Callable[..., tuple[int, Path]],
+        foreign: netns.ForeignHost, start_web: StartWeb,
         migrated_database: str) -> None:
     port, log = start_web(HERALD_OPEN_API="1")
     email = f"open-{uuid.uuid4().hex[:8]}@example.com"
@@ -136,7 +110,7 @@ def test_herald_open_api_opens_v1_on_purpose_with_a_warning(
 
 
 def test_with_a_token_any_host_that_sends_it_gets_in(
-        foreign: netns.ForeignHost, start_web: Callable[..., tuple[int, Path]],
+        foreign: netns.ForeignHost, start_web: StartWeb,
         migrated_database: str) -> None:
     port, _ = start_web(API_TOKEN="far-token")
     email = f"token-{uuid.uuid4().hex[:8]}@example.com"
