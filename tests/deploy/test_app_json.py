@@ -50,7 +50,8 @@ def test_only_settings_herald_knows_and_the_secrets_generated() -> None:
     known = {name.upper() for name in Settings.model_fields}
     env = manifest()["env"]
     assert set(env) <= known, sorted(set(env) - known)
-    for secret in ("API_TOKEN", "ADMIN_TOKEN", "MOCK_CALLBACK_SECRET", "SECRETS_KEY"):
+    for secret in ("API_TOKEN", "ADMIN_TOKEN", "METRICS_TOKEN", "MOCK_CALLBACK_SECRET",
+                   "SECRETS_KEY"):
         assert env[secret].get("generator") == "secret", secret
         assert "value" not in env[secret], secret
 
