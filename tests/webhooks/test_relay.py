@@ -23,6 +23,7 @@ from herald.web import create_app
 from models.base import queue_now, utcnow
 from models.webhooks import WebhookEndpoint, WebhookMessage
 from providers import webhook_http
+from tests.support.pipeline.steps import use_redis
 from tests.support.processes import spawn_herald
 from tests.support.waiting import wait_for
 from tests.webhooks.receiver import Framing, Receiver, running_receiver
@@ -253,7 +254,9 @@ def test_a_failing_streak_disables_the_endpoint(receiver: Receiver,
         assert stored is not None and stored.disabled
 
 
-def test_a_flushall_loses_no_message(receiver: Receiver) -> None:
+def test_a_flushall_loses_no_message(receiver: Receiver, monkeypatch: pytest.MonkeyPatch,
+                                     private_redis_url: str) -> None:
+    use_redis(monkeypatch, private_redis_url)  # this test flushes it
     # Given pending messages whose jobs Redis lost
     endpoint_id = endpoint(receiver)
     ids = [message(endpoint_id) for _ in range(5)]

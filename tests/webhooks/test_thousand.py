@@ -20,7 +20,7 @@ from herald import db
 from herald.queue import current_app
 from models.notifications import Delivery
 from models.webhooks import WebhookMessage
-from tests.support.pipeline.steps import account
+from tests.support.pipeline.steps import account, use_redis
 from tests.support.processes import spawn_herald
 from tests.support.waiting import wait_for
 from tests.webhooks.receiver import Receiver
@@ -62,7 +62,9 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 @pytest.mark.slow
 def test_a_thousand_deliveries_reach_the_endpoint_through_a_relay_kill_and_a_flushall(
-        client: TestClient, receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> None:
+        client: TestClient, receiver: Receiver, monkeypatch: pytest.MonkeyPatch,
+        private_redis_url: str) -> None:
+    use_redis(monkeypatch, private_redis_url)  # this test flushes it
     # the sweeps the test runs re-drive anything handed off before them
     monkeypatch.setenv("HANDOFF_SWEEP_AGE_S", "0.01")
     # Given an endpoint subscribed to delivery.sent, and a thousand emails accepted
