@@ -54,6 +54,16 @@ def _services() -> tuple[dict[str, str], list]:
     if not os.environ.get("REDIS_URL"):
         started.append(start_redis(workdir / "redis"))
         env["REDIS_URL"] = started[-1].url
+    # A bench's database is a deployment's (PostgreSQL), where an unset provider turns its
+    # channel off and no secret is stored without a key: the mock as every provider the
+    # environment names none for, and a key of this run's own (docs/configuration.md)
+    for name in ("EMAIL_PROVIDER", "SMS_PROVIDER", "PUSH_PROVIDER", "ESIM_PROVIDERS"):
+        if not os.environ.get(name):
+            env[name] = "mock"
+    if not os.environ.get("SECRETS_KEY"):
+        from cryptography.fernet import Fernet
+
+        env["SECRETS_KEY"] = Fernet.generate_key().decode()
     return env, started
 
 
