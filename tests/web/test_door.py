@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -232,38 +233,38 @@ def test_the_worker_health_server_drops_half_sent_requests_and_answers_probes() 
 
 def test_a_connection_over_the_cap_while_each_is_answered_gets_a_503_at_once(
         configure: Configure) -> None:
-    # Given a database that accepts connections and never says a word, so that each
-    # readiness check takes its whole bound
-    with socket.socket() as silent, serve_worker_health(0, host="127.0.0.1") as server:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(MAX_CONNECTIONS)
-        configure(DATABASE_URL=f"postgresql://postgres@127.0.0.1:{silent.getsockname()[1]}/h")
-        # and as many readiness requests being answered as the server holds connections
-        asked = []
-        for _ in range(MAX_CONNECTIONS):
-            connection = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-            connection.sendall(b"GET /readyz HTTP/1.0\r\n\r\n")
-            asked.append(connection)
+    # Given a worker whose own queues check holds every readiness answer until released
+    held, release = [0], threading.Event()
+    lock = threading.Lock()
 
-        # When one more client connects, then it is told 503 at once, not queued (a
-        # client that connected while one of those requests was still arriving took its
-        # place instead: it is closed, and the next one tries)
-        def turned_away() -> bytes:
+    def queues_check() -> str:
+        with lock:
+            held[0] += 1
+        release.wait(timeout=REQUEST_TIMEOUT_S)
+        return "ok"
+
+    configure()
+    with serve_worker_health(0, host="127.0.0.1", queues=queues_check) as server:
+        try:
+            # and as many readiness requests being answered as the server holds connections
+            asked = []
+            for _ in range(MAX_CONNECTIONS):
+                connection = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+                connection.sendall(b"GET /readyz HTTP/1.0\r\n\r\n")
+                asked.append(connection)
+            wait_for(lambda: held[0] == MAX_CONNECTIONS, timeout=REQUEST_TIMEOUT_S - 1,
+                     what="every readiness request read and being answered")
+
+            # When one more client connects, then it is told 503 at once, not queued
             with socket.create_connection(("127.0.0.1", server.port), timeout=5) as probe:
-                probe.settimeout(0.3)
-                try:
-                    return probe.recv(4096)
-                except TimeoutError:
-                    return b""  # admitted, waiting for its request
-
-        answer = wait_for(turned_away, timeout=2, every=0, what="a 503 to a connection "
-                                                                 "over the cap")
-        assert isinstance(answer, bytes)
-        assert answer.startswith(b"HTTP/1.0 503 ") and b'"code": "busy"' in answer
+                answer = probe.recv(4096)
+            assert answer.startswith(b"HTTP/1.0 503 ") and b'"code": "busy"' in answer
+        finally:
+            release.set()
 
         # And once those are answered, a probe is answered again
         for connection in asked:
             connection.recv(4096)  # the answer's start, or end of file
             connection.close()
-        probe = httpx.get(f"http://127.0.0.1:{server.port}/healthz", timeout=5)
-        assert probe.json() == {"status": "ok"}
+        probe_answer = httpx.get(f"http://127.0.0.1:{server.port}/healthz", timeout=5)
+        assert probe_answer.json() == {"status": "ok"}

@@ -278,7 +278,8 @@ def test_without_a_key_outside_the_embedded_default_no_secret_is_made(
 
 # -- secrets stored in clear before ------------------------------------------------------------
 def test_the_upgrade_encrypts_secrets_stored_in_clear_and_refuses_without_a_key(
-        fresh_postgres: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        fresh_postgres: str, redis_url: str, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
     from alembic import command
 
     from herald.db.migrations import alembic_config
@@ -308,7 +309,7 @@ def test_the_upgrade_encrypts_secrets_stored_in_clear_and_refuses_without_a_key(
     engine.dispose()
 
     # When `herald migrate` runs without a key
-    env = herald_env(DATABASE_URL=fresh_postgres)
+    env = herald_env(DATABASE_URL=fresh_postgres, REDIS_URL=redis_url)
     env.pop("SECRETS_KEY")
     refused = run_herald("migrate", cwd=tmp_path, env=env)
 
@@ -319,7 +320,8 @@ def test_the_upgrade_encrypts_secrets_stored_in_clear_and_refuses_without_a_key(
     assert first in dump and "0015" in dump
 
     # When it runs with a key
-    done = run_herald("migrate", cwd=tmp_path, env=herald_env(DATABASE_URL=fresh_postgres))
+    done = run_herald("migrate", cwd=tmp_path,
+                      env=herald_env(DATABASE_URL=fresh_postgres, REDIS_URL=redis_url))
     assert done.returncode == 0, done.stderr
 
     # Then the dump reveals none of them, and herald reads each in clear
